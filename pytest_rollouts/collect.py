@@ -1,0 +1,128 @@
+"""Dataset files become pytest items: one item per row, the row's repeats are its rollouts.
+
+This module is imported for every ``.jsonl`` file pytest walks past, so deciding
+*whether* a file is a dataset costs a few ``stat`` calls and no heavy import. An
+item keeps only a byte offset into its file; the row is read again when the run is
+materialized.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .jsonl import JsonlError, parse_object, scan_lines
+
+if TYPE_CHECKING:
+    from .records import RolloutOutcome
+
+DECLARATION = "rollouts.toml"
+
+
+@lru_cache(maxsize=None)
+def find_declaration(directory: Path, stop: Path) -> Path | None:
+    """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
+    candidate = directory / DECLARATION
+    if candidate.is_file():
+        return candidate
+    if directory == stop or directory.parent == directory:
+        return None
+    return find_declaration(directory.parent, stop)
+
+
+def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | None:
+    """A ``DatasetFile`` for a declared dataset or a ``.jsonl`` named on the command line."""
+    declaration = find_declaration(file_path.parent, parent.config.rootpath)
+    if declaration is not None:
+        from .suite import SuiteError, load_suite
+
+        try:
+            declared = load_suite(declaration).declares(file_path)
+        except SuiteError:
+            declared = True  # let collection report the broken declaration
+        if declared:
+            return DatasetFile.from_parent(parent, path=file_path)
+    if parent.session.isinitpath(file_path):
+        return DatasetFile.from_parent(parent, path=file_path)
+    return None
+
+
+class DatasetFile(pytest.File):
+    """A JSONL dataset. Every line is validated here, before any request can be sent."""
+
+    def collect(self) -> Iterator[RolloutItem]:
+        from .routing import RoutingError
+        from .run import RolloutRun
+        from .suite import SuiteError
+
+        run = RolloutRun.get(self.config)
+        shown = os.path.relpath(self.path, self.config.invocation_params.dir)
+        try:
+            routing = run.routing_for(self.path)
+        except (SuiteError, RoutingError) as exc:
+            raise self.CollectError(str(exc)) from None
+        limit = run.settings.limit
+        for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
+            if limit is not None and row_index >= limit:
+                break
+            try:
+                agent = routing.agent_for(parse_object(line, Path(shown), line_no))
+            except JsonlError as exc:
+                raise self.CollectError(str(exc)) from None
+            except RoutingError as exc:
+                raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
+            yield RolloutItem.from_parent(self, name=f"task[{row_index}]", offset=offset, agent=agent)
+
+
+class RolloutFailed(Exception):
+    """Raised by ``runtest`` when a rollout ended in a failure class; carries no traceback worth showing."""
+
+    def __init__(self, failure_class: str, lines: list[str]) -> None:
+        super().__init__(failure_class)
+        self.failure_class = failure_class
+        self.lines = lines
+
+
+class RolloutItem(pytest.Item):
+    """One dataset row. ``task_index`` is run-wide; ``slot`` is its place in the dispatch plan."""
+
+    def __init__(self, *, offset: int, agent: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.offset = offset
+        self.agent = agent
+        self.task_index = -1
+        self.slot = -1
+
+    def runtest(self) -> None:
+        from .report import record_outcomes
+        from .run import RolloutRun
+
+        outcomes = RolloutRun.get(self.config).wait(self)
+        record_outcomes(self.user_properties, outcomes)
+        failed = [o for o in outcomes if not o.scored]
+        if failed:
+            raise RolloutFailed(_dominant_class(failed), [_describe(o) for o in failed])
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, RolloutFailed):
+            return "\n".join(excinfo.value.lines)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+def _dominant_class(failed: list[RolloutOutcome]) -> str:
+    counts = Counter(o.failure_class for o in failed)
+    return min(counts, key=lambda c: (-counts[c], c or ""))  # type: ignore[return-value]
+
+
+def _describe(outcome: RolloutOutcome) -> str:
+    tries = f" after {outcome.attempts} attempts" if outcome.attempts > 1 else ""
+    return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}: {outcome.detail}"

@@ -1,0 +1,86 @@
+"""Reading and appending JSONL with orjson, the only JSON codec the plugin uses.
+
+Readers name file and line on every malformed line, because a user staring at a
+100k-line dataset needs to know where to look, not just that something is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class JsonlError(ValueError):
+    """A line that is not a JSON object; the message starts with ``path:line``."""
+
+
+def parse_object(raw: bytes, path: Path, line_no: int) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise JsonlError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise JsonlError(f"{path}:{line_no}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def scan_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(line_no, byte_offset, line)`` for each non-blank line, 1-based line numbers."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if line.strip():
+                yield line_no, offset, line
+            offset += len(line)
+
+
+def read_objects(path: Path) -> Iterator[dict[str, Any]]:
+    for line_no, _, line in scan_lines(path):
+        yield parse_object(line, path, line_no)
+
+
+def read_line_at(handle: Any, offset: int) -> bytes:
+    handle.seek(offset)
+    return handle.readline()
+
+
+class JsonlAppender:
+    """Append-only JSONL file: every row goes out in one ``write`` so lines are never interleaved.
+
+    ``O_APPEND`` plus a single unbuffered write per row keeps each line whole even
+    when several processes append to the same file, and means a row is in the
+    kernel the moment ``append`` returns; ``sync`` makes it durable.
+    """
+
+    def __init__(self, path: Path, *, truncate: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        self.path = path
+        self._fd = os.open(path, flags, 0o644)
+        self._dirty = False
+        self._lock = threading.Lock()
+
+    def append(self, row: dict[str, Any]) -> None:
+        data = memoryview(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+        while data:
+            data = data[os.write(self._fd, data):]
+        self._dirty = True
+
+    def sync(self) -> None:
+        """Called from a worker thread once a second, and by ``close``: hence the lock."""
+        with self._lock:
+            if self._dirty and self._fd >= 0:
+                self._dirty = False
+                os.fsync(self._fd)
+
+    def close(self) -> None:
+        self.sync()
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1

@@ -1,0 +1,59 @@
+"""The command-line options and their ini twins, as plain data.
+
+This module is imported by every pytest session (through ``plugin.py``), so it holds
+only names and help texts; validation lives in ``settings.py`` and is imported only
+when a session actually uses rollouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting, reachable as ``--rollouts-<name>`` and as ini ``rollouts_<name>``."""
+
+    name: str
+    help: str
+    metavar: str | None = None
+    flag: bool = False
+    repeatable: bool = False
+
+    @property
+    def cli(self) -> str:
+        return "--rollouts-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "rollouts_" + self.name
+
+    @property
+    def ini_type(self) -> str:
+        if self.flag:
+            return "bool"
+        return "linelist" if self.repeatable else "string"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("out", "Output path <stem>.jsonl; the sidecars are named after it. "
+           "Default: results/rollouts.jsonl under the rootdir.", "PATH"),
+    Option("agent", "Agent server: URL sets the default agent, NAME=URL adds or "
+           "overrides a named one (repeatable).", "[NAME=]URL", repeatable=True),
+    Option("repeats", "Rollouts per dataset row (num_repeats). Default 1.", "N"),
+    Option("limit", "Use only the first N rows of each dataset file.", "N"),
+    Option("interleave_repeats", "Order rollouts a b c a b c instead of a a b b c c.",
+           flag=True),
+    Option("repeats_add_seed", "Put {\"seed\": rollout_index} into "
+           "responses_create_params.metadata.extra_body.", flag=True),
+    Option("responses_create_params", "JSON object shallow-merged into every row's "
+           "responses_create_params.", "JSON"),
+    Option("parallel", "Requests in flight at once (num_samples_in_parallel). Default 64.", "N"),
+    Option("max_resident", "Rollouts admitted but not yet reported, which bounds memory. "
+           "Default 8 x parallel.", "N"),
+    Option("timeout", "Seconds one /run attempt may take. Default 3600.", "S"),
+    Option("retries", "Retries of a /run attempt that got no reply or 429/502/503/504. "
+           "Default 2.", "N"),
+    Option("retry_backoff", "Base of the exponential backoff between retries, seconds. "
+           "Default 1.0.", "S"),
+)

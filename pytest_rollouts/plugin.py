@@ -1,0 +1,90 @@
+"""pytest hooks for pytest-rollouts: options, collection, dispatch lifecycle, reporting.
+
+Imported by every pytest session through the ``pytest11`` entry point, so this module
+imports nothing heavy; the machinery is imported only once a dataset is collected or a
+rollouts option is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .options import OPTIONS
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("rollouts", "agent rollouts (pytest-rollouts)")
+    for option in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": "rollouts_" + option.name, "default": None, "help": option.help}
+        if option.flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = option.metavar
+            if option.repeatable:
+                kwargs["action"] = "append"
+        group.addoption(option.cli, **kwargs)
+        parser.addini(option.ini, option.help, type=option.ini_type, default=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the reporter; validate settings up front (exit 4) when the user configured any."""
+    from .report import RolloutReporter
+
+    config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
+    if _configured(config):
+        from .run import RolloutRun
+
+        RolloutRun.get(config).settings  # noqa: B018 - resolving validates
+
+
+def _configured(config: pytest.Config) -> bool:
+    if any(config.getoption("rollouts_" + o.name) not in (None, []) for o in OPTIONS):
+        return True
+    return any(key.startswith("rollouts_") for key in config.inicfg)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix != ".jsonl":
+        return None
+    from .collect import collect_dataset
+
+    return collect_dataset(file_path, parent)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from .run import RUN_KEY
+
+    if RUN_KEY in config.stash:
+        config.stash[RUN_KEY].number_tasks(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    from .run import RUN_KEY
+
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is None or not _will_run(session):
+        return (yield)
+    run.start(session.items)
+    try:
+        return (yield)
+    finally:
+        run.finish()
+
+
+def _will_run(session: pytest.Session) -> bool:
+    """Mirror pytest's own reasons not to run tests, so nothing is sent when nothing will run."""
+    option = session.config.option
+    if option.collectonly:
+        return False
+    return not (session.testsfailed and not option.continue_on_collection_errors)

@@ -1,0 +1,67 @@
+"""Turn dataset rows into materialized rollout rows, as NeMo Gym's collector does.
+
+Pure functions: rows and settings in, rows out. The materialized rows are exactly
+what is sent to ``/run`` and what ``<stem>_materialized_inputs.jsonl`` records, so
+the denominator of the score and the requests can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+TASK_INDEX = "_ng_task_index"
+ROLLOUT_INDEX = "_ng_rollout_index"
+ATTEMPT_INDEX = "_ng_attempt_index"
+
+
+def materialize_row(
+    row: dict[str, Any],
+    *,
+    task_index: int,
+    rollout_index: int,
+    agent: str,
+    create_params: dict[str, Any],
+    add_seed: bool,
+) -> dict[str, Any]:
+    """One rollout's request body: the row, run-level overrides, the seed and the stamps."""
+    out = dict(row)
+    params = out.get("responses_create_params")
+    if create_params or add_seed:
+        params = {**(params if isinstance(params, dict) else {}), **create_params}
+        if add_seed:
+            params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
+        out["responses_create_params"] = params
+    out["agent_ref"] = {**out["agent_ref"], "name": agent} if isinstance(out.get("agent_ref"), dict) else {"name": agent}
+    out.pop(ATTEMPT_INDEX, None)
+    out[TASK_INDEX] = task_index
+    out[ROLLOUT_INDEX] = rollout_index
+    return out
+
+
+def _with_seed(metadata: Any, rollout_index: int) -> dict[str, Any]:
+    """NeMo Gym carries the seed as a JSON *string* in ``metadata.extra_body``; keep that shape."""
+    metadata = dict(metadata) if isinstance(metadata, dict) else {}
+    extra = metadata.get("extra_body")
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            extra = None
+    extra = dict(extra) if isinstance(extra, dict) else {}
+    extra["seed"] = rollout_index
+    metadata["extra_body"] = json.dumps(extra)
+    return metadata
+
+
+def rollout_order(task_count: int, repeats: int, interleave: bool) -> Iterator[tuple[int, int]]:
+    """``(task position, rollout index)`` in dispatch order: a a b b, or a b a b when interleaved."""
+    if interleave:
+        for rollout_index in range(repeats):
+            for position in range(task_count):
+                yield position, rollout_index
+    else:
+        for position in range(task_count):
+            for rollout_index in range(repeats):
+                yield position, rollout_index

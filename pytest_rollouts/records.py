@@ -1,0 +1,60 @@
+"""The rows a rollout leaves on disk, and the small outcome pytest sees.
+
+The full reply goes to disk and is dropped; only ``RolloutOutcome`` (a reward or a
+failure class) stays in memory until the item reports, which is what keeps a
+100k-row run's memory flat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .client import FAILURE_CLASS, Failure
+
+ELAPSED = "elapsed_seconds"
+TERMINAL = "_ng_failure_terminal"
+NO_PERSIST = "_ng_no_persist"
+ALWAYS_TERMINAL = frozenset({"skipped"})
+
+
+@dataclass(slots=True)
+class RolloutOutcome:
+    rollout_index: int
+    reward: float | None
+    failure_class: str | None
+    detail: str
+    elapsed: float
+    attempts: int
+
+    @property
+    def scored(self) -> bool:
+        return self.failure_class is None
+
+
+def success_row(reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    return {**reply, **stamps, ELAPSED: round(elapsed, 6)}
+
+
+def failure_row(failure: Failure, stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    return {**stamps, **failure.fields(), ELAPSED: round(elapsed, 6)}
+
+
+def agent_failure_row(
+    reply: dict[str, Any], stamps: dict[str, Any], elapsed: float, http_status: int | None
+) -> dict[str, Any]:
+    """A reply the agent itself classified: stored as returned, with our stamps and defaults."""
+    row = {**reply, **stamps, ELAPSED: round(elapsed, 6)}
+    row.setdefault("_ng_failure_type", "AgentReported")
+    row.setdefault("_ng_failure_message", str(reply.get("failure_reason") or ""))
+    row.setdefault("_ng_failure_http_status", http_status)
+    row.setdefault("_ng_failure_response_body", None)
+    row[TERMINAL] = bool(reply.get(TERMINAL)) or reply[FAILURE_CLASS] in ALWAYS_TERMINAL
+    return row
+
+
+def reward_of(reply: dict[str, Any]) -> float | None:
+    value = reply.get("reward")
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else None

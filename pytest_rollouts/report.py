@@ -1,0 +1,140 @@
+"""What pytest shows about rollouts: per-item status words and the closing summary.
+
+Everything here is read from test reports (``user_properties``), which travel from
+xdist workers to the controller, so the same code serves one process or many.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .records import RolloutOutcome
+
+REWARDS = "rollouts_rewards"
+FAILURES = "rollouts_failures"
+FAILURE_CLASS = "rollouts_failure_class"
+
+
+def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
+    """Put an item's rollout results where reports (and junitxml) carry them."""
+    user_properties.append((REWARDS, [o.reward for o in outcomes]))
+    failures = Counter(o.failure_class for o in outcomes if o.failure_class is not None)
+    if failures:
+        user_properties.append((FAILURES, dict(failures)))
+
+
+def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
+    if report.when != "call" or not report.user_properties:
+        return None
+    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES)}
+    return props or None
+
+
+def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    """Failed rollouts report under their class, so the summary reads ``3 agent_run_error``."""
+    props = rollout_properties(report)
+    if props is None:
+        return None
+    if report.failed and FAILURES in props:
+        failure_class = _class_of(report)
+        return failure_class, "F", failure_class.upper()
+    if report.passed:
+        rewards = " ".join(_fmt(r) for r in props.get(REWARDS, ()))
+        return "passed", ".", f"PASSED (reward {rewards})"
+    return None
+
+
+def _class_of(report: pytest.TestReport) -> str:
+    counts: dict[str, int] = dict(report.user_properties)[FAILURES]  # type: ignore[assignment]
+    return min(counts, key=lambda c: (-counts[c], c))
+
+
+def _fmt(reward: float | None) -> str:
+    return "-" if reward is None else f"{reward:g}"
+
+
+@dataclass
+class Tally:
+    """Counts across every rollout item reported so far, and when the run began."""
+
+    started_at: float = field(default_factory=time.perf_counter)
+    last_at: float = 0.0
+    items: int = 0
+    scored: int = 0
+    reward_sum: float = 0.0
+    rewarded: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    failed_items: int = 0
+
+    def add(self, report: pytest.TestReport) -> None:
+        props = rollout_properties(report)
+        if props is None:
+            return
+        self.items += 1
+        self.last_at = time.perf_counter()
+        for reward in props.get(REWARDS, ()):
+            if reward is not None:
+                self.reward_sum += reward
+                self.rewarded += 1
+        failures = props.get(FAILURES, {})
+        self.failures.update(failures)
+        self.scored += len(props.get(REWARDS, ())) - sum(failures.values())
+        if report.failed and failures:
+            self.failed_items += 1
+
+    def lines(self, artifacts: Sequence[str]) -> list[str]:
+        failed = sum(self.failures.values())
+        total = self.scored + failed
+        by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
+        lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
+        if self.rewarded:
+            lines.append(f"mean reward {self.reward_sum / self.rewarded:.4f} over {self.rewarded} scored rollouts")
+        elapsed = max(self.last_at - self.started_at, 1e-9)
+        lines.append(f"{total / elapsed:.1f} rollouts/s ({total} in {elapsed:.2f}s)")
+        lines.append("artifacts: " + ", ".join(artifacts))
+        return lines
+
+
+class RolloutReporter:
+    """Registered in every session; it stays silent until a rollout item reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tally = Tally()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self) -> None:
+        self.tally.started_at = time.perf_counter()
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        return teststatus(report) if report.user_properties else None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.user_properties:
+            self.tally.add(report)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.tally.items:
+            return
+        from .run import RolloutRun
+
+        terminalreporter.section("rollouts")
+        for line in self.tally.lines(RolloutRun.get(self.config).artifact_names()):
+            terminalreporter.line(line)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Failure classes are outcomes, not test failures: alone they leave the exit status 0."""
+        if (
+            self.tally.failed_items
+            and session.exitstatus == pytest.ExitCode.TESTS_FAILED
+            and session.testsfailed == self.tally.failed_items
+        ):
+            session.exitstatus = pytest.ExitCode.OK

@@ -1,0 +1,171 @@
+"""The run as one object: settings, agents, the materialized plan, the dispatcher.
+
+Hooks in ``plugin.py`` stay thin and call into this; it lives in ``config.stash``
+and is created the first time anything needs it, so sessions that never meet a
+dataset never build it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+
+from .artifacts import ArtifactPaths
+from .collect import RolloutItem, find_declaration
+from .jsonl import JsonlAppender, parse_object, read_line_at
+from .preprocess import materialize_row, rollout_order
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher, PlannedRollout
+    from .embedded import EmbeddedServers
+    from .records import RolloutOutcome
+    from .routing import AgentRegistry, Routing
+    from .settings import Settings
+
+RUN_KEY = pytest.StashKey["RolloutRun"]()
+
+
+class RolloutRun:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._settings: Settings | None = None
+        self._registry: AgentRegistry | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._servers: EmbeddedServers | None = None
+
+    @classmethod
+    def get(cls, config: pytest.Config) -> RolloutRun:
+        run = config.stash.get(RUN_KEY, None)
+        if run is None:
+            run = config.stash[RUN_KEY] = cls(config)
+        return run
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from .settings import resolve_settings
+
+            self._settings = resolve_settings(self.config)
+        return self._settings
+
+    @property
+    def paths(self) -> ArtifactPaths:
+        assert self.settings.out is not None
+        return ArtifactPaths(self.settings.out)
+
+    def routing_for(self, dataset: Path) -> Routing:
+        from .routing import AgentRegistry
+        from .suite import load_suite
+
+        if self._registry is None:
+            self._registry = AgentRegistry(self.settings)
+        declaration = find_declaration(dataset.parent, self.config.rootpath)
+        return self._registry.routing_for(load_suite(declaration) if declaration else None)
+
+    @staticmethod
+    def number_tasks(items: Sequence[pytest.Item]) -> None:
+        """Run-wide task indices in collection order, before ``-k``/``-m`` deselect anything."""
+        task_index = 0
+        for item in items:
+            if isinstance(item, RolloutItem):
+                item.task_index = task_index
+                task_index += 1
+
+    def start(self, items: Sequence[pytest.Item]) -> None:
+        """Write the materialized inputs, start embedded agents, and begin dispatching."""
+        from .dispatch import Dispatcher
+
+        selected = [item for item in items if isinstance(item, RolloutItem)]
+        if not selected:
+            return
+        for slot, item in enumerate(selected):
+            item.slot = slot
+        paths = self.paths
+        rollouts = self._materialize(selected, paths.materialized)
+        urls = self._agent_urls({item.agent for item in selected})
+        self._dispatcher = Dispatcher(
+            rollouts,
+            len(selected),
+            urls,
+            paths.materialized,
+            JsonlAppender(paths.out, truncate=True),
+            JsonlAppender(paths.failures, truncate=True),
+            self.settings,
+        )
+        self._dispatcher.start()
+
+    def _materialize(self, items: list[RolloutItem], path: Path) -> list[PlannedRollout]:
+        from .dispatch import PlannedRollout
+
+        settings = self.settings
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handles: dict[Path, object] = {}
+        rollouts: list[PlannedRollout] = []
+        cached: tuple[int, dict] | None = None
+        offset = 0
+        try:
+            with open(path, "wb") as out:
+                for position, rollout_index in rollout_order(
+                    len(items), settings.repeats, settings.interleave_repeats
+                ):
+                    item = items[position]
+                    if cached is None or cached[0] != position:
+                        handle = handles.get(item.path) or handles.setdefault(item.path, open(item.path, "rb"))
+                        cached = (position, parse_object(read_line_at(handle, item.offset), item.path, 0))
+                    line = orjson.dumps(
+                        materialize_row(
+                            cached[1],
+                            task_index=item.task_index,
+                            rollout_index=rollout_index,
+                            agent=item.agent,
+                            create_params=settings.responses_create_params,
+                            add_seed=settings.repeats_add_seed,
+                        )
+                    )
+                    out.write(line + b"\n")
+                    rollouts.append(PlannedRollout(item.slot, item.task_index, rollout_index,
+                                                   item.agent, offset, len(line)))
+                    offset += len(line) + 1
+                out.flush()
+                os.fsync(out.fileno())
+        finally:
+            for handle in handles.values():
+                handle.close()  # type: ignore[attr-defined]
+        return rollouts
+
+    def _agent_urls(self, names: set[str]) -> dict[str, str]:
+        from .embedded import EmbeddedServers
+
+        assert self._registry is not None
+        endpoints = [self._registry.endpoint(name) for name in sorted(names)]
+        self._servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
+        started = self._servers.start()
+        return {e.name: e.url if e.url is not None else started[e.embedded] for e in endpoints}  # type: ignore[index]
+
+    def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
+        if self._dispatcher is None:
+            raise RuntimeError("rollouts were not dispatched in this session")
+        outcomes = self._dispatcher.wait(item.slot)
+        self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
+        return outcomes
+
+    def finish(self) -> None:
+        """Stop dispatch and embedded agents; every artifact is flushed and fsynced after this."""
+        dispatcher, self._dispatcher = self._dispatcher, None
+        servers, self._servers = self._servers, None
+        try:
+            if dispatcher is not None:
+                dispatcher.close()
+        finally:
+            if servers is not None:
+                servers.stop()
+
+    def artifact_names(self) -> list[str]:
+        paths = self.paths
+        base = self.config.invocation_params.dir
+        return [os.path.relpath(p, base) for p in (paths.out, paths.failures, paths.materialized)]

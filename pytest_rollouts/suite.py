@@ -1,0 +1,76 @@
+"""Suite declarations: a ``rollouts.toml`` that says which files are datasets and who serves them.
+
+A declaration is what lets ``pytest evalsuites/`` pick up datasets without any flag,
+while ``.jsonl`` files anywhere else in a test tree stay invisible.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+class SuiteError(Exception):
+    """A declaration that cannot be used; the message names the file."""
+
+
+class AgentDeclaration(BaseModel):
+    """An agent a suite can route to: a URL, or an aiohttp app the plugin starts itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = None
+    embedded: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "AgentDeclaration":
+        if (self.url is None) == (self.embedded is None):
+            raise ValueError("give exactly one of 'url' or 'embedded'")
+        return self
+
+
+class SuiteConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: tuple[str, ...]
+    agent: str | None = None
+    agents: dict[str, AgentDeclaration] = {}
+
+    @model_validator(mode="after")
+    def _default_is_declared(self) -> "SuiteConfig":
+        if self.agent is not None and self.agent not in self.agents:
+            raise ValueError(f"default agent {self.agent!r} is not declared under [agents]")
+        return self
+
+
+class Suite:
+    """A parsed declaration together with the directory it governs."""
+
+    def __init__(self, root: Path, config: SuiteConfig) -> None:
+        self.root = root
+        self.config = config
+
+    @property
+    def path(self) -> Path:
+        return self.root / "rollouts.toml"
+
+    def declares(self, file_path: Path) -> bool:
+        relative = file_path.relative_to(self.root).as_posix()
+        return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.config.datasets)
+
+
+@lru_cache(maxsize=None)
+def load_suite(path: Path) -> Suite:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return Suite(path.parent, SuiteConfig.model_validate(data))
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SuiteError(f"{path}: {details}") from None
