@@ -109,7 +109,7 @@ class Dispatcher:
         loop = self._loop
         assert loop is not None and self._thread is not None
         positions = self._by_slot[slot]
-        if positions and not self._rollouts[positions[0]].admitted:
+        if not all(self._rollouts[p].admitted for p in positions):
             loop.call_soon_threadsafe(self._claim, slot)
         with self._cond:
             self._waiting = slot

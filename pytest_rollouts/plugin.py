@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from .options import OPTIONS
+from .stash import RUN_KEY
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
@@ -62,16 +63,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from .run import RUN_KEY
-
     if RUN_KEY in config.stash:
         config.stash[RUN_KEY].number_tasks(items)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
-    from .run import RUN_KEY
-
     run = session.config.stash.get(RUN_KEY, None)
     if run is None or not _will_run(session):
         return (yield)

@@ -114,7 +114,7 @@ class RolloutReporter:
         self.tally.started_at = time.perf_counter()
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        return teststatus(report) if report.user_properties else None
+        return teststatus(report) if getattr(report, "user_properties", None) else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties:

@@ -19,6 +19,7 @@ from .artifacts import ArtifactPaths
 from .collect import RolloutItem, find_declaration
 from .jsonl import JsonlAppender, parse_object, read_line_at
 from .preprocess import materialize_row, rollout_order
+from .stash import RUN_KEY
 
 if TYPE_CHECKING:
     from .dispatch import Dispatcher, PlannedRollout
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from .records import RolloutOutcome
     from .routing import AgentRegistry, Routing
     from .settings import Settings
-
-RUN_KEY = pytest.StashKey["RolloutRun"]()
-
 
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:

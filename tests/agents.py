@@ -1,0 +1,115 @@
+"""A scriptable agent server for tests: a real aiohttp server on 127.0.0.1, in its own thread.
+
+Tests run pytest in-process (``pytester``), which blocks the calling thread, so the
+server gets a thread and loop of its own. Each request is answered by a ``behaviour``
+callable that sees the row and how many times this (task, rollout) was seen before,
+and returns a ``Reply``. The server records every request and the peak number of
+requests in flight, which is how tests measure the concurrency actually reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to answer: JSON, raw bytes, a hang-up, or silence (``delay`` first, in seconds)."""
+
+    status: int = 200
+    json: Any = None
+    raw: bytes | None = None
+    reset: bool = False
+    delay: float = 0.0
+
+
+def verifier(row: dict[str, Any], seen: int) -> Reply:
+    """Reward 1.0 when the row's ``answer`` equals its ``expected_answer``; echoes like NeMo Gym."""
+    reward = 1.0 if row.get("answer") == row.get("expected_answer") else 0.0
+    return Reply(json={
+        "responses_create_params": row.get("responses_create_params"),
+        "response": {"id": "r", "output": [], "usage": {"input_tokens": 3, "output_tokens": 5,
+                                                         "total_tokens": 8}},
+        "reward": reward,
+    })
+
+
+Behaviour = Callable[[dict[str, Any], int], Reply]
+
+
+class ScriptedAgent:
+    def __init__(self, behaviour: Behaviour = verifier, latency: float = 0.0) -> None:
+        self.behaviour = behaviour
+        self.latency = latency
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.completed = 0
+        self._seen: Counter[tuple[Any, Any]] = Counter()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def __enter__(self) -> ScriptedAgent:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/run", self._run)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def _stop(self) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _run(self, request: web.Request) -> web.StreamResponse:
+        row = orjson.loads(await request.read())
+        key = (row.get("_ng_task_index"), row.get("_ng_rollout_index"))
+        seen = self._seen[key]
+        self._seen[key] += 1
+        self.requests.append(row)
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            reply = self.behaviour(row, seen)
+            if self.latency or reply.delay:
+                await asyncio.sleep(self.latency + reply.delay)
+            if reply.reset:
+                assert request.transport is not None
+                request.transport.abort()
+                raise ConnectionResetError("scripted reset")
+            if reply.raw is not None:
+                return web.Response(status=reply.status, body=reply.raw)
+            return web.Response(status=reply.status, body=orjson.dumps(reply.json),
+                                content_type="application/json")
+        finally:
+            self.in_flight -= 1
+            self.completed += 1
+
+    def keys(self) -> list[tuple[int, int]]:
+        return [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in self.requests]

@@ -1,0 +1,44 @@
+"""Running the plugin the way users do: a pytest session over a dataset, against a real server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import read_rows
+
+
+QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
+
+
+def run_rollouts(pytester: pytest.Pytester, *args: str, out: str = "out/r.jsonl") -> pytest.RunResult:
+    """An in-process pytest session writing rollouts to ``out`` (the cache is off: no state leaks)."""
+    return pytester.runpytest(*QUIET, f"--rollouts-out={out}", *args)
+
+
+class Artifacts:
+    """The four files of a run, read back as rows."""
+
+    def __init__(self, root: Path, out: str = "out/r.jsonl") -> None:
+        self.out = root / out
+        stem = self.out.with_suffix("")
+        self.failures_path = Path(f"{stem}_failures.jsonl")
+        self.materialized_path = Path(f"{stem}_materialized_inputs.jsonl")
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return read_rows(self.out)
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return read_rows(self.failures_path)
+
+    @property
+    def materialized(self) -> list[dict[str, Any]]:
+        return read_rows(self.materialized_path)
+
+
+def keys(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]

@@ -1,0 +1,91 @@
+"""Rows become items with readable, stable ids; nothing else in a test tree is touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import QUIET, Artifacts, run_rollouts
+
+
+def test_each_row_is_an_item_with_a_readable_id(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--co", "-q")
+    result.stdout.fnmatch_lines(["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]",
+                                 "data.jsonl::task[[]2[]]", "3 tests collected*"])
+    assert agent.requests == []
+    assert not (pytester.path / "out").exists(), "--co must not write artifacts"
+
+
+def test_blank_lines_are_skipped_and_ids_count_rows(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    path = write_rows(pytester.path / "data.jsonl", tasks(2))
+    path.write_bytes(b"\n" + path.read_bytes().replace(b"\n", b"\n\n", 1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--co", "-q")
+    result.stdout.fnmatch_lines(["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]", "2 tests collected*"])
+
+
+def test_k_selects_rows_and_only_those_are_sent(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(5))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-k", "task[3]")
+    result.assert_outcomes(passed=1, deselected=4)
+    assert agent.keys() == [(3, 0)], "task indices stay those of the whole file under -k"
+    assert [r["_ng_task_index"] for r in Artifacts(pytester.path).materialized] == [3]
+
+
+def test_suite_declaration_collects_its_datasets_only(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    suite = pytester.path / "suites" / "math"
+    write_rows(suite / "train.jsonl", tasks(2))
+    write_rows(suite / "notes.jsonl", tasks(7))
+    (suite / "rollouts.toml").write_text(
+        f'datasets = ["train.jsonl"]\nagent = "math"\n[agents.math]\nurl = "{agent.url}"\n'
+    )
+    result = run_rollouts(pytester, "suites")
+    result.assert_outcomes(passed=2)
+    assert sorted(agent.keys()) == [(0, 0), (1, 0)]
+    assert {r["agent_ref"]["name"] for r in Artifacts(pytester.path).rows} == {"math"}
+
+
+def test_suite_runs_against_an_external_agent_given_on_the_command_line(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text(
+        'datasets = ["*.jsonl"]\nagent = "math"\n[agents.math]\nurl = "http://127.0.0.1:9"\n'
+    )
+    result = run_rollouts(pytester, "suite", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=2)
+    assert len(agent.requests) == 2
+
+
+def test_jsonl_in_an_ordinary_tree_is_never_collected(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    result = pytester.runpytest(*QUIET)
+    result.assert_outcomes(passed=1)
+
+
+def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    probe = (
+        "import sys, pytest\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', '.'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp' "
+        "or m in ('pytest_rollouts.dispatch', 'pytest_rollouts.settings', 'pytest_rollouts.run'))\n"
+        "print('HEAVY', heavy, int(code))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=pytester.path, capture_output=True,
+                          text=True, timeout=120)
+    assert "HEAVY [] 0" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*no default agent is set*--rollouts-agent*"])

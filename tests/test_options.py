@@ -1,0 +1,55 @@
+"""Every option has an ini twin; bad values are usage errors (exit 4) that say what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_rollouts.options import OPTIONS
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import QUIET, Artifacts, keys, run_rollouts
+
+
+@pytest.mark.parametrize(("arg", "words"), [
+    ("--rollouts-repeats=0", "--rollouts-repeats: Input should be greater than or equal to 1"),
+    ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
+    ("--rollouts-responses-create-params=[1]", "--rollouts-responses-create-params: Value error, must be a JSON object"),
+    ("--rollouts-agent=ftp://x", "--rollouts-agent: Value error, agent address 'ftp://x' is not an http(s) URL"),
+])
+def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", arg)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{words}*"])
+
+
+def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nrollouts_timeout = -1\n")
+    result = pytester.runpytest(*QUIET)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini rollouts_timeout: Input should be greater than 0*"])
+
+
+def test_ini_twins_configure_the_run(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    pytester.makeini(f"[pytest]\nrollouts_repeats = 2\nrollouts_agent =\n    {agent.url}\n"
+                     "rollouts_out = ini_out/r.jsonl\n")
+    result = pytester.runpytest(*QUIET, "data.jsonl")
+    result.assert_outcomes(passed=2)
+    assert sorted(keys(Artifacts(pytester.path, "ini_out/r.jsonl").rows)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_command_line_beats_ini(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    pytester.makeini("[pytest]\nrollouts_repeats = 5\n")
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=1")
+    result.assert_outcomes(passed=1)
+    assert len(agent.requests) == 1
+
+
+def test_every_option_is_registered_with_an_ini_twin(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*QUIET, "--help")
+    for option in OPTIONS:
+        result.stdout.fnmatch_lines([f"*{option.cli}*"])
+        result.stdout.fnmatch_lines([f"*{option.ini} *"])
