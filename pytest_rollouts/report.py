@@ -17,9 +17,13 @@ import pytest
 if TYPE_CHECKING:
     from .records import RolloutOutcome
 
+# pytest's own report categories; a failure class of the same name would be miscounted
+# (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
+PYTEST_CATEGORIES = frozenset({"passed", "failed", "skipped", "error", "xfailed", "xpassed",
+                               "deselected", "warnings", "rerun"})
 REWARDS = "rollouts_rewards"
 FAILURES = "rollouts_failures"
-FAILURE_CLASS = "rollouts_failure_class"
+SHOWN_FAILURES = 10
 
 
 def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
@@ -43,8 +47,10 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
     if props is None:
         return None
     if report.failed and FAILURES in props:
-        failure_class = _class_of(report)
-        return failure_class, "F", failure_class.upper()
+        category = _class_of(report)
+        if category in PYTEST_CATEGORIES:
+            category = "rollout_" + category
+        return category, "F", category.upper()
     if report.passed:
         rewards = " ".join(_fmt(r) for r in props.get(REWARDS, ()))
         return "passed", ".", f"PASSED (reward {rewards})"
@@ -72,6 +78,7 @@ class Tally:
     rewarded: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     failed_items: int = 0
+    examples: list[str] = field(default_factory=list)
 
     def add(self, report: pytest.TestReport) -> None:
         props = rollout_properties(report)
@@ -88,6 +95,8 @@ class Tally:
         self.scored += len(props.get(REWARDS, ())) - sum(failures.values())
         if report.failed and failures:
             self.failed_items += 1
+            if len(self.examples) < SHOWN_FAILURES:
+                self.examples.append(f"{report.nodeid} {report.longreprtext.splitlines()[0]}")
 
     def lines(self, artifacts: Sequence[str]) -> list[str]:
         failed = sum(self.failures.values())
@@ -98,6 +107,11 @@ class Tally:
             lines.append(f"mean reward {self.reward_sum / self.rewarded:.4f} over {self.rewarded} scored rollouts")
         elapsed = max(self.last_at - self.started_at, 1e-9)
         lines.append(f"{total / elapsed:.1f} rollouts/s ({total} in {elapsed:.2f}s)")
+        if self.examples:
+            lines.append("failed items:")
+            lines.extend("  " + example for example in self.examples)
+            if self.failed_items > len(self.examples):
+                lines.append(f"  ... and {self.failed_items - len(self.examples)} more (see the failures sidecar)")
         lines.append("artifacts: " + ", ".join(artifacts))
         return lines
 

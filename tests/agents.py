@@ -74,7 +74,7 @@ class ScriptedAgent:
         app = web.Application()
         app.router.add_post("/run", self._run)
         app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -1,0 +1,114 @@
+"""Rollouts run concurrently, bounded, and stop cleanly; artifacts have the contract's shape."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import read_rows, tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_concurrency_reaches_parallel(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(40))
+    with ScriptedAgent(latency=0.05) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
+                              "--rollouts-repeats=2", "--rollouts-parallel=8")
+    result.assert_outcomes(passed=40)
+    assert agent.peak_in_flight == 8
+
+
+def test_max_resident_bounds_admitted_rollouts(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(20))
+    with ScriptedAgent(latency=0.02) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
+                              "--rollouts-repeats=2", "--rollouts-parallel=16", "--rollouts-max-resident=4")
+    result.assert_outcomes(passed=20)
+    assert 2 <= agent.peak_in_flight <= 4
+    assert len(Artifacts(pytester.path).rows) == 40
+
+
+def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
+    result.assert_outcomes(passed=2)
+    artifacts = Artifacts(pytester.path)
+    for row in artifacts.rows:
+        assert set(row) == {"responses_create_params", "response", "reward", "_ng_task_index",
+                            "_ng_rollout_index", "agent_ref", "elapsed_seconds"}
+        assert row["agent_ref"] == {"name": "default"}
+    for row in artifacts.materialized:
+        assert set(row) == {"responses_create_params", "expected_answer", "answer", "agent_ref",
+                            "_ng_task_index", "_ng_rollout_index"}
+    assert artifacts.failures == []
+    assert sorted(keys(artifacts.rows)) == keys(artifacts.materialized)
+    result.stdout.fnmatch_lines(["*rollouts*", "4 of 4 rollouts scored",
+                                 "mean reward 0.5000 over 4 scored rollouts", "*rollouts/s*",
+                                 "artifacts: out/r.jsonl, out/r_failures.jsonl, out/r_materialized_inputs.jsonl"])
+
+
+def test_fresh_run_replaces_artifacts(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-limit=1")
+    assert keys(Artifacts(pytester.path).rows) == [(0, 0)]
+
+
+def test_exitfirst_stops_dispatch_and_leaves_whole_lines(pytester: pytest.Pytester) -> None:
+    def first_fails(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 0:
+            return Reply(status=500)
+        return Reply(delay=30.0, json={"reward": 1.0})
+
+    write_rows(pytester.path / "data.jsonl", tasks(30))
+    with ScriptedAgent(first_fails) as agent:
+        started = time.monotonic()
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-x",
+                              "--rollouts-parallel=8")
+        elapsed = time.monotonic() - started
+        assert agent.peak_in_flight == 8
+        deadline = time.monotonic() + 5
+        while agent.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.in_flight == 0, "in-flight requests were cancelled"
+    assert elapsed < 30, "-x did not wait for the slow rollouts"
+    result.stdout.fnmatch_lines(["*1 agent_run_error*"])
+    artifacts = Artifacts(pytester.path)
+    assert artifacts.rows == []
+    assert [f["_ng_task_index"] for f in artifacts.failures] == [0]
+
+
+def test_task_finished_hook_sees_every_item(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    pytester.makeconftest(
+        "def pytest_rollouts_task_finished(item, outcomes):\n"
+        "    with open('seen.txt', 'a') as f:\n"
+        "        f.write(f'{item.name} {[o.reward for o in outcomes]}\\n')\n"
+    )
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
+    assert (pytester.path / "seen.txt").read_text().splitlines() == [
+        "task[0] [0.0, 0.0]", "task[1] [1.0, 1.0]", "task[2] [1.0, 1.0]"]
+
+
+def test_verbose_shows_rewards(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-v", "--rollouts-repeats=2")
+    result.stdout.fnmatch_lines(["*data.jsonl::task[[]0[]] PASSED (reward 0 0)*",
+                                 "*data.jsonl::task[[]1[]] PASSED (reward 1 1)*"])
+
+
+def test_shipped_suite_runs_on_its_embedded_agent(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "results" / "rollouts.jsonl"
+    result = pytester.runpytest("-p", "no:cacheprovider", str(REPO / "evalsuites"), f"--rollouts-out={out}")
+    result.assert_outcomes(passed=120)
+    rows = read_rows(out)
+    assert len(rows) == 120
+    rewards = [r["reward"] for r in rows]
+    assert 0 < sum(rewards) < 120, "the baseline policy gets some right and some wrong"
+    assert all(r["reward"] == float(r["extracted_answer"] == r["expected_answer"]) for r in rows)

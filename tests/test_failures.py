@@ -1,0 +1,147 @@
+"""Every way an agent can misbehave becomes a classified sidecar row, never a crash or a hang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, run_rollouts
+
+FAILURE_KEYS = {
+    "_ng_task_index", "_ng_rollout_index", "agent_ref", "_ng_attempt_index", "_ng_failure_class",
+    "_ng_failure_type", "_ng_failure_message", "_ng_failure_http_status",
+    "_ng_failure_response_body", "_ng_failure_terminal", "elapsed_seconds",
+}
+
+
+def only_task_1(reply: Reply):  # noqa: ANN201 - a behaviour factory
+    """Answer task 1 with ``reply`` and every other task normally."""
+    def behaviour(row: dict[str, Any], seen: int) -> Reply:
+        return reply if row["_ng_task_index"] == 1 else verifier(row, seen)
+    return behaviour
+
+
+def run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> pytest.RunResult:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    return run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
+                        "--rollouts-retry-backoff=0.01", *args)
+
+
+@pytest.mark.parametrize(("reply", "failure_class", "status", "attempts"), [
+    (Reply(status=500, raw=b"Internal Server Error: boom"), "agent_run_error", 500, 1),
+    (Reply(status=422, json={"detail": "missing responses_create_params"}), "agent_run_error", 422, 1),
+    (Reply(status=503, raw=b"upstream unavailable"), "agent_request_failed", 503, 3),
+    (Reply(status=502, raw=b"bad gateway"), "agent_request_failed", 502, 3),
+    (Reply(status=200, raw=b"<html>not json</html>"), "agent_run_error", 200, 1),
+    (Reply(status=200, json=[1, 2, 3]), "agent_run_error", 200, 1),
+    (Reply(reset=True), "agent_request_failed", None, 3),
+])
+def test_failure_is_classified_into_the_sidecar(
+    pytester: pytest.Pytester, reply: Reply, failure_class: str, status: int | None, attempts: int
+) -> None:
+    with ScriptedAgent(only_task_1(reply)) as agent:
+        result = run(pytester, agent)
+    assert result.ret == pytest.ExitCode.OK, "failure classes alone do not fail the session"
+    result.stdout.fnmatch_lines([f"*2 passed, 1 {failure_class}*"])
+    artifacts = Artifacts(pytester.path)
+    assert sorted(r["_ng_task_index"] for r in artifacts.rows) == [0, 2]
+    failures = artifacts.failures
+    assert [f["_ng_attempt_index"] for f in failures] == list(range(attempts))
+    for failure in failures:
+        assert set(failure) == FAILURE_KEYS
+        assert failure["_ng_failure_class"] == failure_class
+        assert failure["_ng_failure_http_status"] == status
+        assert failure["_ng_failure_terminal"] is False
+        assert "reward" not in failure
+    assert sum(1 for r in agent.requests if r["_ng_task_index"] == 1) == attempts
+
+
+def test_long_error_body_is_cut_at_2000_characters(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent(only_task_1(Reply(status=500, raw=b"x" * 50_000))) as agent:
+        run(pytester, agent)
+    [failure] = Artifacts(pytester.path).failures
+    assert failure["_ng_failure_response_body"] == "x" * 2000
+
+
+def test_timeout_is_a_request_failure_and_not_retried(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent(only_task_1(Reply(delay=5.0, json={"reward": 1.0}))) as agent:
+        result = run(pytester, agent, "--rollouts-timeout=0.3")
+    result.stdout.fnmatch_lines(["*2 passed, 1 agent_request_failed*"])
+    [failure] = Artifacts(pytester.path).failures
+    assert failure["_ng_failure_type"] == "TimeoutError"
+    assert 0.3 <= failure["elapsed_seconds"] < 3
+
+
+def test_retry_that_succeeds_keeps_the_failed_attempt(pytester: pytest.Pytester) -> None:
+    def flaky(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=503) if row["_ng_task_index"] == 1 and seen == 0 else verifier(row, seen)
+
+    with ScriptedAgent(flaky) as agent:
+        result = run(pytester, agent)
+    result.assert_outcomes(passed=3)
+    artifacts = Artifacts(pytester.path)
+    [failure] = artifacts.failures
+    assert (failure["_ng_task_index"], failure["_ng_attempt_index"]) == (1, 0)
+    [retried] = [r for r in artifacts.rows if r["_ng_task_index"] == 1]
+    assert retried["_ng_attempt_index"] == 1
+    assert [r.get("_ng_attempt_index") for r in agent.requests if r["_ng_task_index"] == 1] == [None, 1]
+
+
+def test_retry_after_header_status_with_zero_retries(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent(only_task_1(Reply(status=429))) as agent:
+        result = run(pytester, agent, "--rollouts-retries=0")
+    result.stdout.fnmatch_lines(["*2 passed, 1 agent_request_failed*"])
+    assert len(Artifacts(pytester.path).failures) == 1
+
+
+def test_dead_server_fails_fast_without_hanging(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent() as agent:
+        url = agent.url  # the port is closed once the server stops
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={url}", "--rollouts-retry-backoff=0.01")
+    result.stdout.fnmatch_lines(["*3 agent_request_failed*"])
+    failures = Artifacts(pytester.path).failures
+    assert len(failures) == 9
+    assert {f["_ng_failure_type"] for f in failures} == {"ClientConnectorError"}
+
+
+def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytester) -> None:
+    def classified(row: dict[str, Any], seen: int) -> Reply:
+        task = row["_ng_task_index"]
+        if task == 0:
+            return Reply(json={"_ng_failure_class": "timeout_exceeded", "failure_reason": "agent ran out of time"})
+        if task == 1:
+            return Reply(json={"_ng_failure_class": "skipped"})
+        return Reply(json={"_ng_failure_class": "judge_invalid", "_ng_no_persist": True})
+
+    with ScriptedAgent(classified) as agent:
+        result = run(pytester, agent)
+    for words in ("1 judge_invalid", "1 rollout_skipped", "1 timeout_exceeded"):
+        result.stdout.fnmatch_lines([f"=*{words}*="])
+    assert result.ret == pytest.ExitCode.OK
+    artifacts = Artifacts(pytester.path)
+    assert artifacts.rows == []
+    failures = {f["_ng_task_index"]: f for f in artifacts.failures}
+    assert set(failures) == {0, 1}, "_ng_no_persist rows are written nowhere"
+    assert failures[0]["_ng_failure_message"] == "agent ran out of time"
+    assert failures[0]["_ng_failure_terminal"] is False
+    assert failures[1]["_ng_failure_terminal"] is True, "skipped is always terminal"
+    assert len(agent.requests) == 3, "agent-classified failures are not retried in-run"
+
+
+def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent(only_task_1(Reply(status=500, raw=b"kaboom"))) as agent:
+        result = run(pytester, agent, "-rA", "--junitxml=junit.xml")
+    result.stdout.fnmatch_lines(["*rollout 0: agent_run_error: agent answered HTTP 500: kaboom*"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'failures="1"' in junit and "agent_run_error" in junit
+
+
+def test_ordinary_test_failure_still_fails_the_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_bad():\n    assert False\n")
+    with ScriptedAgent(only_task_1(Reply(status=500))) as agent:
+        result = run(pytester, agent, "test_plain.py")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
