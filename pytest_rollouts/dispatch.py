@@ -66,6 +66,8 @@ class Dispatcher:
         outputs: JsonlAppender,
         failures: JsonlAppender,
         settings: Settings,
+        *,
+        lookahead: bool = True,
     ) -> None:
         self._rollouts = rollouts
         self._by_slot: list[list[int]] = [[] for _ in range(slot_count)]
@@ -78,7 +80,7 @@ class Dispatcher:
         self._outputs = outputs
         self._failures = failures
         self._settings = settings
-        self._limit = settings.resident_limit
+        self._limit = settings.resident_limit if lookahead else 0
         self._timeout = aiohttp.ClientTimeout(
             total=settings.timeout, sock_connect=min(settings.timeout, 30.0)
         )

@@ -57,9 +57,9 @@ class JsonlAppender:
     kernel the moment ``append`` returns; ``sync`` makes it durable.
     """
 
-    def __init__(self, path: Path, *, truncate: bool) -> None:
+    def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         self.path = path
         self._fd = os.open(path, flags, 0o644)
         self._dirty = False

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from .options import OPTIONS
-from .stash import RUN_KEY
+from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
@@ -59,6 +59,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     from .collect import collect_dataset
 
     return collect_dataset(file_path, parent)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: give every worker the same run id, so the outputs are emptied once."""
+    import uuid
+
+    run_id = node.config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex)
+    node.workerinput[RUN_ID] = run_id
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -8,6 +8,7 @@ dataset never build it.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from .artifacts import ArtifactPaths
 from .collect import RolloutItem, find_declaration
 from .jsonl import JsonlAppender, parse_object, read_line_at
 from .preprocess import materialize_row, rollout_order
-from .stash import RUN_KEY
+from .stash import RUN_ID, RUN_KEY
 
 if TYPE_CHECKING:
     from .dispatch import Dispatcher, PlannedRollout
@@ -84,6 +85,8 @@ class RolloutRun:
         for slot, item in enumerate(selected):
             item.slot = slot
         paths = self.paths
+        workerinput = getattr(self.config, "workerinput", None)
+        paths.start_run(workerinput[RUN_ID] if workerinput else uuid.uuid4().hex)
         rollouts = self._materialize(selected, paths.materialized)
         urls = self._agent_urls({item.agent for item in selected})
         self._dispatcher = Dispatcher(
@@ -91,23 +94,31 @@ class RolloutRun:
             len(selected),
             urls,
             paths.materialized,
-            JsonlAppender(paths.out, truncate=True),
-            JsonlAppender(paths.failures, truncate=True),
+            JsonlAppender(paths.out),
+            JsonlAppender(paths.failures),
             self.settings,
+            # An xdist worker cannot see which items it will be given, so it may only
+            # dispatch the item it is running; look-ahead would run other workers' items.
+            lookahead=workerinput is None,
         )
         self._dispatcher.start()
 
     def _materialize(self, items: list[RolloutItem], path: Path) -> list[PlannedRollout]:
+        """Write every planned rollout's request body; return where each one sits in the file.
+
+        Written to a private file and renamed into place, so concurrent xdist workers
+        (which all materialize the same rows) never interleave their writes.
+        """
         from .dispatch import PlannedRollout
 
         settings = self.settings
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private = path.with_name(f".{path.name}.{os.getpid()}")
         handles: dict[Path, object] = {}
         rollouts: list[PlannedRollout] = []
         cached: tuple[int, dict] | None = None
         offset = 0
         try:
-            with open(path, "wb") as out:
+            with open(private, "wb") as out:
                 for position, rollout_index in rollout_order(
                     len(items), settings.repeats, settings.interleave_repeats
                 ):
@@ -131,6 +142,7 @@ class RolloutRun:
                     offset += len(line) + 1
                 out.flush()
                 os.fsync(out.fileno())
+            os.replace(private, path)
         finally:
             for handle in handles.values():
                 handle.close()  # type: ignore[attr-defined]

@@ -10,3 +10,7 @@ if TYPE_CHECKING:
     from .run import RolloutRun
 
 RUN_KEY = pytest.StashKey["RolloutRun"]()
+RUN_ID_KEY = pytest.StashKey[str]()
+
+# The ``workerinput`` key under which the xdist controller hands every worker the same run id.
+RUN_ID = "rollouts_run_id"
