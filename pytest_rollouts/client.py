@@ -8,7 +8,6 @@ status (429/502/503/504) or no reply at all says nothing about the rollout
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -57,9 +56,7 @@ class Attempt:
     http_status: int | None = None
 
 
-async def post_run(
-    session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout
-) -> Attempt:
+async def post_run(session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout) -> Attempt:
     started = time.perf_counter()
     try:
         async with session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
@@ -70,13 +67,11 @@ async def post_run(
                 raw = await resp.content.read(4 * MAX_BODY_CHARS)
                 failure = _status_failure(status, raw, resp.headers.get("Retry-After"))
                 return Attempt(None, failure, time.perf_counter() - started, status)
-    except (asyncio.TimeoutError, TimeoutError):
-        failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError",
-                          f"no reply from {url} within {timeout.total:g}s")
+    except TimeoutError:
+        failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError", f"no reply from {url} within {timeout.total:g}s")
         return Attempt(None, failure, time.perf_counter() - started)
     except aiohttp.ClientError as exc:
-        failure = Failure(AGENT_REQUEST_FAILED, type(exc).__name__,
-                          str(exc) or type(exc).__name__, retryable=True)
+        failure = Failure(AGENT_REQUEST_FAILED, type(exc).__name__, str(exc) or type(exc).__name__, retryable=True)
         return Attempt(None, failure, time.perf_counter() - started)
     elapsed = time.perf_counter() - started
     try:

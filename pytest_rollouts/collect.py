@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 DECLARATION = "rollouts.toml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def find_declaration(directory: Path, stop: Path) -> Path | None:
     """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
     candidate = directory / DECLARATION

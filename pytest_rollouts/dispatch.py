@@ -81,9 +81,7 @@ class Dispatcher:
         self._failures = failures
         self._settings = settings
         self._limit = settings.resident_limit if lookahead else 0
-        self._timeout = aiohttp.ClientTimeout(
-            total=settings.timeout, sock_connect=min(settings.timeout, 30.0)
-        )
+        self._timeout = aiohttp.ClientTimeout(total=settings.timeout, sock_connect=min(settings.timeout, 30.0))
         self._cursor = 0
         self._resident = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -231,8 +229,14 @@ class Dispatcher:
             failure = attempt.failure
             assert failure is not None
             if not failure.retryable or attempt_index == retries:
-                return RolloutOutcome(rollout.rollout_index, None, failure.failure_class,
-                                      _detail(attempt), attempt.elapsed, attempt_index + 1)
+                return RolloutOutcome(
+                    rollout.rollout_index,
+                    None,
+                    failure.failure_class,
+                    _detail(attempt),
+                    attempt.elapsed,
+                    attempt_index + 1,
+                )
             await asyncio.sleep(self._backoff(attempt_index, failure.retry_after))
         raise AssertionError("unreachable: the last attempt always returns")
 
@@ -243,17 +247,15 @@ class Dispatcher:
         reply = attempt.reply
         if reply is None:
             assert attempt.failure is not None
-            self._failures.append(
-                failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed)
-            )
+            self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
             return None
         if FAILURE_CLASS in reply:
-            row = agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed,
-                                    attempt.http_status)
+            row = agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
             if not row.get(NO_PERSIST):
                 self._failures.append(row)
-            return RolloutOutcome(rollout_index, None, str(reply[FAILURE_CLASS]),
-                                  row["_ng_failure_message"], attempt.elapsed, attempts)
+            return RolloutOutcome(
+                rollout_index, None, str(reply[FAILURE_CLASS]), row["_ng_failure_message"], attempt.elapsed, attempts
+            )
         self._outputs.append(success_row(reply, stamps, attempt.elapsed))
         return RolloutOutcome(rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts)
 

@@ -46,8 +46,7 @@ class EmbeddedServers:
         self._specs = list(dict.fromkeys(specs))
         self.urls: dict[tuple[Path, str], str] = {}
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="rollouts-embedded",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rollouts-embedded", daemon=True)
         self._runners: list[web.AppRunner] = []
 
     def start(self) -> dict[tuple[Path, str], str]:

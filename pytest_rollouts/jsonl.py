@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -44,9 +44,25 @@ def read_objects(path: Path) -> Iterator[dict[str, Any]]:
         yield parse_object(line, path, line_no)
 
 
-def read_line_at(handle: Any, offset: int) -> bytes:
-    handle.seek(offset)
-    return handle.readline()
+class LineReader:
+    """Reads single lines by byte offset from several files, keeping each file open once."""
+
+    def __init__(self) -> None:
+        self._handles: dict[Path, BinaryIO] = {}
+
+    def read(self, path: Path, offset: int) -> bytes:
+        handle = self._handles.get(path)
+        if handle is None:
+            handle = self._handles[path] = open(path, "rb")
+        handle.seek(offset)
+        return handle.readline()
+
+    def __enter__(self) -> LineReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles.values():
+            handle.close()
 
 
 class JsonlAppender:
@@ -68,7 +84,7 @@ class JsonlAppender:
     def append(self, row: dict[str, Any]) -> None:
         data = memoryview(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
         while data:
-            data = data[os.write(self._fd, data):]
+            data = data[os.write(self._fd, data) :]
         self._dirty = True
 
     def sync(self) -> None:

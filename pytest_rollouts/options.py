@@ -36,24 +36,27 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("out", "Output path <stem>.jsonl; the sidecars are named after it. "
-           "Default: results/rollouts.jsonl under the rootdir.", "PATH"),
-    Option("agent", "Agent server: URL sets the default agent, NAME=URL adds or "
-           "overrides a named one (repeatable).", "[NAME=]URL", repeatable=True),
+    Option(
+        "out",
+        "Output path <stem>.jsonl; the sidecars are named after it. Default: results/rollouts.jsonl under the rootdir.",
+        "PATH",
+    ),
+    Option(
+        "agent",
+        "Agent server: URL sets the default agent, NAME=URL adds or overrides a named one (repeatable).",
+        "[NAME=]URL",
+        repeatable=True,
+    ),
     Option("repeats", "Rollouts per dataset row (num_repeats). Default 1.", "N"),
     Option("limit", "Use only the first N rows of each dataset file.", "N"),
-    Option("interleave_repeats", "Order rollouts a b c a b c instead of a a b b c c.",
-           flag=True),
-    Option("repeats_add_seed", "Put {\"seed\": rollout_index} into "
-           "responses_create_params.metadata.extra_body.", flag=True),
-    Option("responses_create_params", "JSON object shallow-merged into every row's "
-           "responses_create_params.", "JSON"),
+    Option("interleave_repeats", "Order rollouts a b c a b c instead of a a b b c c.", flag=True),
+    Option(
+        "repeats_add_seed", 'Put {"seed": rollout_index} into responses_create_params.metadata.extra_body.', flag=True
+    ),
+    Option("responses_create_params", "JSON object shallow-merged into every row's responses_create_params.", "JSON"),
     Option("parallel", "Requests in flight at once (num_samples_in_parallel). Default 64.", "N"),
-    Option("max_resident", "Rollouts admitted but not yet reported, which bounds memory. "
-           "Default 8 x parallel.", "N"),
+    Option("max_resident", "Rollouts admitted but not yet reported, which bounds memory. Default 8 x parallel.", "N"),
     Option("timeout", "Seconds one /run attempt may take. Default 3600.", "S"),
-    Option("retries", "Retries of a /run attempt that got no reply or 429/502/503/504. "
-           "Default 2.", "N"),
-    Option("retry_backoff", "Base of the exponential backoff between retries, seconds. "
-           "Default 1.0.", "S"),
+    Option("retries", "Retries of a /run attempt that got no reply or 429/502/503/504. Default 2.", "N"),
+    Option("retry_backoff", "Base of the exponential backoff between retries, seconds. Default 1.0.", "S"),
 )

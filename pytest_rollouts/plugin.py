@@ -16,6 +16,7 @@ import pytest
 from .options import OPTIONS
 from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
 
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
 

@@ -33,7 +33,8 @@ def materialize_row(
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
         out["responses_create_params"] = params
-    out["agent_ref"] = {**out["agent_ref"], "name": agent} if isinstance(out.get("agent_ref"), dict) else {"name": agent}
+    ref = out.get("agent_ref")
+    out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
     out.pop(ATTEMPT_INDEX, None)
     out[TASK_INDEX] = task_index
     out[ROLLOUT_INDEX] = rollout_index

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
-PYTEST_CATEGORIES = frozenset({"passed", "failed", "skipped", "error", "xfailed", "xpassed",
-                               "deselected", "warnings", "rerun"})
+PYTEST_CATEGORIES = frozenset(
+    {"passed", "failed", "skipped", "error", "xfailed", "xpassed", "deselected", "warnings", "rerun"}
+)
 REWARDS = "rollouts_rewards"
 FAILURES = "rollouts_failures"
 SHOWN_FAILURES = 10

@@ -64,9 +64,7 @@ class AgentRegistry:
     def __init__(self, settings: Settings) -> None:
         self._cli_default = settings.default_agent_url
         self._cli_named = settings.named_agent_urls
-        self._endpoints: dict[str, Endpoint] = {
-            name: Endpoint(name, url=url) for name, url in self._cli_named.items()
-        }
+        self._endpoints: dict[str, Endpoint] = {name: Endpoint(name, url=url) for name, url in self._cli_named.items()}
         if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
             self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
 

@@ -11,14 +11,14 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
 
 from .artifacts import ArtifactPaths
 from .collect import RolloutItem, find_declaration
-from .jsonl import JsonlAppender, parse_object, read_line_at
+from .jsonl import JsonlAppender, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
 from .stash import RUN_ID, RUN_KEY
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .records import RolloutOutcome
     from .routing import AgentRegistry, Routing
     from .settings import Settings
+
 
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
@@ -113,39 +114,34 @@ class RolloutRun:
 
         settings = self.settings
         private = path.with_name(f".{path.name}.{os.getpid()}")
-        handles: dict[Path, object] = {}
         rollouts: list[PlannedRollout] = []
-        cached: tuple[int, dict] | None = None
+        row: dict[str, Any] = {}
+        last_position = -1
         offset = 0
-        try:
-            with open(private, "wb") as out:
-                for position, rollout_index in rollout_order(
-                    len(items), settings.repeats, settings.interleave_repeats
-                ):
-                    item = items[position]
-                    if cached is None or cached[0] != position:
-                        handle = handles.get(item.path) or handles.setdefault(item.path, open(item.path, "rb"))
-                        cached = (position, parse_object(read_line_at(handle, item.offset), item.path, 0))
-                    line = orjson.dumps(
-                        materialize_row(
-                            cached[1],
-                            task_index=item.task_index,
-                            rollout_index=rollout_index,
-                            agent=item.agent,
-                            create_params=settings.responses_create_params,
-                            add_seed=settings.repeats_add_seed,
-                        )
+        with LineReader() as reader, open(private, "wb") as out:
+            for position, rollout_index in rollout_order(len(items), settings.repeats, settings.interleave_repeats):
+                item = items[position]
+                if position != last_position:
+                    row = parse_object(reader.read(item.path, item.offset), item.path, 0)
+                    last_position = position
+                line = orjson.dumps(
+                    materialize_row(
+                        row,
+                        task_index=item.task_index,
+                        rollout_index=rollout_index,
+                        agent=item.agent,
+                        create_params=settings.responses_create_params,
+                        add_seed=settings.repeats_add_seed,
                     )
-                    out.write(line + b"\n")
-                    rollouts.append(PlannedRollout(item.slot, item.task_index, rollout_index,
-                                                   item.agent, offset, len(line)))
-                    offset += len(line) + 1
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(private, path)
-        finally:
-            for handle in handles.values():
-                handle.close()  # type: ignore[attr-defined]
+                )
+                out.write(line + b"\n")
+                rollouts.append(
+                    PlannedRollout(item.slot, item.task_index, rollout_index, item.agent, offset, len(line))
+                )
+                offset += len(line) + 1
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(private, path)
         return rollouts
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:

@@ -25,7 +25,7 @@ class AgentAddress(BaseModel):
     url: str
 
     @classmethod
-    def parse(cls, text: str) -> "AgentAddress":
+    def parse(cls, text: str) -> AgentAddress:
         name, sep, rest = text.partition("=")
         if sep and name and not any(c in name for c in ":/"):
             return cls(name=name.strip(), url=_check_url(rest.strip()))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .run import RolloutRun
+    pass
 
 RUN_KEY = pytest.StashKey["RolloutRun"]()
 RUN_ID_KEY = pytest.StashKey[str]()

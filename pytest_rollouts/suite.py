@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import fnmatch
 import tomllib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
 
 class SuiteError(Exception):
     """A declaration that cannot be used; the message names the file."""
@@ -26,7 +27,7 @@ class AgentDeclaration(BaseModel):
     embedded: str | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "AgentDeclaration":
+    def _exactly_one(self) -> AgentDeclaration:
         if (self.url is None) == (self.embedded is None):
             raise ValueError("give exactly one of 'url' or 'embedded'")
         return self
@@ -40,7 +41,7 @@ class SuiteConfig(BaseModel):
     agents: dict[str, AgentDeclaration] = {}
 
     @model_validator(mode="after")
-    def _default_is_declared(self) -> "SuiteConfig":
+    def _default_is_declared(self) -> SuiteConfig:
         if self.agent is not None and self.agent not in self.agents:
             raise ValueError(f"default agent {self.agent!r} is not declared under [agents]")
         return self
@@ -62,7 +63,7 @@ class Suite:
         return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.config.datasets)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_suite(path: Path) -> Suite:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -70,7 +71,5 @@ def load_suite(path: Path) -> Suite:
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg']}" for e in exc.errors()
-        )
+        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg']}" for e in exc.errors())
         raise SuiteError(f"{path}: {details}") from None

@@ -34,12 +34,13 @@ class Reply:
 def verifier(row: dict[str, Any], seen: int) -> Reply:
     """Reward 1.0 when the row's ``answer`` equals its ``expected_answer``; echoes like NeMo Gym."""
     reward = 1.0 if row.get("answer") == row.get("expected_answer") else 0.0
-    return Reply(json={
-        "responses_create_params": row.get("responses_create_params"),
-        "response": {"id": "r", "output": [], "usage": {"input_tokens": 3, "output_tokens": 5,
-                                                         "total_tokens": 8}},
-        "reward": reward,
-    })
+    return Reply(
+        json={
+            "responses_create_params": row.get("responses_create_params"),
+            "response": {"id": "r", "output": [], "usage": {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8}},
+            "reward": reward,
+        }
+    )
 
 
 Behaviour = Callable[[dict[str, Any], int], Reply]
@@ -105,8 +106,7 @@ class ScriptedAgent:
                 raise ConnectionResetError("scripted reset")
             if reply.raw is not None:
                 return web.Response(status=reply.status, body=reply.raw)
-            return web.Response(status=reply.status, body=orjson.dumps(reply.json),
-                                content_type="application/json")
+            return web.Response(status=reply.status, body=orjson.dumps(reply.json), content_type="application/json")
         finally:
             self.in_flight -= 1
             self.completed += 1

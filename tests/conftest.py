@@ -9,6 +9,7 @@ import pytest
 
 from .agents import ScriptedAgent
 
+
 @pytest.fixture
 def agent() -> Iterator[ScriptedAgent]:
     with ScriptedAgent() as server:
@@ -28,7 +29,10 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 def tasks(n: int) -> list[dict[str, Any]]:
     """``n`` rows for ``agents.verifier``: every third one answered wrong."""
     return [
-        {"responses_create_params": {"input": f"q{i}"}, "expected_answer": str(i),
-         "answer": str(i) if i % 3 else "wrong"}
+        {
+            "responses_create_params": {"input": f"q{i}"},
+            "expected_answer": str(i),
+            "answer": str(i) if i % 3 else "wrong",
+        }
         for i in range(n)
     ]

@@ -9,7 +9,6 @@ import pytest
 
 from .conftest import read_rows
 
-
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
 
 

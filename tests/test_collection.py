@@ -15,8 +15,9 @@ from .helpers import QUIET, Artifacts, run_rollouts
 def test_each_row_is_an_item_with_a_readable_id(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--co", "-q")
-    result.stdout.fnmatch_lines(["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]",
-                                 "data.jsonl::task[[]2[]]", "3 tests collected*"])
+    result.stdout.fnmatch_lines(
+        ["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]", "data.jsonl::task[[]2[]]", "3 tests collected*"]
+    )
     assert agent.requests == []
     assert not (pytester.path / "out").exists(), "--co must not write artifacts"
 
@@ -79,8 +80,7 @@ def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
         "or m in ('pytest_rollouts.dispatch', 'pytest_rollouts.settings', 'pytest_rollouts.run'))\n"
         "print('HEAVY', heavy, int(code))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=pytester.path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=pytester.path, capture_output=True, text=True, timeout=120)
     assert "HEAVY [] 0" in proc.stdout, proc.stdout + proc.stderr
 
 

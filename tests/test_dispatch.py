@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .agents import Reply, ScriptedAgent, verifier
+from .agents import Reply, ScriptedAgent
 from .conftest import read_rows, tasks, write_rows
 from .helpers import Artifacts, keys, run_rollouts
 
@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 def test_concurrency_reaches_parallel(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(40))
     with ScriptedAgent(latency=0.05) as agent:
-        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
-                              "--rollouts-repeats=2", "--rollouts-parallel=8")
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=8"
+        )
     result.assert_outcomes(passed=40)
     assert agent.peak_in_flight == 8
 
@@ -27,8 +28,14 @@ def test_concurrency_reaches_parallel(pytester: pytest.Pytester) -> None:
 def test_max_resident_bounds_admitted_rollouts(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(20))
     with ScriptedAgent(latency=0.02) as agent:
-        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
-                              "--rollouts-repeats=2", "--rollouts-parallel=16", "--rollouts-max-resident=4")
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-repeats=2",
+            "--rollouts-parallel=16",
+            "--rollouts-max-resident=4",
+        )
     result.assert_outcomes(passed=20)
     assert 2 <= agent.peak_in_flight <= 4
     assert len(Artifacts(pytester.path).rows) == 40
@@ -40,17 +47,36 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
     result.assert_outcomes(passed=2)
     artifacts = Artifacts(pytester.path)
     for row in artifacts.rows:
-        assert set(row) == {"responses_create_params", "response", "reward", "_ng_task_index",
-                            "_ng_rollout_index", "agent_ref", "elapsed_seconds"}
+        assert set(row) == {
+            "responses_create_params",
+            "response",
+            "reward",
+            "_ng_task_index",
+            "_ng_rollout_index",
+            "agent_ref",
+            "elapsed_seconds",
+        }
         assert row["agent_ref"] == {"name": "default"}
     for row in artifacts.materialized:
-        assert set(row) == {"responses_create_params", "expected_answer", "answer", "agent_ref",
-                            "_ng_task_index", "_ng_rollout_index"}
+        assert set(row) == {
+            "responses_create_params",
+            "expected_answer",
+            "answer",
+            "agent_ref",
+            "_ng_task_index",
+            "_ng_rollout_index",
+        }
     assert artifacts.failures == []
     assert sorted(keys(artifacts.rows)) == keys(artifacts.materialized)
-    result.stdout.fnmatch_lines(["*rollouts*", "4 of 4 rollouts scored",
-                                 "mean reward 0.5000 over 4 scored rollouts", "*rollouts/s*",
-                                 "artifacts: out/r.jsonl, out/r_failures.jsonl, out/r_materialized_inputs.jsonl"])
+    result.stdout.fnmatch_lines(
+        [
+            "*rollouts*",
+            "4 of 4 rollouts scored",
+            "mean reward 0.5000 over 4 scored rollouts",
+            "*rollouts/s*",
+            "artifacts: out/r.jsonl, out/r_failures.jsonl, out/r_materialized_inputs.jsonl",
+        ]
+    )
 
 
 def test_fresh_run_replaces_artifacts(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
@@ -69,8 +95,7 @@ def test_exitfirst_stops_dispatch_and_leaves_whole_lines(pytester: pytest.Pytest
     write_rows(pytester.path / "data.jsonl", tasks(30))
     with ScriptedAgent(first_fails) as agent:
         started = time.monotonic()
-        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-x",
-                              "--rollouts-parallel=8")
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-x", "--rollouts-parallel=8")
         elapsed = time.monotonic() - started
         assert agent.peak_in_flight == 8
         deadline = time.monotonic() + 5
@@ -93,14 +118,18 @@ def test_task_finished_hook_sees_every_item(pytester: pytest.Pytester, agent: Sc
     write_rows(pytester.path / "data.jsonl", tasks(3))
     run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
     assert (pytester.path / "seen.txt").read_text().splitlines() == [
-        "task[0] [0.0, 0.0]", "task[1] [1.0, 1.0]", "task[2] [1.0, 1.0]"]
+        "task[0] [0.0, 0.0]",
+        "task[1] [1.0, 1.0]",
+        "task[2] [1.0, 1.0]",
+    ]
 
 
 def test_verbose_shows_rewards(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(2))
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-v", "--rollouts-repeats=2")
-    result.stdout.fnmatch_lines(["*data.jsonl::task[[]0[]] PASSED (reward 0 0)*",
-                                 "*data.jsonl::task[[]1[]] PASSED (reward 1 1)*"])
+    result.stdout.fnmatch_lines(
+        ["*data.jsonl::task[[]0[]] PASSED (reward 0 0)*", "*data.jsonl::task[[]1[]] PASSED (reward 1 1)*"]
+    )
 
 
 def test_shipped_suite_runs_on_its_embedded_agent(pytester: pytest.Pytester) -> None:
@@ -119,9 +148,16 @@ def test_xdist_workers_write_each_rollout_once(pytester: pytest.Pytester, agent:
     out = pytester.path / "out" / "r.jsonl"
     out.parent.mkdir()
     out.write_text('{"stale": true}\n')
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "data.jsonl",
-                                           f"--rollouts-agent={agent.url}", f"--rollouts-out={out}",
-                                           "--rollouts-repeats=2")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        f"--rollouts-out={out}",
+        "--rollouts-repeats=2",
+    )
     result.assert_outcomes(passed=12)
     artifacts = Artifacts(pytester.path)
     assert sorted(keys(artifacts.rows)) == keys(artifacts.materialized)

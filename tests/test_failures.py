@@ -11,34 +11,46 @@ from .conftest import tasks, write_rows
 from .helpers import Artifacts, run_rollouts
 
 FAILURE_KEYS = {
-    "_ng_task_index", "_ng_rollout_index", "agent_ref", "_ng_attempt_index", "_ng_failure_class",
-    "_ng_failure_type", "_ng_failure_message", "_ng_failure_http_status",
-    "_ng_failure_response_body", "_ng_failure_terminal", "elapsed_seconds",
+    "_ng_task_index",
+    "_ng_rollout_index",
+    "agent_ref",
+    "_ng_attempt_index",
+    "_ng_failure_class",
+    "_ng_failure_type",
+    "_ng_failure_message",
+    "_ng_failure_http_status",
+    "_ng_failure_response_body",
+    "_ng_failure_terminal",
+    "elapsed_seconds",
 }
 
 
-def only_task_1(reply: Reply):  # noqa: ANN201 - a behaviour factory
+def only_task_1(reply: Reply):
     """Answer task 1 with ``reply`` and every other task normally."""
+
     def behaviour(row: dict[str, Any], seen: int) -> Reply:
         return reply if row["_ng_task_index"] == 1 else verifier(row, seen)
+
     return behaviour
 
 
 def run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> pytest.RunResult:
     write_rows(pytester.path / "data.jsonl", tasks(3))
-    return run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}",
-                        "--rollouts-retry-backoff=0.01", *args)
+    return run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01", *args)
 
 
-@pytest.mark.parametrize(("reply", "failure_class", "status", "attempts"), [
-    (Reply(status=500, raw=b"Internal Server Error: boom"), "agent_run_error", 500, 1),
-    (Reply(status=422, json={"detail": "missing responses_create_params"}), "agent_run_error", 422, 1),
-    (Reply(status=503, raw=b"upstream unavailable"), "agent_request_failed", 503, 3),
-    (Reply(status=502, raw=b"bad gateway"), "agent_request_failed", 502, 3),
-    (Reply(status=200, raw=b"<html>not json</html>"), "agent_run_error", 200, 1),
-    (Reply(status=200, json=[1, 2, 3]), "agent_run_error", 200, 1),
-    (Reply(reset=True), "agent_request_failed", None, 3),
-])
+@pytest.mark.parametrize(
+    ("reply", "failure_class", "status", "attempts"),
+    [
+        (Reply(status=500, raw=b"Internal Server Error: boom"), "agent_run_error", 500, 1),
+        (Reply(status=422, json={"detail": "missing responses_create_params"}), "agent_run_error", 422, 1),
+        (Reply(status=503, raw=b"upstream unavailable"), "agent_request_failed", 503, 3),
+        (Reply(status=502, raw=b"bad gateway"), "agent_request_failed", 502, 3),
+        (Reply(status=200, raw=b"<html>not json</html>"), "agent_run_error", 200, 1),
+        (Reply(status=200, json=[1, 2, 3]), "agent_run_error", 200, 1),
+        (Reply(reset=True), "agent_request_failed", None, 3),
+    ],
+)
 def test_failure_is_classified_into_the_sidecar(
     pytester: pytest.Pytester, reply: Reply, failure_class: str, status: int | None, attempts: int
 ) -> None:

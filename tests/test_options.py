@@ -11,12 +11,18 @@ from .conftest import tasks, write_rows
 from .helpers import QUIET, Artifacts, keys, run_rollouts
 
 
-@pytest.mark.parametrize(("arg", "words"), [
-    ("--rollouts-repeats=0", "--rollouts-repeats: Input should be greater than or equal to 1"),
-    ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
-    ("--rollouts-responses-create-params=[1]", "--rollouts-responses-create-params: Value error, must be a JSON object"),
-    ("--rollouts-agent=ftp://x", "--rollouts-agent: Value error, agent address 'ftp://x' is not an http(s) URL"),
-])
+@pytest.mark.parametrize(
+    ("arg", "words"),
+    [
+        ("--rollouts-repeats=0", "--rollouts-repeats: Input should be greater than or equal to 1"),
+        ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
+        (
+            "--rollouts-responses-create-params=[1]",
+            "--rollouts-responses-create-params: Value error, must be a JSON object",
+        ),
+        ("--rollouts-agent=ftp://x", "--rollouts-agent: Value error, agent address 'ftp://x' is not an http(s) URL"),
+    ],
+)
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(1))
     result = run_rollouts(pytester, "data.jsonl", arg)
@@ -33,8 +39,9 @@ def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
 
 def test_ini_twins_configure_the_run(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(2))
-    pytester.makeini(f"[pytest]\nrollouts_repeats = 2\nrollouts_agent =\n    {agent.url}\n"
-                     "rollouts_out = ini_out/r.jsonl\n")
+    pytester.makeini(
+        f"[pytest]\nrollouts_repeats = 2\nrollouts_agent =\n    {agent.url}\nrollouts_out = ini_out/r.jsonl\n"
+    )
     result = pytester.runpytest(*QUIET, "data.jsonl")
     result.assert_outcomes(passed=2)
     assert sorted(keys(Artifacts(pytester.path, "ini_out/r.jsonl").rows)) == [(0, 0), (0, 1), (1, 0), (1, 1)]

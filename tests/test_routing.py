@@ -15,8 +15,9 @@ def test_rows_pick_named_agents(pytester: pytest.Pytester) -> None:
     rows[3]["agent_ref"] = {"name": "judge"}
     write_rows(pytester.path / "data.jsonl", rows)
     with ScriptedAgent() as default, ScriptedAgent() as judge:
-        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={default.url}",
-                              f"--rollouts-agent=judge={judge.url}")
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={default.url}", f"--rollouts-agent=judge={judge.url}"
+        )
         result.assert_outcomes(passed=4)
         assert sorted(default.keys()) == [(0, 0), (2, 0)]
         assert sorted(judge.keys()) == [(1, 0), (3, 0)]
@@ -35,10 +36,13 @@ def test_unknown_agent_stops_before_any_request(pytester: pytest.Pytester, agent
     assert not (pytester.path / "out").exists()
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    (b'{"responses_create_params": {"input": "x"}', "not valid JSON"),
-    (b"[1, 2]", "expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"responses_create_params": {"input": "x"}', "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object, got list"),
+    ],
+)
 def test_malformed_line_names_file_and_line(
     pytester: pytest.Pytester, agent: ScriptedAgent, line: bytes, message: str
 ) -> None:

@@ -21,7 +21,9 @@ import argparse
 import json
 import random
 import re
-from typing import Any
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from aiohttp import web
 
@@ -43,8 +45,8 @@ class SeededBaselinePolicy:
     so every rollout is reproducible across runs, machines and concurrency levels.
     """
 
-    model = "seeded-baseline"
-    p_correct = {1: 0.9, 2: 0.65, 3: 0.4}
+    model: ClassVar[str] = "seeded-baseline"
+    p_correct: ClassVar[Mapping[int, float]] = MappingProxyType({1: 0.9, 2: 0.65, 3: 0.4})
 
     def answer(self, question: str, difficulty: int, rollout_index: int, seed: Any) -> str:
         """The answer text for one rollout, ending in ``\\boxed{<answer>}``."""
