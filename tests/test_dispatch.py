@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -163,3 +166,40 @@ def test_xdist_workers_write_each_rollout_once(pytester: pytest.Pytester, agent:
     assert sorted(keys(artifacts.rows)) == keys(artifacts.materialized)
     assert len(keys(artifacts.materialized)) == 24
     assert sorted(agent.keys()) == keys(artifacts.materialized)
+
+
+def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(200))
+    out = pytester.path / "out" / "r.jsonl"
+    with ScriptedAgent(latency=0.2) as agent:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "data.jsonl",
+                f"--rollouts-agent={agent.url}",
+                f"--rollouts-out={out}",
+                "--rollouts-parallel=8",
+            ],
+            cwd=pytester.path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while (not out.exists() or out.read_bytes().count(b"\n") < 8) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 5
+        while agent.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.in_flight == 0, "in-flight requests were cancelled"
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+    data = out.read_bytes()
+    assert data.endswith(b"\n")
+    rows = read_rows(out)
+    assert 8 <= len(rows) < 200
+    assert len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == len(rows)
