@@ -1,11 +1,29 @@
-"""Where a run's artifacts live, all derived from the output path ``<stem>.jsonl``."""
+"""A run's files, all derived from the output path ``<stem>.jsonl``, and their lifecycle.
+
+A fresh run never overwrites earlier results: it moves them into a dated folder next to
+them. A resumed run repairs a line a hard kill cut short. Both happen once per run,
+however many xdist workers share the files.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from .jsonl import parse_object
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What preparing the artifacts did, for the user to be told."""
+
+    moved_to: Path | None = None
+    repaired: dict[Path, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -28,26 +46,101 @@ class ArtifactPaths:
         return self._sibling("_aggregate_metrics.json")
 
     @property
+    def manifest(self) -> Path:
+        return self._sibling("_run_manifest.json")
+
+    @property
     def lock(self) -> Path:
         return self.out.with_name("." + self.out.name + ".lock")
 
-    def start_run(self, run_id: str) -> None:
-        """Empty the outputs once per run, however many processes (xdist workers) share it.
+    def all(self) -> tuple[Path, ...]:
+        return (self.out, self.failures, self.materialized, self.metrics, self.manifest)
 
-        The first process of run ``run_id`` to take the lock truncates and records the id;
-        the others find it recorded and only append, so no worker can wipe rows another
-        worker already wrote.
+    def start_run(self, run_id: str, *, resume: bool) -> RunStart:
+        """Prepare the files once per run: the first process of ``run_id`` to take the lock does it.
+
+        Later processes of the same run (xdist workers) find the id recorded and leave the
+        files alone, so no worker can disturb rows another worker already wrote.
         """
         self.out.parent.mkdir(parents=True, exist_ok=True)
         with open(self.lock, "a+", encoding="utf-8") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             lock.seek(0)
-            if lock.read() != run_id:
-                for path in (self.out, self.failures):
-                    with open(path, "wb"):
-                        pass
-                lock.seek(0)
-                lock.truncate()
-                lock.write(run_id)
-                lock.flush()
-                os.fsync(lock.fileno())
+            if lock.read() == run_id:
+                return RunStart()
+            start = RunStart(repaired=self._repair()) if resume else RunStart(moved_to=self._move_aside())
+            lock.seek(0)
+            lock.truncate()
+            lock.write(run_id)
+            lock.flush()
+            os.fsync(lock.fileno())
+            return start
+
+    def _move_aside(self) -> Path | None:
+        if not self.out.exists() or self.out.stat().st_size == 0:
+            for path in (self.out, self.failures):
+                path.unlink(missing_ok=True)
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}")
+        suffix = 1
+        while folder.exists():
+            suffix += 1
+            folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}-{suffix}")
+        folder.mkdir()
+        for path in self.all():
+            if path.exists():
+                os.replace(path, folder / path.name)
+        return folder
+
+    def _repair(self) -> dict[Path, int]:
+        dropped = {path: repair_tail(path) for path in (self.out, self.failures)}
+        return {path: size for path, size in dropped.items() if size}
+
+
+def repair_tail(path: Path) -> int:
+    """Drop a last line that a hard kill cut short; return how many bytes were dropped."""
+    if not path.exists():
+        return 0
+    with open(path, "r+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return 0
+        keep = _end_of_last_line(handle, size)
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+        return size - keep
+
+
+def _end_of_last_line(handle: Any, size: int) -> int:
+    block = 1 << 16
+    position = size
+    while position > 0:
+        start = max(0, position - block)
+        handle.seek(start)
+        chunk = handle.read(position - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+def read_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """Every row of an artifact; a malformed line is an error naming file and line.
+
+    A last line without its newline is skipped rather than reported: after the repair
+    at the start of a resume, it can only be a row another worker is appending now.
+    """
+    if not path.exists():
+        return
+    with open(path, "rb") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                return
+            if line.strip():
+                yield parse_object(line, path, line_no)

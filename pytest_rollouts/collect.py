@@ -8,6 +8,7 @@ materialized.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -54,7 +55,13 @@ def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | 
 
 
 class DatasetFile(pytest.File):
-    """A JSONL dataset. Every line is validated here, before any request can be sent."""
+    """A JSONL dataset. Every line is validated here, before any request can be sent.
+
+    Collecting also fingerprints the rows used (``sha256``, ``rows``), for resume.
+    """
+
+    sha256 = ""
+    rows = 0
 
     def collect(self) -> Iterator[RolloutItem]:
         from .routing import RoutingError
@@ -68,6 +75,8 @@ class DatasetFile(pytest.File):
         except (SuiteError, RoutingError) as exc:
             raise self.CollectError(str(exc)) from None
         limit = run.settings.limit
+        digest = hashlib.sha256()
+        rows = 0
         for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
             if limit is not None and row_index >= limit:
                 break
@@ -77,7 +86,12 @@ class DatasetFile(pytest.File):
                 raise self.CollectError(str(exc)) from None
             except RoutingError as exc:
                 raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
-            yield RolloutItem.from_parent(self, name=f"task[{row_index}]", offset=offset, agent=agent)
+            digest.update(line.rstrip(b"\r\n") + b"\n")
+            rows += 1
+            yield RolloutItem.from_parent(
+                self, name=f"task[{row_index}]", offset=offset, row_index=row_index, agent=agent
+            )
+        self.sha256, self.rows = digest.hexdigest(), rows
 
 
 class RolloutFailed(Exception):
@@ -92,9 +106,10 @@ class RolloutFailed(Exception):
 class RolloutItem(pytest.Item):
     """One dataset row. ``task_index`` is run-wide; ``slot`` is its place in the dispatch plan."""
 
-    def __init__(self, *, offset: int, agent: str, **kwargs: Any) -> None:
+    def __init__(self, *, offset: int, row_index: int, agent: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.offset = offset
+        self.row_index = row_index
         self.agent = agent
         self.task_index = -1
         self.slot = -1
@@ -104,6 +119,8 @@ class RolloutItem(pytest.Item):
         from .run import RolloutRun
 
         outcomes = RolloutRun.get(self.config).wait(self)
+        if not outcomes:
+            pytest.skip("not part of the recorded materialized set this run resumes")
         record_outcomes(self.user_properties, outcomes)
         failed = [o for o in outcomes if not o.scored]
         if failed:

@@ -49,6 +49,7 @@ class PlannedRollout:
     agent: str
     offset: int
     length: int
+    first_attempt: int = 0
     admitted: bool = False
 
 
@@ -67,6 +68,7 @@ class Dispatcher:
         failures: JsonlAppender,
         settings: Settings,
         *,
+        prior: dict[int, list[RolloutOutcome]] | None = None,
         lookahead: bool = True,
     ) -> None:
         self._rollouts = rollouts
@@ -74,7 +76,12 @@ class Dispatcher:
         for position, rollout in enumerate(rollouts):
             self._by_slot[rollout.slot].append(position)
         self._pending = [len(positions) for positions in self._by_slot]
-        self._outcomes: dict[int, list[RolloutOutcome]] = {}
+        self._outcomes: dict[int, list[RolloutOutcome]] = dict(prior or {})
+        self._done: dict[int, list[RolloutOutcome] | BaseException] = {
+            slot: sorted(self._outcomes.pop(slot, []), key=_by_rollout)
+            for slot, pending in enumerate(self._pending)
+            if not pending
+        }
         self._urls = {name: url + "/run" for name, url in urls.items()}
         self._bodies_fd = os.open(bodies_path, os.O_RDONLY)
         self._outputs = outputs
@@ -85,7 +92,6 @@ class Dispatcher:
         self._cursor = 0
         self._resident = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._done: dict[int, list[RolloutOutcome] | BaseException] = {}
         self._cond = threading.Condition()
         self._waiting = -1
         self._ready = threading.Event()
@@ -216,8 +222,9 @@ class Dispatcher:
             "agent_ref": {"name": rollout.agent},
         }
         url = self._urls[rollout.agent]
-        retries = self._settings.retries
-        for attempt_index in range(retries + 1):
+        # In-run retries and earlier runs' attempts share one cap per rollout.
+        last = min(rollout.first_attempt + self._settings.retries, self._settings.max_attempts - 1)
+        for attempt_index in range(rollout.first_attempt, last + 1):
             if attempt_index:
                 stamps[ATTEMPT_INDEX] = attempt_index
                 body = _with_attempt_index(body, attempt_index)
@@ -228,7 +235,7 @@ class Dispatcher:
                 return outcome
             failure = attempt.failure
             assert failure is not None
-            if not failure.retryable or attempt_index == retries:
+            if not failure.retryable or attempt_index == last:
                 return RolloutOutcome(
                     rollout.rollout_index,
                     None,
@@ -279,7 +286,7 @@ class Dispatcher:
             self._pending[slot] -= 1
             if self._pending[slot]:
                 return
-            result = sorted(self._outcomes.pop(slot), key=lambda o: o.rollout_index)
+            result = sorted(self._outcomes.pop(slot), key=_by_rollout)
         with self._cond:
             self._done[slot] = result
             if self._waiting == slot:
@@ -295,6 +302,10 @@ class Dispatcher:
     def _sync(self) -> None:
         self._outputs.sync()
         self._failures.sync()
+
+
+def _by_rollout(outcome: RolloutOutcome) -> int:
+    return outcome.rollout_index
 
 
 def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:

@@ -19,6 +19,7 @@ class Option:
     metavar: str | None = None
     flag: bool = False
     repeatable: bool = False
+    env: str | None = None
 
     @property
     def cli(self) -> str:

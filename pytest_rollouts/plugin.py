@@ -77,12 +77,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[RUN_KEY].number_tasks(items)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None and _will_run(session):
+        run.prepare(session.items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     run = session.config.stash.get(RUN_KEY, None)
-    if run is None or not _will_run(session):
+    if run is None:
         return (yield)
-    run.start(session.items)
+    run.start()
     try:
         return (yield)
     finally:

@@ -26,6 +26,7 @@ class RolloutOutcome:
     detail: str
     elapsed: float
     attempts: int
+    cached: bool = False
 
     @property
     def scored(self) -> bool:

@@ -23,6 +23,7 @@ PYTEST_CATEGORIES = frozenset(
     {"passed", "failed", "skipped", "error", "xfailed", "xpassed", "deselected", "warnings", "rerun"}
 )
 REWARDS = "rollouts_rewards"
+CACHED = "rollouts_cached"
 FAILURES = "rollouts_failures"
 SHOWN_FAILURES = 10
 
@@ -30,6 +31,9 @@ SHOWN_FAILURES = 10
 def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
     """Put an item's rollout results where reports (and junitxml) carry them."""
     user_properties.append((REWARDS, [o.reward for o in outcomes]))
+    cached = sum(o.cached for o in outcomes)
+    if cached:
+        user_properties.append((CACHED, cached))
     failures = Counter(o.failure_class for o in outcomes if o.failure_class is not None)
     if failures:
         user_properties.append((FAILURES, dict(failures)))
@@ -38,7 +42,7 @@ def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequenc
 def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
     if report.when != "call" or not report.user_properties:
         return None
-    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES)}
+    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED)}
     return props or None
 
 
@@ -54,7 +58,8 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
         return category, "F", category.upper()
     if report.passed:
         rewards = " ".join(_fmt(r) for r in props.get(REWARDS, ()))
-        return "passed", ".", f"PASSED (reward {rewards})"
+        cached = f"; {props[CACHED]} cached" if CACHED in props else ""
+        return "passed", ".", f"PASSED (reward {rewards}{cached})"
     return None
 
 

@@ -1,40 +1,61 @@
-"""The run as one object: settings, agents, the materialized plan, the dispatcher.
+"""The run as one object: settings, agents, the plan (fresh or resumed), the dispatcher.
 
-Hooks in ``plugin.py`` stay thin and call into this; it lives in ``config.stash``
-and is created the first time anything needs it, so sessions that never meet a
-dataset never build it.
+Hooks in ``plugin.py`` stay thin and call into this; it lives in ``config.stash`` and
+is created the first time anything needs it, so sessions that never meet a dataset
+never build it. Its life follows pytest's: ``number_tasks`` at collection,
+``prepare`` once collection is final, ``start`` and ``finish`` around the run loop.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
 
-from .artifacts import ArtifactPaths
-from .collect import RolloutItem, find_declaration
-from .jsonl import JsonlAppender, LineReader, parse_object
+from .artifacts import ArtifactPaths, RunStart, read_rows
+from .collect import DatasetFile, RolloutItem, find_declaration
+from .jsonl import JsonlAppender, JsonlError, LineReader, parse_object, scan_lines
 from .preprocess import materialize_row, rollout_order
+from .records import RolloutOutcome
+from .resume import KeyHistory, Verdict, decide, histories, key_of
 from .stash import RUN_ID, RUN_KEY
 
 if TYPE_CHECKING:
     from .dispatch import Dispatcher, PlannedRollout
     from .embedded import EmbeddedServers
-    from .records import RolloutOutcome
+    from .manifest import RunManifest
     from .routing import AgentRegistry, Routing
     from .settings import Settings
+
+
+class RolloutsWarning(pytest.PytestWarning):
+    """Something about the run's files the user must know, e.g. where old results went."""
+
+
+@dataclass
+class Plan:
+    """What this session dispatches, and what earlier runs already settled (on resume)."""
+
+    rollouts: list[PlannedRollout]
+    slots: int
+    prior: dict[int, list[RolloutOutcome]] = field(default_factory=dict)
 
 
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.resuming = False
         self._settings: Settings | None = None
         self._registry: AgentRegistry | None = None
+        self._manifest: RunManifest | None = None
+        self._plan: Plan | None = None
         self._dispatcher: Dispatcher | None = None
         self._servers: EmbeddedServers | None = None
 
@@ -67,19 +88,78 @@ class RolloutRun:
         declaration = find_declaration(dataset.parent, self.config.rootpath)
         return self._registry.routing_for(load_suite(declaration) if declaration else None)
 
-    @staticmethod
-    def number_tasks(items: Sequence[pytest.Item]) -> None:
-        """Run-wide task indices in collection order, before ``-k``/``-m`` deselect anything."""
-        task_index = 0
+    # -- collection ----------------------------------------------------------------------
+
+    def number_tasks(self, items: Sequence[pytest.Item]) -> None:
+        """Give every collected row its run-wide task index, before ``-k``/``-m``/``--lf`` deselect.
+
+        A fresh run numbers rows in collection order; a resumed one takes each file's first
+        index from the recorded manifest, so files this session skips shift nothing.
+        """
+        from .manifest import DatasetEntry, ManifestError, RunManifest, differences, read_manifest
+
+        files: dict[DatasetFile, set[str]] = {}
         for item in items:
             if isinstance(item, RolloutItem):
-                item.task_index = task_index
-                task_index += 1
+                files.setdefault(item.parent, set()).add(item.agent)  # type: ignore[arg-type]
+        if not files:
+            return
+        paths = self.paths
+        self.resuming = self._wants_resume(paths)
+        try:
+            recorded = read_manifest(paths.manifest) if self.resuming else None
+        except ManifestError as exc:
+            raise pytest.UsageError(f"cannot resume: {exc}") from None
+        next_task = recorded.next_task() if recorded else 0
+        entries = []
+        for dataset, agents in files.items():
+            name = self._relative(dataset.path)
+            known = recorded.entry(name) if recorded else None
+            first = known.first_task if known else next_task
+            next_task = max(next_task, first + dataset.rows)
+            entries.append(
+                DatasetEntry(
+                    path=name, sha256=dataset.sha256, rows=dataset.rows, first_task=first, agents=sorted(agents)
+                )
+            )
+        self._manifest = RunManifest(datasets=entries, shape=self._shape())
+        if recorded is not None:
+            changed = differences(recorded, self._manifest)
+            if changed and not self.settings.resume_recorded:
+                raise pytest.UsageError(_refuse_changed(paths, changed))
+        elif self.resuming:
+            warnings.warn(
+                RolloutsWarning(
+                    f"no run manifest next to {paths.out}; resuming from "
+                    f"{paths.materialized} without checking the input"
+                ),
+                stacklevel=1,
+            )
+        firsts = {e.path: e.first_task for e in entries}
+        for item in items:
+            if isinstance(item, RolloutItem):
+                item.task_index = firsts[self._relative(item.path)] + item.row_index
 
-    def start(self, items: Sequence[pytest.Item]) -> None:
-        """Write the materialized inputs, start embedded agents, and begin dispatching."""
-        from .dispatch import Dispatcher
+    def _wants_resume(self, paths: ArtifactPaths) -> bool:
+        """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""
+        asked = self.settings.resume or bool(getattr(self.config.option, "lf", False))
+        return asked and paths.materialized.exists()
 
+    def _shape(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "repeats": s.repeats,
+            "limit": s.limit,
+            "interleave_repeats": s.interleave_repeats,
+            "repeats_add_seed": s.repeats_add_seed,
+            "responses_create_params": s.responses_create_params,
+        }
+
+    def _relative(self, path: Path) -> str:
+        return Path(os.path.relpath(path, self.config.rootpath)).as_posix()
+
+    def prepare(self, items: Sequence[pytest.Item]) -> None:
+        """Once collection is final: set up the files and decide exactly what will be sent."""
         selected = [item for item in items if isinstance(item, RolloutItem)]
         if not selected:
             return
@@ -87,25 +167,19 @@ class RolloutRun:
             item.slot = slot
         paths = self.paths
         workerinput = getattr(self.config, "workerinput", None)
-        paths.start_run(workerinput[RUN_ID] if workerinput else uuid.uuid4().hex)
-        rollouts = self._materialize(selected, paths.materialized)
-        urls = self._agent_urls({item.agent for item in selected})
-        self._dispatcher = Dispatcher(
-            rollouts,
-            len(selected),
-            urls,
-            paths.materialized,
-            JsonlAppender(paths.out),
-            JsonlAppender(paths.failures),
-            self.settings,
-            # An xdist worker cannot see which items it will be given, so it may only
-            # dispatch the item it is running; look-ahead would run other workers' items.
-            lookahead=workerinput is None,
-        )
-        self._dispatcher.start()
+        run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
+        _tell(paths.start_run(run_id, resume=self.resuming))
+        if self.resuming:
+            self._plan = self._plan_resume(selected, paths)
+        else:
+            from .manifest import write_manifest
 
-    def _materialize(self, items: list[RolloutItem], path: Path) -> list[PlannedRollout]:
-        """Write every planned rollout's request body; return where each one sits in the file.
+            assert self._manifest is not None
+            write_manifest(paths.manifest, self._manifest)
+            self._plan = self._materialize(selected, paths.materialized)
+
+    def _materialize(self, items: list[RolloutItem], path: Path) -> Plan:
+        """Write every planned rollout's request body, remembering where each one sits.
 
         Written to a private file and renamed into place, so concurrent xdist workers
         (which all materialize the same rows) never interleave their writes.
@@ -142,13 +216,89 @@ class RolloutRun:
             out.flush()
             os.fsync(out.fileno())
         os.replace(private, path)
-        return rollouts
+        return Plan(rollouts, len(items))
+
+    def _plan_resume(self, items: list[RolloutItem], paths: ArtifactPaths) -> Plan:
+        """Re-run what the recorded materialized set still lacks; settle the rest from disk."""
+        from .dispatch import PlannedRollout
+
+        settings = self.settings
+        try:
+            past = histories(read_rows(paths.out), read_rows(paths.failures))
+        except JsonlError as exc:
+            raise pytest.UsageError(f"cannot resume: {exc}") from None
+        slots = {item.task_index: item.slot for item in items}
+        plan = Plan([], len(items))
+        for line_no, offset, line in scan_lines(paths.materialized):
+            try:
+                row = parse_object(line, paths.materialized, line_no)
+                key = key_of(row)
+                agent = str(row["agent_ref"]["name"])
+            except (JsonlError, KeyError, TypeError, ValueError) as exc:
+                raise pytest.UsageError(f"cannot resume: {paths.materialized}:{line_no}: {exc}") from None
+            slot = slots.get(key[0])
+            if slot is None:
+                continue
+            history = past.by_key.get(key)
+            verdict = decide(
+                history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
+            )
+            if verdict is Verdict.RUN:
+                plan.rollouts.append(
+                    PlannedRollout(
+                        slot,
+                        key[0],
+                        key[1],
+                        agent,
+                        offset,
+                        len(line.rstrip(b"\r\n")),
+                        first_attempt=history.failures if history else 0,
+                    )
+                )
+            else:
+                assert history is not None
+                plan.prior.setdefault(slot, []).append(_settled(key[1], verdict, history, settings.max_attempts))
+        if settings.longest_first:
+            longest = past.task_longest()
+            plan.rollouts.sort(key=lambda r: -longest.get(r.task_index, 0.0))
+        return plan
+
+    # -- the run loop --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start embedded agents and begin dispatching the prepared plan."""
+        from .dispatch import Dispatcher
+
+        plan, self._plan = self._plan, None
+        if plan is None:
+            return
+        paths = self.paths
+        urls = self._agent_urls({r.agent for r in plan.rollouts})
+        self._dispatcher = Dispatcher(
+            plan.rollouts,
+            plan.slots,
+            urls,
+            paths.materialized,
+            JsonlAppender(paths.out),
+            JsonlAppender(paths.failures),
+            self.settings,
+            prior=plan.prior,
+            # An xdist worker cannot see which items it will be given, so it may only
+            # dispatch the item it is running; look-ahead would run other workers' items.
+            lookahead=not hasattr(self.config, "workerinput"),
+        )
+        self._dispatcher.start()
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         from .embedded import EmbeddedServers
+        from .routing import AgentRegistry
 
-        assert self._registry is not None
-        endpoints = [self._registry.endpoint(name) for name in sorted(names)]
+        if self._registry is None:
+            self._registry = AgentRegistry(self.settings)
+        try:
+            endpoints = [self._registry.endpoint(name) for name in sorted(names)]
+        except KeyError as exc:
+            raise pytest.UsageError(f"agent {exc} of the recorded run is not configured in this session") from None
         self._servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
         started = self._servers.start()
         return {e.name: e.url if e.url is not None else started[e.embedded] for e in endpoints}  # type: ignore[index]
@@ -157,7 +307,8 @@ class RolloutRun:
         if self._dispatcher is None:
             raise RuntimeError("rollouts were not dispatched in this session")
         outcomes = self._dispatcher.wait(item.slot)
-        self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
+        if outcomes:
+            self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
         return outcomes
 
     def finish(self) -> None:
@@ -175,3 +326,38 @@ class RolloutRun:
         paths = self.paths
         base = self.config.invocation_params.dir
         return [os.path.relpath(p, base) for p in (paths.out, paths.failures, paths.materialized)]
+
+
+def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:
+    if verdict is Verdict.DONE:
+        return RolloutOutcome(rollout_index, history.reward, None, "", history.longest, 0, cached=True)
+    why = (
+        "terminal failure recorded earlier"
+        if verdict is Verdict.TERMINAL
+        else f"gave up after {history.failures} attempts (max {max_attempts})"
+    )
+    return RolloutOutcome(
+        rollout_index, None, history.latest_class, f"{why}: {history.latest_message}", history.longest, 0, cached=True
+    )
+
+
+def _refuse_changed(paths: ArtifactPaths, changed: list[str]) -> str:
+    lines = [f"cannot resume {paths.out}: the input changed since the recorded run:"]
+    lines += [f"  - {c}" for c in changed]
+    lines.append(
+        "Run without --rollouts-resume to start over (the old artifacts are moved aside), "
+        "or pass --rollouts-resume-recorded to go on with the recorded materialized set."
+    )
+    return "\n".join(lines)
+
+
+def _tell(start: RunStart) -> None:
+    if start.moved_to is not None:
+        warnings.warn(
+            RolloutsWarning(
+                f"earlier results were moved to {start.moved_to} (use --rollouts-resume to continue a run instead)"
+            ),
+            stacklevel=1,
+        )
+    for path, size in (start.repaired or {}).items():
+        warnings.warn(RolloutsWarning(f"{path}: dropped a last line cut short by a crash ({size} bytes)"), stacklevel=1)

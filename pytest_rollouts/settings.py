@@ -6,6 +6,7 @@ becomes one readable usage error that names where it came from.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,11 @@ class Settings(BaseModel):
     timeout: float = Field(3600.0, gt=0)
     retries: int = Field(2, ge=0, le=20)
     retry_backoff: float = Field(1.0, ge=0, le=600)
+    resume: bool = False
+    resume_recorded: bool = False
+    max_attempts: int = Field(3, ge=1)
+    retry_terminal_timeouts: bool = False
+    longest_first: bool = False
 
     @field_validator("agent", mode="before")
     @classmethod
@@ -114,6 +120,8 @@ def _raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
     value = config.getoption("rollouts_" + option.name)
     if value not in (None, []):
         return value, option.cli
+    if option.env and os.environ.get(option.env):
+        return os.environ[option.env], f"env {option.env}"
     value = config.getini(option.ini)
     if value in (None, "", []):
         return None, ""
