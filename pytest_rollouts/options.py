@@ -60,4 +60,26 @@ OPTIONS: tuple[Option, ...] = (
     Option("timeout", "Seconds one /run attempt may take. Default 3600.", "S"),
     Option("retries", "Retries of a /run attempt that got no reply or 429/502/503/504. Default 2.", "N"),
     Option("retry_backoff", "Base of the exponential backoff between retries, seconds. Default 1.0.", "S"),
+    Option(
+        "resume",
+        "Continue the run recorded at --rollouts-out: run only the materialized rollouts that have no result yet.",
+        flag=True,
+    ),
+    Option(
+        "resume_recorded",
+        "On resume, go on with the recorded materialized set even though the dataset or options changed.",
+        flag=True,
+    ),
+    Option(
+        "max_attempts",
+        "Attempts per rollout across runs before resume gives up on it (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS). Default 3.",
+        "N",
+        env="NEMO_GYM_MAX_ROLLOUT_ATTEMPTS",
+    ),
+    Option(
+        "retry_terminal_timeouts",
+        "On resume, retry rollouts whose latest failure is a terminal timeout_exceeded (never skipped).",
+        flag=True,
+    ),
+    Option("longest_first", "On resume, start first the tasks whose earlier attempts ran longest.", flag=True),
 )

@@ -337,7 +337,13 @@ def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_atte
         else f"gave up after {history.failures} attempts (max {max_attempts})"
     )
     return RolloutOutcome(
-        rollout_index, None, history.latest_class, f"{why}: {history.latest_message}", history.longest, 0, cached=True
+        rollout_index,
+        None,
+        history.latest_class,
+        ": ".join(filter(None, (why, history.latest_message))),
+        history.longest,
+        0,
+        cached=True,
     )
 
 
