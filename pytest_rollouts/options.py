@@ -82,4 +82,23 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option("longest_first", "On resume, start first the tasks whose earlier attempts ran longest.", flag=True),
+    Option(
+        "count_as_zero",
+        "Failure classes whose rollouts enter the metrics as reward 0 when they never succeeded "
+        "(count_failure_classes_as_zero; comma-separated, repeatable).",
+        "CLASS[,CLASS...]",
+        repeatable=True,
+    ),
+    Option(
+        "count_missing_as_zero",
+        "Materialized rollouts that left no row anywhere enter the metrics as reward 0.",
+        flag=True,
+    ),
+    Option(
+        "require_complete",
+        "Exit 6 unless every materialized rollout completed (after all artifacts are written).",
+        flag=True,
+    ),
+    Option("fail_under", "Exit 7 when the mean reward is below X.", "X"),
+    Option("no_aggregate", "Skip metrics (for shards merged later); coverage and the gate still apply.", flag=True),
 )

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from .aggregate import RunScore
+    from .gate import GateFailure
     from .records import RolloutOutcome
 
 # pytest's own report categories; a failure class of the same name would be miscounted
@@ -74,7 +76,7 @@ def _fmt(reward: float | None) -> str:
 
 @dataclass
 class Tally:
-    """Counts across every rollout item reported so far, and when the run began."""
+    """What this session's rollout items reported, and when the run began."""
 
     started_at: float = field(default_factory=time.perf_counter)
     last_at: float = 0.0
@@ -104,13 +106,11 @@ class Tally:
             if len(self.examples) < SHOWN_FAILURES:
                 self.examples.append(f"{report.nodeid} {report.longreprtext.splitlines()[0]}")
 
-    def lines(self, artifacts: Sequence[str]) -> list[str]:
+    def lines(self) -> list[str]:
         failed = sum(self.failures.values())
         total = self.scored + failed
         by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
         lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
-        if self.rewarded:
-            lines.append(f"mean reward {self.reward_sum / self.rewarded:.4f} over {self.rewarded} scored rollouts")
         elapsed = max(self.last_at - self.started_at, 1e-9)
         lines.append(f"{total / elapsed:.1f} rollouts/s ({total} in {elapsed:.2f}s)")
         if self.examples:
@@ -118,16 +118,59 @@ class Tally:
             lines.extend("  " + example for example in self.examples)
             if self.failed_items > len(self.examples):
                 lines.append(f"  ... and {self.failed_items - len(self.examples)} more (see the failures sidecar)")
-        lines.append("artifacts: " + ", ".join(artifacts))
         return lines
+
+    def mean_line(self) -> list[str]:
+        """Used only when no metrics were computed (``--rollouts-no-aggregate``)."""
+        if not self.rewarded:
+            return []
+        mean = self.reward_sum / self.rewarded
+        return [f"mean reward {mean:.4f} over {self.rewarded} rollouts reported this session"]
+
+
+def score_lines(score: RunScore, sidecar: str) -> list[str]:
+    """Key metrics per group, then the coverage report; numbers come from the score, never recomputed."""
+    lines = []
+    coverage = score.coverage
+    if coverage.completed == 0 and coverage.expected:
+        by_class = ", ".join(f"{n} {c}" for n, c in sorted(coverage.missing_by_class.items()))
+        lines.append(
+            f"None of the {coverage.expected} dispatched rollouts produced a result ({by_class}; see {sidecar})"
+        )
+    for group in score.groups:
+        key = group.metrics.get("key_metrics") or {}
+        if "mean/reward" not in key:
+            continue
+        se = key.get("sem_clustered/reward")
+        shown = f"{key['mean/reward']:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if se is not None else "")
+        passes = ", ".join(
+            f"{name.split('/')[0]} {value:.4f}"
+            for name, value in key.items()
+            if name.startswith("pass@") and value is not None
+        )
+        lines.append(
+            f"{group.agent}: mean reward {shown} over {group.coverage.scored} rollouts"
+            + (f"; {passes}" if passes else "")
+            + f" [{group.source} metrics]"
+        )
+        if group.note:
+            lines.append(f"{group.agent}: {group.note}")
+    lines.extend(coverage.report_lines(sidecar))
+    return lines
 
 
 class RolloutReporter:
-    """Registered in every session; it stays silent until a rollout item reports."""
+    """Registered in every session; it stays silent until a rollout item reports.
+
+    On the process that owns the run (not an xdist worker) it scores the run once at
+    session end, applies the CI gate, and prints the ``rollouts`` section.
+    """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tally = Tally()
+        self.score: RunScore | None = None
+        self.gate: GateFailure | None = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self) -> None:
@@ -140,21 +183,64 @@ class RolloutReporter:
         if report.user_properties:
             self.tally.add(report)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.tally.items:
-            return
-        from .run import RolloutRun
-
-        terminalreporter.section("rollouts")
-        for line in self.tally.lines(RolloutRun.get(self.config).artifact_names()):
-            terminalreporter.line(line)
-
-    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Failure classes are outcomes, not test failures: alone they leave the exit status 0."""
+        """Failure classes alone leave the exit status 0; then score the run and apply the gate."""
+        from .stash import RUN_KEY
+
         if (
             self.tally.failed_items
             and session.exitstatus == pytest.ExitCode.TESTS_FAILED
             and session.testsfailed == self.tally.failed_items
         ):
             session.exitstatus = pytest.ExitCode.OK
+        run = self.config.stash.get(RUN_KEY, None)
+        scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if hasattr(self.config, "workerinput") or self.config.option.collectonly:
+            return
+        if session.exitstatus not in scoring_states:
+            if run is not None:
+                run.close()
+            return
+        if run is None and not self.tally.items:
+            return
+        from .gate import check_gate
+        from .run import RolloutRun
+
+        run = RolloutRun.get(self.config)
+        try:
+            self.score = run.score()
+        finally:
+            run.close()
+        if self.score is None:
+            return
+        settings = run.settings
+        self.gate = check_gate(
+            self.score.coverage,
+            self.score.mean_reward,
+            out=str(settings.out),
+            require_complete=settings.require_complete,
+            fail_under=settings.fail_under,
+        )
+        if self.gate is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = self.gate.exit_code
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.tally.items and self.score is None:
+            return
+        from .run import RolloutRun
+
+        run = RolloutRun.get(self.config)
+        names = run.artifact_names()
+        terminalreporter.section("rollouts")
+        lines = self.tally.lines()
+        if self.score is not None:
+            lines += score_lines(self.score, names[1])
+            if self.score.metrics_path is not None:
+                names.append(run.shown(self.score.metrics_path))
+        if self.score is None or self.score.metrics_path is None:
+            lines += self.tally.mean_line()
+        lines.append("artifacts: " + ", ".join(names))
+        for line in lines:
+            terminalreporter.line(line)
+        if self.gate is not None:
+            terminalreporter.line(self.gate.message, red=True, bold=True)

@@ -98,6 +98,9 @@ class AgentRegistry:
                 f"({_describe(existing)} vs {_describe(endpoint)})"
             )
 
+    def knows(self, name: str) -> bool:
+        return name in self._endpoints
+
     def endpoint(self, name: str) -> Endpoint:
         return self._endpoints[name]
 

@@ -28,6 +28,7 @@ from .resume import KeyHistory, Verdict, decide, histories, key_of
 from .stash import RUN_ID, RUN_KEY
 
 if TYPE_CHECKING:
+    from .aggregate import RunScore
     from .dispatch import Dispatcher, PlannedRollout
     from .embedded import EmbeddedServers
     from .manifest import RunManifest
@@ -57,7 +58,8 @@ class RolloutRun:
         self._manifest: RunManifest | None = None
         self._plan: Plan | None = None
         self._dispatcher: Dispatcher | None = None
-        self._servers: EmbeddedServers | None = None
+        self._servers: list[EmbeddedServers] = []
+        self._urls: dict[str, str] = {}
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -290,18 +292,36 @@ class RolloutRun:
         self._dispatcher.start()
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
+        """Addresses of ``names``, starting embedded agents that are not running yet.
+
+        An xdist controller collects nothing, so it learns suite agents from the datasets
+        the manifest records.
+        """
         from .embedded import EmbeddedServers
-        from .routing import AgentRegistry
+        from .manifest import ManifestError, read_manifest
 
         if self._registry is None:
+            from .routing import AgentRegistry
+
             self._registry = AgentRegistry(self.settings)
-        try:
-            endpoints = [self._registry.endpoint(name) for name in sorted(names)]
-        except KeyError as exc:
-            raise pytest.UsageError(f"agent {exc} of the recorded run is not configured in this session") from None
-        self._servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
-        started = self._servers.start()
-        return {e.name: e.url if e.url is not None else started[e.embedded] for e in endpoints}  # type: ignore[index]
+        missing = sorted(names - set(self._urls))
+        if any(not self._registry.knows(name) for name in missing):
+            try:
+                manifest = read_manifest(self.paths.manifest)
+            except ManifestError:
+                manifest = None
+            for entry in manifest.datasets if manifest else ():
+                self.routing_for(self.config.rootpath / entry.path)
+        unknown = [name for name in missing if not self._registry.knows(name)]
+        if unknown:
+            raise pytest.UsageError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
+        endpoints = [self._registry.endpoint(name) for name in missing]
+        servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
+        self._servers.append(servers)
+        started = servers.start()
+        for e in endpoints:
+            self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
+        return {name: self._urls[name] for name in names}
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if self._dispatcher is None:
@@ -312,20 +332,51 @@ class RolloutRun:
         return outcomes
 
     def finish(self) -> None:
-        """Stop dispatch and embedded agents; every artifact is flushed and fsynced after this."""
+        """Stop dispatch: every artifact is flushed and fsynced after this."""
         dispatcher, self._dispatcher = self._dispatcher, None
-        servers, self._servers = self._servers, None
+        if dispatcher is not None:
+            dispatcher.close()
+
+    def score(self) -> RunScore | None:
+        """Coverage and metrics from the files on disk, once per run (never on an xdist worker)."""
+        from .accounting import ScoringPolicy
+        from .aggregate import score_run
+
+        paths, settings = self.paths, self.settings
+        if not paths.materialized.exists():
+            return None
+        policy = ScoringPolicy(settings.count_as_zero, settings.count_missing_as_zero)
         try:
-            if dispatcher is not None:
-                dispatcher.close()
-        finally:
-            if servers is not None:
-                servers.stop()
+            return score_run(
+                paths,
+                policy,
+                agent_url=self._metrics_url,
+                write_metrics=not settings.no_aggregate,
+                timeout=settings.timeout,
+            )
+        except JsonlError as exc:
+            raise pytest.UsageError(f"cannot score the run: {exc}") from None
+
+    def _metrics_url(self, name: str) -> str | None:
+        """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
+        try:
+            return self._agent_urls({name})[name]
+        except pytest.UsageError:
+            return None
+
+    def close(self) -> None:
+        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
+        self.finish()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.stop()
 
     def artifact_names(self) -> list[str]:
         paths = self.paths
-        base = self.config.invocation_params.dir
-        return [os.path.relpath(p, base) for p in (paths.out, paths.failures, paths.materialized)]
+        return [self.shown(p) for p in (paths.out, paths.failures, paths.materialized)]
+
+    def shown(self, path: Path) -> str:
+        return os.path.relpath(path, self.config.invocation_params.dir)
 
 
 def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:

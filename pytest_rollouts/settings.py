@@ -61,6 +61,18 @@ class Settings(BaseModel):
     max_attempts: int = Field(3, ge=1)
     retry_terminal_timeouts: bool = False
     longest_first: bool = False
+    count_as_zero: frozenset[str] = frozenset()
+    count_missing_as_zero: bool = False
+    require_complete: bool = False
+    fail_under: float | None = None
+    no_aggregate: bool = False
+
+    @field_validator("count_as_zero", mode="before")
+    @classmethod
+    def _split_classes(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return frozenset(part.strip() for item in value for part in str(item).split(",") if part.strip())
+        return value
 
     @field_validator("agent", mode="before")
     @classmethod

@@ -47,9 +47,16 @@ Behaviour = Callable[[dict[str, Any], int], Reply]
 
 
 class ScriptedAgent:
-    def __init__(self, behaviour: Behaviour = verifier, latency: float = 0.0) -> None:
+    def __init__(
+        self,
+        behaviour: Behaviour = verifier,
+        latency: float = 0.0,
+        aggregate: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
         self.behaviour = behaviour
         self.latency = latency
+        self.aggregate = aggregate
+        self.aggregate_bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -75,6 +82,8 @@ class ScriptedAgent:
         app = web.Application()
         app.router.add_post("/run", self._run)
         app.router.add_get("/health", self._health)
+        if self.aggregate is not None:
+            app.router.add_post("/aggregate_metrics", self._aggregate)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -87,6 +96,12 @@ class ScriptedAgent:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def _aggregate(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.aggregate_bodies.append(body)
+        assert self.aggregate is not None
+        return web.Response(body=orjson.dumps(self.aggregate(body)), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
         row = orjson.loads(await request.read())

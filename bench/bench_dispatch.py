@@ -1,0 +1,146 @@
+"""How much slower is the plugin than a hand-written aiohttp loop, on the same agent?
+
+Both variants run in one invocation, alternating, each in its own subprocess, against
+one agent process (``zero_latency_agent.py``), so the ratio compares runs made on the
+same noisy machine at the same time. Wall time and peak RSS come from ``os.wait4`` on
+each child (``ru_maxrss`` is KiB on Linux), not ``RUSAGE_CHILDREN``, which would mix
+the children together. Every run must write exactly one output line per row.
+
+    python bench/bench_dispatch.py --rows 2000,10000 --repeat 3 --latency 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    wall_s: float
+    peak_rss_mb: float
+
+
+def write_dataset(path: Path, rows: int) -> None:
+    with open(path, "wb") as out:
+        for i in range(rows):
+            row = {"responses_create_params": {"input": [{"role": "user", "content": f"question {i}"}]},
+                   "expected_answer": str(i % 7)}
+            out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+
+
+def start_agent(latency: float) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the agent and read its ``PORT <n>`` line; the caller must stop it."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "zero_latency_agent.py"),
+                             "--latency", str(latency)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().split()
+    if len(line) != 2 or line[0] != "PORT":
+        stop(proc)
+        raise SystemExit(f"agent did not report its port (got {line!r})")
+    return proc, f"http://{HOST}:{line[1]}"
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def measure(argv: list[str], cwd: Path, log: Path) -> Measurement:
+    """Run ``argv`` to completion; fail loudly, with its log, unless it exits 0."""
+    with open(log, "wb") as sink:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{argv[1:3]} exited {code}; log {log}:\n{tail}")
+    return Measurement(wall, usage.ru_maxrss / 1024)
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, Measurement]:
+    """Best (lowest-wall) measurement of each variant over ``repeat`` alternating runs."""
+    base = work / str(rows)
+    base.mkdir()
+    data = base / "data.jsonl"
+    write_dataset(data, rows)
+    outs = {"plain": base / "plain" / "r.jsonl", "plugin": base / "plugin" / "r.jsonl"}
+    commands = {
+        "plain": [sys.executable, str(HERE / "plain_client.py"), str(data), url,
+                  str(outs["plain"]), str(parallel)],
+        "plugin": [sys.executable, "-m", "pytest", str(data), f"--rollouts-agent={url}",
+                   f"--rollouts-out={outs['plugin']}", f"--rollouts-parallel={parallel}",
+                   "-q", "-p", "no:cacheprovider"],
+    }
+    best: dict[str, Measurement] = {}
+    for _ in range(repeat):
+        for variant, argv in commands.items():
+            result = measure(argv, base, base / f"{variant}.log")
+            written = count_lines(outs[variant])
+            if written != rows:
+                raise SystemExit(f"{variant} wrote {written} lines for {rows} rows")
+            if variant not in best or result.wall_s < best[variant].wall_s:
+                best[variant] = result
+    return best
+
+
+def report(rows: int, best: dict[str, Measurement], parallel: int, latency: float) -> None:
+    print(f"{'rows':>7}  {'variant':<7}  {'wall_s':>8}  {'peak_rss_MB':>11}")
+    for variant, m in best.items():
+        print(f"{rows:>7}  {variant:<7}  {m.wall_s:>8.3f}  {m.peak_rss_mb:>11.1f}")
+    ratio = best["plugin"].wall_s / best["plain"].wall_s
+    print(f"ratio plugin/plain wall = {ratio:.2f}  (rows={rows}, parallel={parallel}, latency={latency:g})")
+    if latency > 0:
+        print(f"ideal rows*latency/parallel = {rows * latency / parallel:.3f} s")
+    print(flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="10000", help="comma-separated row counts")
+    parser.add_argument("--parallel", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.0, help="agent seconds per /run")
+    parser.add_argument("--repeat", type=int, default=1, help="alternating runs per variant; best wall wins")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (datasets, outputs, logs)")
+    args = parser.parse_args()
+    row_counts = [int(n) for n in args.rows.split(",")]
+
+    work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
+    agent, url = start_agent(args.latency)
+    try:
+        for rows in row_counts:
+            report(rows, bench_rows(work, url, rows, args.parallel, args.repeat),
+                   args.parallel, args.latency)
+    finally:
+        stop(agent)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The honest minimal baseline: the loop anyone would write by hand with aiohttp.
+
+One ``ClientSession``, a semaphore of ``parallel``, one task per row, orjson both
+ways, the plugin's ``_ng_task_index``/``_ng_rollout_index`` stamps, and one flushed
+write per reply. No validation, retries, sidecars or pytest: whatever the plugin
+costs above this is its overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+import orjson
+
+
+async def post_one(
+    session: aiohttp.ClientSession,
+    gate: asyncio.Semaphore,
+    url: str,
+    row: dict[str, Any],
+    task_index: int,
+    out: IO[bytes],
+) -> None:
+    row["_ng_task_index"] = task_index
+    row["_ng_rollout_index"] = 0
+    async with gate:
+        async with session.post(url, data=orjson.dumps(row),
+                                headers={"Content-Type": "application/json"}) as resp:
+            resp.raise_for_status()
+            reply: dict[str, Any] = orjson.loads(await resp.read())
+    reply["_ng_task_index"] = task_index
+    reply["_ng_rollout_index"] = 0
+    out.write(orjson.dumps(reply, option=orjson.OPT_APPEND_NEWLINE))
+    out.flush()
+
+
+async def run(dataset: Path, url: str, out_path: Path, parallel: int) -> None:
+    rows = [orjson.loads(line) for line in dataset.read_bytes().splitlines() if line.strip()]
+    gate = asyncio.Semaphore(parallel)
+    connector = aiohttp.TCPConnector(limit=parallel)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "wb") as out:
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await asyncio.gather(*(post_one(session, gate, url + "/run", row, i, out)
+                                   for i, row in enumerate(rows)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("url", help="agent base URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("parallel", type=int)
+    args = parser.parse_args()
+    asyncio.run(run(args.dataset, args.url, args.out, args.parallel))
+
+
+if __name__ == "__main__":
+    main()

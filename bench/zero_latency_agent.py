@@ -1,0 +1,68 @@
+"""A minimal NeMo Gym-like agent server for benchmarks, run as its own process.
+
+It does as little as possible per request (orjson in, orjson out, no access log) so
+the benchmark measures the client's dispatch cost, not the server's. It runs in a
+separate process so it does not compete for the client's GIL. ``--latency`` adds a
+fixed sleep per request to model a real agent and check that the client overlaps
+requests. Once listening it prints ``PORT <n>`` on stdout for the parent to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+HOST = "127.0.0.1"
+
+
+def make_app(latency: float) -> web.Application:
+    async def run(request: web.Request) -> web.Response:
+        row: dict[str, Any] = orjson.loads(await request.read())
+        if latency > 0:
+            await asyncio.sleep(latency)
+        reply = {
+            "responses_create_params": row.get("responses_create_params"),
+            "response": {"id": "r", "output": [],
+                         "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}},
+            "reward": 1.0 if row.get("_ng_task_index", 0) % 2 == 0 else 0.0,
+        }
+        return web.Response(body=orjson.dumps(reply), content_type="application/json")
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/run", run)
+    app.router.add_get("/health", health)
+    return app
+
+
+async def serve(port: int, latency: float) -> None:
+    runner = web.AppRunner(make_app(latency), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, HOST, port, backlog=1024)
+    await site.start()
+    print(f"PORT {runner.addresses[0][1]}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep per /run")
+    args = parser.parse_args()
+    try:
+        asyncio.run(serve(args.port, args.latency))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Score a run from its artifacts on disk: coverage, scoring policies, metrics, the metrics file.
+
+The files are the source of truth (an xdist worker that crashed never reports, but its
+rows are on disk). Rows are streamed: only a few numbers per rollout stay in memory,
+and a group's ``/aggregate_metrics`` request body is streamed from the files in
+(task, rollout) order rather than built in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .accounting import Coverage, Key, ScoringPolicy, account
+from .artifacts import ArtifactPaths
+from .jsonl import LineReader, parse_object, scan_lines
+from .metrics import MetricRow, compute_default_metrics, numeric_fields
+from .resume import key_of
+
+NOT_IMPLEMENTED = frozenset({404, 405})
+
+
+class MetricsServerError(RuntimeError):
+    """A server that has ``/aggregate_metrics`` but failed to answer it."""
+
+
+@dataclass
+class GroupScore:
+    agent: str
+    coverage: Coverage
+    metrics: dict[str, Any] = field(default_factory=dict)
+    source: str = "none"
+    note: str = ""
+
+
+@dataclass
+class RunScore:
+    groups: list[GroupScore]
+    coverage: Coverage
+    metrics_path: Path | None = None
+
+    @property
+    def mean_reward(self) -> float | None:
+        """The run's key number: each group's ``mean/reward``, weighted by the rollouts it covers."""
+        pairs = [
+            (g.metrics["key_metrics"]["mean/reward"], g.coverage.scored)
+            for g in self.groups
+            if g.metrics.get("key_metrics", {}).get("mean/reward") is not None
+        ]
+        weight = sum(n for _, n in pairs)
+        return sum(m * n for m, n in pairs) / weight if weight else None
+
+
+@dataclass
+class _Group:
+    """One agent group while the files are read: keys, small numbers, and where rows sit."""
+
+    expected: dict[Key, int] = field(default_factory=dict)
+    completed: set[Key] = field(default_factory=set)
+    masked: set[Key] = field(default_factory=set)
+    rows: list[MetricRow] = field(default_factory=list)
+    fields: set[str] = field(default_factory=set)
+    output_offsets: dict[Key, int] = field(default_factory=dict)
+
+
+def score_run(
+    paths: ArtifactPaths,
+    policy: ScoringPolicy,
+    *,
+    agent_url: Callable[[str], str | None],
+    write_metrics: bool,
+    timeout: float,
+) -> RunScore:
+    groups = _read_expected(paths.materialized)
+    by_key = {key: name for name, group in groups.items() for key in group.expected}
+    _read_outputs(paths.out, groups, by_key)
+    latest = _latest_failures(paths.failures)
+    scores = []
+    total = Coverage()
+    for name, group in sorted(groups.items()):
+        accounting = account(
+            group.expected, group.completed, group.masked, {k: c for k, (c, _) in latest.items()}, policy
+        )
+        total += accounting.coverage
+        score = GroupScore(name, accounting.coverage)
+        scores.append(score)
+        if not write_metrics:
+            continue
+        added = _added_rows(paths, group, accounting.counted, accounting.imputed, latest)
+        url = agent_url(name)
+        if url is not None:
+            try:
+                server = _server_metrics(url, paths, group, added, timeout)
+            except MetricsServerError as exc:
+                server, score.note = None, f"{exc}; computed locally instead"
+            if server is not None:
+                score.metrics, score.source = server, "server"
+        if score.source != "server":
+            rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
+            score.metrics = compute_default_metrics(rows, expected=Counter(task for task, _ in group.expected))
+            score.source = "local"
+    result = RunScore(scores, total)
+    if write_metrics:
+        result.metrics_path = _write_metrics(paths.metrics, scores)
+    return result
+
+
+def _read_expected(materialized: Path) -> dict[str, _Group]:
+    groups: dict[str, _Group] = defaultdict(_Group)
+    for line_no, offset, line in scan_lines(materialized):
+        row = parse_object(line, materialized, line_no)
+        groups[_agent(row)].expected[key_of(row)] = offset
+    return groups
+
+
+def _read_outputs(out: Path, groups: Mapping[str, _Group], by_key: Mapping[Key, str]) -> None:
+    for line_no, offset, line in scan_lines(out):
+        if not line.endswith(b"\n"):
+            break
+        row = parse_object(line, out, line_no)
+        key = key_of(row)
+        name = by_key.get(key)
+        group = groups.get(name) if name is not None else None
+        if group is None or key in group.completed:
+            continue
+        group.completed.add(key)
+        if row.get("mask_sample"):
+            group.masked.add(key)
+            continue
+        group.rows.append(MetricRow(key[0], key[1], numeric_fields(row)))
+        group.fields.update(row)
+        group.output_offsets[key] = offset
+
+
+def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
+    """The last attempt recorded for each key: its class and where its row sits."""
+    latest: dict[Key, tuple[str, int]] = {}
+    for line_no, offset, line in scan_lines(failures):
+        if not line.endswith(b"\n"):
+            break
+        row = parse_object(line, failures, line_no)
+        latest[key_of(row)] = (str(row.get("_ng_failure_class")), offset)
+    return latest
+
+
+def _added_rows(
+    paths: ArtifactPaths,
+    group: _Group,
+    counted: list[Key],
+    imputed: list[Key],
+    latest: Mapping[Key, tuple[str, int]],
+) -> list[dict[str, Any]]:
+    """The zeros the policies add, with their task's dataset fields that real rows also carry.
+
+    A field no real row reports would become a metric of its own, so only those are copied.
+    """
+    added = []
+    with LineReader() as reader:
+        for keys, source in ((counted, paths.failures), (imputed, paths.materialized)):
+            for key in keys:
+                offset = latest[key][1] if source == paths.failures else group.expected[key]
+                row = parse_object(reader.read(source, offset), source, 0)
+                task_row = parse_object(reader.read(paths.materialized, group.expected[key]), paths.materialized, 0)
+                row.update({k: v for k, v in task_row.items() if k in group.fields and k not in row})
+                row.setdefault("reward", 0.0)
+                added.append(_strip(row))
+    return added
+
+
+def _strip(row: dict[str, Any]) -> dict[str, Any]:
+    """What ``/aggregate_metrics`` gets: no request params, and of the response only its usage."""
+    row.pop("responses_create_params", None)
+    response = row.get("response")
+    if isinstance(response, dict):
+        row["response"] = {"usage": response["usage"]} if "usage" in response else {}
+    return row
+
+
+def _agent(row: Mapping[str, Any]) -> str:
+    ref = row.get("agent_ref")
+    return str(ref.get("name")) if isinstance(ref, dict) else ""
+
+
+def _server_metrics(
+    url: str, paths: ArtifactPaths, group: _Group, added: list[dict[str, Any]], timeout: float
+) -> dict[str, Any] | None:
+    """POST the group's rows to its server; None when it has no such endpoint (404/405)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _post_metrics(url, paths, group, added, timeout)).result()
+
+
+async def _post_metrics(
+    url: str, paths: ArtifactPaths, group: _Group, added: list[dict[str, Any]], timeout: float
+) -> dict[str, Any] | None:
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        try:
+            async with session.post(
+                url + "/aggregate_metrics",
+                data=_verify_responses(paths.out, group, added),
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                if resp.status in NOT_IMPLEMENTED:
+                    return None
+                resp.raise_for_status()
+                reply = orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            raise MetricsServerError(f"{url}/aggregate_metrics failed: {exc}") from None
+    if not isinstance(reply, dict):
+        raise MetricsServerError(f"{url}/aggregate_metrics replied with a JSON {type(reply).__name__}")
+    return reply
+
+
+async def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent."""
+    extra = {key_of(row): row for row in added}
+    keys = sorted(set(group.output_offsets) | set(extra))
+    yield b'{"verify_responses":['
+    with LineReader() as reader:
+        for position, key in enumerate(keys):
+            row = extra.get(key)
+            if row is None:
+                row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
+            yield (b"," if position else b"") + orjson.dumps(row)
+    yield b"]}"
+
+
+def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
+    entries = [
+        {
+            "agent_ref": {"name": s.agent},
+            **s.metrics,
+            "coverage": s.coverage.as_dict(),
+            "metrics_source": s.source,
+            **({"metrics_note": s.note} if s.note else {}),
+        }
+        for s in scores
+    ]
+    private = path.with_name(f".{path.name}.{os.getpid()}")
+    private.write_bytes(orjson.dumps(entries, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(private, path)
+    return path

@@ -1,0 +1,41 @@
+"""The CI gate: turn a scored run into an exit status, with codes distinct from pytest's own.
+
+pytest uses 0-5; a CI script can tell "the eval is incomplete" (6) and "the score is too
+low" (7) apart from "tests failed" (1) without parsing output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .accounting import Coverage
+
+EXIT_INCOMPLETE = 6
+EXIT_FAIL_UNDER = 7
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    exit_code: int
+    message: str
+
+
+def check_gate(
+    coverage: Coverage,
+    mean_reward: float | None,
+    *,
+    out: str,
+    require_complete: bool,
+    fail_under: float | None,
+) -> GateFailure | None:
+    """``require_complete`` first: a partial run's score is not worth comparing to a threshold."""
+    if require_complete and coverage.completed < coverage.expected:
+        return GateFailure(
+            EXIT_INCOMPLETE,
+            f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
+            f"Partial artifacts retained at {out}.",
+        )
+    if fail_under is not None and (mean_reward is None or mean_reward < fail_under):
+        shown = "no score" if mean_reward is None else f"mean reward {mean_reward:.4f}"
+        return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {shown} is below --rollouts-fail-under {fail_under:g}.")
+    return None

@@ -1,0 +1,200 @@
+"""An honest score: coverage against the whole input, explicit policies, metrics, and the CI gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from pytest_rollouts.accounting import ScoringPolicy, account
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import tasks, write_rows
+from .helpers import QUIET, run_rollouts
+
+
+def mixed(row: dict[str, Any], seen: int) -> Reply:
+    """Task 0 scores 1 twice; task 1: rollout 0 breaks (500), rollout 1 scores 1;
+    task 2: rollout 0 scores 0, rollout 1 is a failure written nowhere (no row at all)."""
+    task, rollout = row["_ng_task_index"], row["_ng_rollout_index"]
+    if (task, rollout) == (1, 0):
+        return Reply(status=500, raw=b"boom")
+    if (task, rollout) == (2, 1):
+        return Reply(json={"_ng_failure_class": "judge_invalid", "_ng_no_persist": True})
+    return Reply(json={"reward": 0.0 if task == 2 else 1.0, "response": {"usage": {"output_tokens": 10 * task}}})
+
+
+def metrics_file(pytester: pytest.Pytester) -> list[dict[str, Any]]:
+    return json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+
+
+def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(mixed) as agent:
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
+        plain = run_rollouts(pytester, *common)
+        plain.stdout.fnmatch_lines(
+            [
+                "default: mean reward 0.7500 ± * over 4 rollouts*[[]local metrics[]]",
+                "Rollouts missing from the score: 2 of 6 materialized (agent_run_error 1, no row 1 routed this run; "
+                "see out/r_failures.jsonl)",
+                "Metrics cover: 4 of 6 rollouts",
+            ]
+        )
+        [entry] = metrics_file(pytester)
+        assert entry["key_metrics"]["mean/reward"] == 0.75
+        assert entry["coverage"] == {
+            "expected": 6,
+            "completed": 4,
+            "scored": 4,
+            "missing": 2,
+            "masked": 0,
+            "counted_as_zero": 0,
+            "imputed_zero": 0,
+            "missing_by_class": {"agent_run_error": 1, "no row": 1},
+        }
+        artifacts = {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*.jsonl")}
+        agent.requests.clear()
+        counted = run_rollouts(
+            pytester,
+            *common,
+            "--rollouts-resume",
+            "--rollouts-max-attempts=1",
+            "--rollouts-count-as-zero=agent_run_error",
+        )
+        counted.stdout.fnmatch_lines(["default: mean reward 0.6000*over 5 rollouts*", "Metrics cover: 5 of 6 rollouts"])
+        assert metrics_file(pytester)[0]["key_metrics"]["mean/reward"] == 0.6
+        both = run_rollouts(
+            pytester,
+            *common,
+            "--rollouts-resume",
+            "--rollouts-max-attempts=1",
+            "--rollouts-count-as-zero=agent_run_error",
+            "--rollouts-count-missing-as-zero",
+        )
+        both.stdout.fnmatch_lines(
+            [
+                "default: mean reward 0.5000*over 6 rollouts*",
+                "Metrics cover: 6 of 6 rollouts",
+                "Scored as zero because they left no row: 1 of 6 rollouts",
+            ]
+        )
+        assert metrics_file(pytester)[0]["coverage"]["imputed_zero"] == 1
+        assert [r["_ng_task_index"] for r in agent.requests] == [2, 2], "only the no-row key is re-sent"
+    assert {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*.jsonl")} == artifacts
+
+
+def test_account_latest_attempt_decides_and_success_wins() -> None:
+    expected = [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)]
+    completed = {(0, 0), (1, 0), (5, 0)}
+    latest = {(1, 0): "agent_run_error", (2, 0): "agent_run_error", (3, 0): "agent_request_failed"}
+    policy = ScoringPolicy(frozenset({"agent_run_error"}), count_missing_as_zero=True)
+    result = account(expected, completed, {(5, 0)}, latest, policy)
+    assert result.counted == [(2, 0)], "(1, 0) also succeeded; (3, 0)'s latest class is not listed"
+    assert result.imputed == [(4, 0)]
+    coverage = result.coverage
+    assert (coverage.expected, coverage.completed, coverage.scored, coverage.missing) == (6, 3, 4, 2)
+    assert dict(coverage.missing_by_class) == {"agent_request_failed": 1, "mask_sample": 1}
+
+
+def test_server_metrics_get_sorted_stripped_rows(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    reply = {
+        "agent_metrics": {"mean/reward": 0.25},
+        "key_metrics": {"mean/reward": 0.25},
+        "group_level_metrics": [],
+        "repeat_level_metrics": [],
+    }
+    with ScriptedAgent(mixed, aggregate=lambda body: reply, latency=0.0) as agent:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-repeats=2",
+            "--rollouts-parallel=1",
+            "--rollouts-count-as-zero=agent_run_error",
+        )
+        result.stdout.fnmatch_lines(["default: mean reward 0.2500 over 5 rollouts [[]server metrics[]]"])
+        [body] = agent.aggregate_bodies
+    rows = body["verify_responses"]
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+    assert all("responses_create_params" not in r for r in rows)
+    assert rows[0]["response"] == {"usage": {"output_tokens": 0}}
+    counted = rows[2]
+    assert counted["reward"] == 0.0 and counted["_ng_failure_class"] == "agent_run_error"
+    [entry] = metrics_file(pytester)
+    assert entry["metrics_source"] == "server" and entry["agent_metrics"] == reply["agent_metrics"]
+    assert entry["agent_ref"] == {"name": "default"} and entry["coverage"]["scored"] == 5
+
+
+def test_server_without_aggregate_metrics_falls_back_to_local(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    [entry] = metrics_file(pytester)
+    assert entry["metrics_source"] == "local"
+    assert entry["key_metrics"]["mean/reward"] == pytest.approx(2 / 3)
+    assert [g["_ng_task_index"] for g in entry["group_level_metrics"]] == [0, 1, 2]
+
+
+def test_all_failed_run_says_so(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(lambda row, seen: Reply(status=500)) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(["None of the 3 dispatched rollouts produced a result (agent_run_error 3; see *)"])
+    result.stdout.no_fnmatch_line("*mean reward*")
+
+
+def gate_run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *QUIET,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-out=out/r.jsonl",
+            "--rollouts-retry-backoff=0.01",
+            *args,
+        ],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_require_complete_and_fail_under_exit_codes(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+
+    def one_breaks(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=500) if row["_ng_task_index"] == 1 else verifier(row, seen)
+
+    with ScriptedAgent(one_breaks) as agent:
+        incomplete = gate_run(pytester, agent, "--rollouts-require-complete")
+        assert incomplete.returncode == 6, incomplete.stdout
+        assert "EVAL FAILED: 2/3 samples completed. Partial artifacts retained at " in incomplete.stdout
+        assert (pytester.path / "out" / "r_aggregate_metrics.json").exists(), "artifacts written before the gate"
+        low = gate_run(pytester, agent, "--rollouts-fail-under=0.6")
+        assert low.returncode == 7, low.stdout
+        assert "EVAL FAILED: mean reward 0.5000 is below --rollouts-fail-under 0.6." in low.stdout
+        assert gate_run(pytester, agent, "--rollouts-fail-under=0.5").returncode == 0
+    with ScriptedAgent() as agent:
+        assert gate_run(pytester, agent, "--rollouts-require-complete").returncode == 0
+
+
+def test_no_aggregate_skips_metrics_but_keeps_the_gate(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(
+        pytester,
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        "--rollouts-no-aggregate",
+        "--rollouts-require-complete",
+    )
+    assert result.ret == 0
+    assert not (pytester.path / "out" / "r_aggregate_metrics.json").exists()
+    result.stdout.fnmatch_lines(["mean reward 0.5000 over 2 rollouts reported this session"])
