@@ -36,15 +36,18 @@ class Measurement:
 def write_dataset(path: Path, rows: int) -> None:
     with open(path, "wb") as out:
         for i in range(rows):
-            row = {"responses_create_params": {"input": [{"role": "user", "content": f"question {i}"}]},
-                   "expected_answer": str(i % 7)}
+            row = {
+                "responses_create_params": {"input": [{"role": "user", "content": f"question {i}"}]},
+                "expected_answer": str(i % 7),
+            }
             out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
 
 
 def start_agent(latency: float) -> tuple[subprocess.Popen[bytes], str]:
     """Start the agent and read its ``PORT <n>`` line; the caller must stop it."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "zero_latency_agent.py"),
-                             "--latency", str(latency)], stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "zero_latency_agent.py"), "--latency", str(latency)], stdout=subprocess.PIPE
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().split()
     if len(line) != 2 or line[0] != "PORT":
@@ -89,11 +92,19 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     write_dataset(data, rows)
     outs = {"plain": base / "plain" / "r.jsonl", "plugin": base / "plugin" / "r.jsonl"}
     commands = {
-        "plain": [sys.executable, str(HERE / "plain_client.py"), str(data), url,
-                  str(outs["plain"]), str(parallel)],
-        "plugin": [sys.executable, "-m", "pytest", str(data), f"--rollouts-agent={url}",
-                   f"--rollouts-out={outs['plugin']}", f"--rollouts-parallel={parallel}",
-                   "-q", "-p", "no:cacheprovider"],
+        "plain": [sys.executable, str(HERE / "plain_client.py"), str(data), url, str(outs["plain"]), str(parallel)],
+        "plugin": [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(data),
+            f"--rollouts-agent={url}",
+            f"--rollouts-out={outs['plugin']}",
+            f"--rollouts-parallel={parallel}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
     }
     best: dict[str, Measurement] = {}
     for _ in range(repeat):
@@ -132,8 +143,7 @@ def main() -> None:
     agent, url = start_agent(args.latency)
     try:
         for rows in row_counts:
-            report(rows, bench_rows(work, url, rows, args.parallel, args.repeat),
-                   args.parallel, args.latency)
+            report(rows, bench_rows(work, url, rows, args.parallel, args.repeat), args.parallel, args.latency)
     finally:
         stop(agent)
         if args.keep:

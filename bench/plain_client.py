@@ -28,8 +28,7 @@ async def post_one(
     row["_ng_task_index"] = task_index
     row["_ng_rollout_index"] = 0
     async with gate:
-        async with session.post(url, data=orjson.dumps(row),
-                                headers={"Content-Type": "application/json"}) as resp:
+        async with session.post(url, data=orjson.dumps(row), headers={"Content-Type": "application/json"}) as resp:
             resp.raise_for_status()
             reply: dict[str, Any] = orjson.loads(await resp.read())
     reply["_ng_task_index"] = task_index
@@ -45,8 +44,7 @@ async def run(dataset: Path, url: str, out_path: Path, parallel: int) -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "wb") as out:
         async with aiohttp.ClientSession(connector=connector) as session:
-            await asyncio.gather(*(post_one(session, gate, url + "/run", row, i, out)
-                                   for i, row in enumerate(rows)))
+            await asyncio.gather(*(post_one(session, gate, url + "/run", row, i, out) for i, row in enumerate(rows)))
 
 
 def main() -> None:

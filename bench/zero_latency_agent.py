@@ -26,8 +26,11 @@ def make_app(latency: float) -> web.Application:
             await asyncio.sleep(latency)
         reply = {
             "responses_create_params": row.get("responses_create_params"),
-            "response": {"id": "r", "output": [],
-                         "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30}},
+            "response": {
+                "id": "r",
+                "output": [],
+                "usage": {"input_tokens": 10, "output_tokens": 20, "total_tokens": 30},
+            },
             "reward": 1.0 if row.get("_ng_task_index", 0) % 2 == 0 else 0.0,
         }
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
