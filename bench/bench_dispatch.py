@@ -65,11 +65,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def measure(argv: list[str], cwd: Path, log: Path) -> Measurement:
+def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None) -> Measurement:
     """Run ``argv`` to completion; fail loudly, with its log, unless it exits 0."""
     with open(log, "wb") as sink:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
     proc.returncode = code = os.waitstatus_to_exitcode(status)
@@ -104,12 +104,20 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "pytest_rollouts.plugin",
         ],
     }
+    # Only pytest and this plugin: third-party plugins that happen to be installed on the
+    # bench machine (hypothesis, pytest-benchmark, ...) are not part of what is measured.
+    # Bytecode caching is on for both, as on an ordinary machine (this sandbox sets
+    # PYTHONDONTWRITEBYTECODE, which would charge recompiling pytest to every run).
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    envs = {"plain": base_env, "plugin": {**base_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
     best: dict[str, Measurement] = {}
     for _ in range(repeat):
         for variant, argv in commands.items():
-            result = measure(argv, base, base / f"{variant}.log")
+            result = measure(argv, base, base / f"{variant}.log", envs[variant])
             written = count_lines(outs[variant])
             if written != rows:
                 raise SystemExit(f"{variant} wrote {written} lines for {rows} rows")

@@ -8,14 +8,14 @@ and a group's ``/aggregate_metrics`` request body is streamed from the files in
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import http.client
 import os
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -192,35 +192,41 @@ def _agent(row: Mapping[str, Any]) -> str:
 def _server_metrics(
     url: str, paths: ArtifactPaths, group: _Group, added: list[dict[str, Any]], timeout: float
 ) -> dict[str, Any] | None:
-    """POST the group's rows to its server; None when it has no such endpoint (404/405)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _post_metrics(url, paths, group, added, timeout)).result()
+    """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
-
-async def _post_metrics(
-    url: str, paths: ArtifactPaths, group: _Group, added: list[dict[str, Any]], timeout: float
-) -> dict[str, Any] | None:
-    import aiohttp
-
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-        try:
-            async with session.post(
-                url + "/aggregate_metrics",
-                data=_verify_responses(paths.out, group, added),
-                headers={"Content-Type": "application/json"},
-            ) as resp:
-                if resp.status in NOT_IMPLEMENTED:
-                    return None
-                resp.raise_for_status()
-                reply = orjson.loads(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            raise MetricsServerError(f"{url}/aggregate_metrics failed: {exc}") from None
+    One blocking request at session end: stdlib ``http.client`` streams the chunked body
+    from disk and spares pytest's process the aiohttp import.
+    """
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    try:
+        connection.request(
+            "POST",
+            parts.path.rstrip("/") + "/aggregate_metrics",
+            body=_verify_responses(paths.out, group, added),
+            headers={"Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        response = connection.getresponse()
+        body = response.read()
+    except OSError as exc:
+        raise MetricsServerError(f"{url}/aggregate_metrics failed: {exc}") from None
+    finally:
+        connection.close()
+    if response.status in NOT_IMPLEMENTED:
+        return None
+    if response.status != 200:
+        raise MetricsServerError(f"{url}/aggregate_metrics answered HTTP {response.status}: {body[:200]!r}")
+    try:
+        reply = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MetricsServerError(f"{url}/aggregate_metrics replied with invalid JSON ({exc})") from None
     if not isinstance(reply, dict):
         raise MetricsServerError(f"{url}/aggregate_metrics replied with a JSON {type(reply).__name__}")
     return reply
 
 
-async def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:
     """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent."""
     extra = {key_of(row): row for row in added}
     keys = sorted(set(group.output_offsets) | set(extra))

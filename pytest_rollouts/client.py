@@ -15,9 +15,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from .records import FAILURE_CLASS
+
 AGENT_RUN_ERROR = "agent_run_error"
 AGENT_REQUEST_FAILED = "agent_request_failed"
-FAILURE_CLASS = "_ng_failure_class"
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 MAX_BODY_CHARS = 2000
 _JSON_HEADERS = {"Content-Type": "application/json"}

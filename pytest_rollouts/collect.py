@@ -69,6 +69,7 @@ class DatasetFile(pytest.File):
         from .suite import SuiteError
 
         run = RolloutRun.get(self.config)
+        run.warm_engine()
         shown = os.path.relpath(self.path, self.config.invocation_params.dir)
         try:
             routing = run.routing_for(self.path)

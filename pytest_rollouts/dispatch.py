@@ -1,42 +1,30 @@
-"""Run rollouts ahead of pytest: a background thread with its own asyncio loop and one HTTP session.
+"""pytest's side of dispatch: start the dispatcher process, feed it the plan, wait on results.
 
-pytest runs one item at a time, so the dispatcher admits rollouts in the order the
-items will run, keeps up to ``parallel`` requests in flight, and lets each item's
-``runtest`` block only on its own rollouts. Residency (admitted but not yet reported
-rollouts) is bounded so a huge dataset never sits in memory at once. The loop thread
-owns every asyncio object; pytest's thread only touches a lock-guarded dict of
-finished tasks and schedules callbacks with ``call_soon_threadsafe``.
+Rollouts run ahead of pytest in ``engine.py``'s process; each item's ``runtest``
+blocks only until its own task is reported done. Reading a frame from a pipe releases
+the GIL and is interrupted by Ctrl-C, so pytest stays responsive, and the process
+ends when its input closes, so a dead pytest leaves nothing running.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import random
-import threading
-import time
+import subprocess
+import sys
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
-from .client import FAILURE_CLASS, Attempt, post_run
-from .jsonl import JsonlAppender
-from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
-from .records import (
-    NO_PERSIST,
-    RolloutOutcome,
-    agent_failure_row,
-    failure_row,
-    reward_of,
-    success_row,
-)
+from .frames import ChannelClosed, frame, message, read_frame, write_all
+from .records import RolloutOutcome
 from .settings import Settings
 
-MAX_BACKOFF_S = 60.0
-SYNC_INTERVAL_S = 1.0
+# pytest reports consumed tasks to the engine in batches: one write per this many
+# items keeps the look-ahead window nearly full without a pipe write per item.
+FREED_BATCH = 32
+CLOSE_TIMEOUT_S = 60.0
 
 
 @dataclass(slots=True)
@@ -50,11 +38,10 @@ class PlannedRollout:
     offset: int
     length: int
     first_attempt: int = 0
-    admitted: bool = False
 
 
 class DispatcherError(RuntimeError):
-    """The dispatcher thread stopped while pytest was still waiting on it."""
+    """The dispatcher process failed or went away while pytest was waiting on it."""
 
 
 class Dispatcher:
@@ -63,259 +50,156 @@ class Dispatcher:
         rollouts: list[PlannedRollout],
         slot_count: int,
         urls: dict[str, str],
-        bodies_path: Path,
-        outputs: JsonlAppender,
-        failures: JsonlAppender,
+        paths: tuple[Path, Path, Path],
         settings: Settings,
         *,
         prior: dict[int, list[RolloutOutcome]] | None = None,
         lookahead: bool = True,
+        process: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self._rollouts = rollouts
-        self._by_slot: list[list[int]] = [[] for _ in range(slot_count)]
+        self._planned = [0] * slot_count
+        self._last_position = [0] * slot_count
         for position, rollout in enumerate(rollouts):
-            self._by_slot[rollout.slot].append(position)
-        self._pending = [len(positions) for positions in self._by_slot]
-        self._outcomes: dict[int, list[RolloutOutcome]] = dict(prior or {})
-        self._done: dict[int, list[RolloutOutcome] | BaseException] = {
-            slot: sorted(self._outcomes.pop(slot, []), key=_by_rollout)
-            for slot, pending in enumerate(self._pending)
-            if not pending
-        }
-        self._urls = {name: url + "/run" for name, url in urls.items()}
-        self._bodies_fd = os.open(bodies_path, os.O_RDONLY)
-        self._outputs = outputs
-        self._failures = failures
+            self._planned[rollout.slot] += 1
+            self._last_position[rollout.slot] = position
+        self._prior = prior or {}
+        self._urls = urls
+        self._bodies, self._out, self._failures = paths
         self._settings = settings
         self._limit = settings.resident_limit if lookahead else 0
-        self._timeout = aiohttp.ClientTimeout(total=settings.timeout, sock_connect=min(settings.timeout, 30.0))
-        self._cursor = 0
-        self._resident = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._cond = threading.Condition()
-        self._waiting = -1
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._in_flight: asyncio.Semaphore | None = None
-        self.started_at = 0.0
-        self.finished_at = 0.0
-        self.completed = 0
-
-    # -- pytest's thread ---------------------------------------------------------------
+        self._done: dict[int, list[Any] | str] = {}
+        self._claimed: set[int] = set()
+        self._freed = 0
+        self._freed_sent = 0
+        self._claimed_rollouts = 0
+        self._proc = process
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._thread_main, name="rollouts-dispatch", daemon=True)
-        self._thread.start()
-        self._ready.wait()
+        agents = sorted({r.agent for r in self._rollouts})
+        agent_index = {name: i for i, name in enumerate(agents)}
+        settings = self._settings
+        header = {
+            "urls": {name: self._urls[name] for name in agents},
+            "agents": agents,
+            "bodies": str(self._bodies),
+            "out": str(self._out),
+            "failures": str(self._failures),
+            "parallel": settings.parallel,
+            "limit": self._limit,
+            "timeout": settings.timeout,
+            "retries": settings.retries,
+            "retry_backoff": settings.retry_backoff,
+            "max_attempts": settings.max_attempts,
+        }
+        columns = [
+            array("q", [r.slot for r in self._rollouts]),
+            array("q", [r.task_index for r in self._rollouts]),
+            array("q", [r.rollout_index for r in self._rollouts]),
+            array("q", [r.offset for r in self._rollouts]),
+            array("q", [r.length for r in self._rollouts]),
+            array("q", [r.first_attempt for r in self._rollouts]),
+            array("H", [agent_index[r.agent] for r in self._rollouts]),
+        ]
+        if self._proc is None:
+            self._proc = spawn_engine()
+        self._write(message(header) + b"".join(frame(c.tobytes()) for c in columns))
+        if self._read() != ["ready"]:
+            raise DispatcherError("the dispatcher process did not start")
 
     def wait(self, slot: int) -> list[RolloutOutcome]:
-        """Block until every rollout of ``slot`` finished; then free its residency."""
-        loop = self._loop
-        assert loop is not None and self._thread is not None
-        positions = self._by_slot[slot]
-        if not all(self._rollouts[p].admitted for p in positions):
-            loop.call_soon_threadsafe(self._claim, slot)
-        with self._cond:
-            self._waiting = slot
+        """Block until every rollout of ``slot`` finished (settled ones come from ``prior``)."""
+        settled = self._prior.get(slot, [])
+        if self._planned[slot]:
             while slot not in self._done:
-                if not self._thread.is_alive():
-                    raise DispatcherError("the rollouts dispatcher thread died")
-                self._cond.wait(1.0)
+                if slot not in self._claimed and not self._surely_admitted(slot):
+                    self._claimed.add(slot)
+                    self._claimed_rollouts += self._planned[slot]
+                    self._write(message(["claim", slot]))
+                self._store(self._read())
             result = self._done.pop(slot)
-            self._waiting = -1
-        loop.call_soon_threadsafe(self._release, len(positions))
-        if isinstance(result, BaseException):
-            raise result
-        return result
+            self._freed += self._planned[slot]
+            if self._freed >= FREED_BATCH or self._freed >= self._limit:
+                self._write(message(["freed", self._freed]))
+                self._freed_sent += self._freed
+                self._freed = 0
+            if isinstance(result, str):
+                raise DispatcherError(f"dispatching task slot {slot} failed:\n{result}")
+            settled = settled + [RolloutOutcome(*fields) for fields in result]
+        return sorted(settled, key=_by_rollout)
+
+    def _surely_admitted(self, slot: int) -> bool:
+        """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.
+
+        The engine admits in plan order while fewer than ``limit`` are resident; claimed
+        rollouts count as resident without moving its cursor, hence the subtraction.
+        """
+        return self._last_position[slot] < self._limit + self._freed_sent - self._claimed_rollouts
 
     def close(self) -> None:
-        """Cancel whatever still runs, flush and fsync the artifacts, stop the thread."""
-        loop, thread = self._loop, self._thread
-        if loop is not None and thread is not None and thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result()
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join()
-        os.close(self._bodies_fd)
-        self._outputs.close()
-        self._failures.close()
-
-    # -- the loop thread ---------------------------------------------------------------
-
-    def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
+        """Cancel whatever still runs; the engine flushes and fsyncs the artifacts before it exits."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
         try:
-            loop.run_until_complete(self._open())
-            self._ready.set()
-            loop.run_forever()
+            self._write_to(proc, message(["close"]))
+            while self._read_from(proc)[0] != "closed":
+                pass
+        except (ChannelClosed, BrokenPipeError, OSError):
+            pass
         finally:
-            self._ready.set()
-            loop.close()
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=CLOSE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
 
-    async def _open(self) -> None:
-        parallel = self._settings.parallel
-        connector = aiohttp.TCPConnector(limit=parallel, limit_per_host=0)
-        self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
-        self._in_flight = asyncio.Semaphore(parallel)
-        self._spawn(self._sync_periodically())
-        self.started_at = time.perf_counter()
-        self._admit()
+    def _store(self, msg: list[Any]) -> None:
+        kind, slot, payload = msg
+        self._done[slot] = payload if kind == "done" else str(payload)
 
-    async def _shutdown(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-        assert self._loop is not None
-        await self._loop.shutdown_default_executor()
-
-    def _spawn(self, coro: Any) -> None:
-        assert self._loop is not None
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _admit(self) -> None:
-        rollouts = self._rollouts
-        while self._resident < self._limit and self._cursor < len(rollouts):
-            rollout = rollouts[self._cursor]
-            self._cursor += 1
-            if not rollout.admitted:
-                self._start(rollout)
-
-    def _claim(self, slot: int) -> None:
-        """pytest waits on ``slot`` before look-ahead reached it: start it now, over the bound."""
-        for position in self._by_slot[slot]:
-            rollout = self._rollouts[position]
-            if not rollout.admitted:
-                self._start(rollout)
-
-    def _release(self, count: int) -> None:
-        self._resident -= count
-        self._admit()
-
-    def _start(self, rollout: PlannedRollout) -> None:
-        rollout.admitted = True
-        self._resident += 1
-        self._spawn(self._run(rollout))
-
-    async def _run(self, rollout: PlannedRollout) -> None:
+    def _write(self, data: bytes) -> None:
+        assert self._proc is not None
         try:
-            outcome: RolloutOutcome | BaseException = await self._attempts(rollout)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug must reach the item, not hang it
-            outcome = exc
-        self._finish(rollout, outcome)
+            self._write_to(self._proc, data)
+        except (BrokenPipeError, OSError) as exc:
+            raise DispatcherError(f"the dispatcher process went away ({exc})") from None
 
-    async def _attempts(self, rollout: PlannedRollout) -> RolloutOutcome:
-        assert self._session is not None and self._in_flight is not None
-        body = os.pread(self._bodies_fd, rollout.length, rollout.offset)
-        stamps: dict[str, Any] = {
-            TASK_INDEX: rollout.task_index,
-            ROLLOUT_INDEX: rollout.rollout_index,
-            "agent_ref": {"name": rollout.agent},
-        }
-        url = self._urls[rollout.agent]
-        # In-run retries and earlier runs' attempts share one cap per rollout.
-        last = min(rollout.first_attempt + self._settings.retries, self._settings.max_attempts - 1)
-        for attempt_index in range(rollout.first_attempt, last + 1):
-            if attempt_index:
-                stamps[ATTEMPT_INDEX] = attempt_index
-                body = _with_attempt_index(body, attempt_index)
-            async with self._in_flight:
-                attempt = await post_run(self._session, url, body, self._timeout)
-            outcome = self._record(attempt, stamps, rollout.rollout_index, attempt_index + 1)
-            if outcome is not None:
-                return outcome
-            failure = attempt.failure
-            assert failure is not None
-            if not failure.retryable or attempt_index == last:
-                return RolloutOutcome(
-                    rollout.rollout_index,
-                    None,
-                    failure.failure_class,
-                    _detail(attempt),
-                    attempt.elapsed,
-                    attempt_index + 1,
-                )
-            await asyncio.sleep(self._backoff(attempt_index, failure.retry_after))
-        raise AssertionError("unreachable: the last attempt always returns")
+    def _read(self) -> list[Any]:
+        assert self._proc is not None
+        try:
+            return self._read_from(self._proc)
+        except ChannelClosed:
+            raise DispatcherError(f"the dispatcher process exited (code {self._proc.poll()})") from None
 
-    def _record(
-        self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, attempts: int
-    ) -> RolloutOutcome | None:
-        """Write the attempt's row; return the outcome unless the attempt should be retried."""
-        reply = attempt.reply
-        if reply is None:
-            assert attempt.failure is not None
-            self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
-            return None
-        if FAILURE_CLASS in reply:
-            row = agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
-            if not row.get(NO_PERSIST):
-                self._failures.append(row)
-            return RolloutOutcome(
-                rollout_index, None, str(reply[FAILURE_CLASS]), row["_ng_failure_message"], attempt.elapsed, attempts
-            )
-        self._outputs.append(success_row(reply, stamps, attempt.elapsed))
-        return RolloutOutcome(rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts)
+    @staticmethod
+    def _write_to(proc: subprocess.Popen[bytes], data: bytes) -> None:
+        assert proc.stdin is not None
+        write_all(proc.stdin.fileno(), data)
 
-    def _backoff(self, attempt_index: int, retry_after: float | None) -> float:
-        base = self._settings.retry_backoff * (2**attempt_index)
-        delay = random.uniform(base / 2, base)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, MAX_BACKOFF_S)
+    @staticmethod
+    def _read_from(proc: subprocess.Popen[bytes]) -> list[Any]:
+        assert proc.stdout is not None
+        return orjson.loads(read_frame(proc.stdout))
 
-    def _finish(self, rollout: PlannedRollout, outcome: RolloutOutcome | BaseException) -> None:
-        slot = rollout.slot
-        self.completed += 1
-        self.finished_at = time.perf_counter()
-        if isinstance(outcome, BaseException):
-            result: list[RolloutOutcome] | BaseException = outcome
-            self._pending[slot] = 0
-        else:
-            outcomes = self._outcomes.setdefault(slot, [])
-            outcomes.append(outcome)
-            self._pending[slot] -= 1
-            if self._pending[slot]:
-                return
-            result = sorted(self._outcomes.pop(slot), key=_by_rollout)
-        with self._cond:
-            self._done[slot] = result
-            if self._waiting == slot:
-                self._cond.notify()
 
-    async def _sync_periodically(self) -> None:
-        """fsync at least once a second: a crash loses at most the last second's rows."""
-        assert self._loop is not None
-        while True:
-            await asyncio.sleep(SYNC_INTERVAL_S)
-            await self._loop.run_in_executor(None, self._sync)
+def spawn_engine() -> subprocess.Popen[bytes]:
+    """Start the dispatcher process; it imports aiohttp while pytest is still collecting."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest_rollouts.engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
 
-    def _sync(self) -> None:
-        self._outputs.sync()
-        self._failures.sync()
+
+def stop_unused(process: subprocess.Popen[bytes]) -> None:
+    """An engine that never got a plan exits at the end of its input."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.close()
+    process.wait()
+    process.stdout.close()
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:
     return outcome.rollout_index
-
-
-def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:
-    row = orjson.loads(body)
-    row[ATTEMPT_INDEX] = attempt_index
-    return orjson.dumps(row)
-
-
-def _detail(attempt: Attempt) -> str:
-    failure = attempt.failure
-    assert failure is not None
-    body = f": {failure.body[:200]}" if failure.body else ""
-    return f"{failure.message}{body}"

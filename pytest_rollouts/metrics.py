@@ -180,6 +180,9 @@ def _std(xs: Sequence[float], mean: float, ddof: int) -> float | None:
 def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
     # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
+    if len(xs) == 1:  # one rollout per task is common: skip the general path
+        (x,) = xs
+        return {f"mean/{field}": x, f"median/{field}": x, f"std/{field}": 0.0, f"min/{field}": x, f"max/{field}": x}
     mean = statistics.fmean(xs)
     return {
         f"mean/{field}": mean,

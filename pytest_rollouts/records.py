@@ -8,10 +8,13 @@ failure class) stays in memory until the item reports, which is what keeps a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .client import FAILURE_CLASS, Failure
+if TYPE_CHECKING:
+    from .client import Failure
 
+
+FAILURE_CLASS = "_ng_failure_class"
 ELAPSED = "elapsed_seconds"
 TERMINAL = "_ng_failure_terminal"
 NO_PERSIST = "_ng_no_persist"

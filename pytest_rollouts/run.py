@@ -8,7 +8,9 @@ never build it. Its life follows pytest's: ``number_tasks`` at collection,
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -21,7 +23,7 @@ import pytest
 
 from .artifacts import ArtifactPaths, RunStart, read_rows
 from .collect import DatasetFile, RolloutItem, find_declaration
-from .jsonl import JsonlAppender, JsonlError, LineReader, parse_object, scan_lines
+from .jsonl import JsonlError, LineReader, parse_object, scan_lines
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome
 from .resume import KeyHistory, Verdict, decide, histories, key_of
@@ -53,6 +55,7 @@ class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.resuming = False
+        self.lean = False
         self._settings: Settings | None = None
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
@@ -60,6 +63,7 @@ class RolloutRun:
         self._dispatcher: Dispatcher | None = None
         self._servers: list[EmbeddedServers] = []
         self._urls: dict[str, str] = {}
+        self._engine: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -80,6 +84,13 @@ class RolloutRun:
     def paths(self) -> ArtifactPaths:
         assert self.settings.out is not None
         return ArtifactPaths(self.settings.out)
+
+    def warm_engine(self) -> None:
+        """Start the dispatcher process early, so its imports overlap with collection."""
+        from .dispatch import spawn_engine
+
+        if self._engine is None and not self.config.option.collectonly:
+            self._engine = spawn_engine()
 
     def routing_for(self, dataset: Path) -> Routing:
         from .routing import AgentRegistry
@@ -137,10 +148,10 @@ class RolloutRun:
                 ),
                 stacklevel=1,
             )
-        firsts = {e.path: e.first_task for e in entries}
+        firsts = {dataset: entry.first_task for dataset, entry in zip(files, entries, strict=True)}
         for item in items:
             if isinstance(item, RolloutItem):
-                item.task_index = firsts[self._relative(item.path)] + item.row_index
+                item.task_index = firsts[item.parent] + item.row_index  # type: ignore[index]
 
     def _wants_resume(self, paths: ArtifactPaths) -> bool:
         """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""
@@ -167,6 +178,7 @@ class RolloutRun:
             return
         for slot, item in enumerate(selected):
             item.slot = slot
+        self.lean = len(selected) == len(items)
         paths = self.paths
         workerinput = getattr(self.config, "workerinput", None)
         run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
@@ -274,21 +286,24 @@ class RolloutRun:
         plan, self._plan = self._plan, None
         if plan is None:
             return
+        # Items and collection state live until the end; keeping them out of the cyclic
+        # collector's reach saves its passes over them during the run.
+        gc.freeze()
         paths = self.paths
         urls = self._agent_urls({r.agent for r in plan.rollouts})
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
             urls,
-            paths.materialized,
-            JsonlAppender(paths.out),
-            JsonlAppender(paths.failures),
+            (paths.materialized, paths.out, paths.failures),
             self.settings,
             prior=plan.prior,
             # An xdist worker cannot see which items it will be given, so it may only
             # dispatch the item it is running; look-ahead would run other workers' items.
             lookahead=not hasattr(self.config, "workerinput"),
+            process=self._engine,
         )
+        self._engine = None
         self._dispatcher.start()
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
@@ -367,6 +382,11 @@ class RolloutRun:
     def close(self) -> None:
         """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
         self.finish()
+        if self._engine is not None:
+            from .dispatch import stop_unused
+
+            stop_unused(self._engine)
+            self._engine = None
         servers, self._servers = self._servers, []
         for server in servers:
             server.stop()

@@ -1,0 +1,273 @@
+"""The dispatcher process: one asyncio loop, one aiohttp session, every artifact row written here.
+
+pytest runs items one at a time and spends real CPU on each; HTTP and JSON need CPU
+too. In one process they would take turns on the GIL, so dispatch runs here, in a
+process of its own (``python -m pytest_rollouts.engine``), and talks to pytest over
+its stdin/stdout in frames (``frames.py``):
+
+- in: a header, the plan's columns, then ``claim`` (pytest waits on a task the
+  look-ahead has not reached), ``freed`` (pytest consumed tasks: room to admit more),
+  ``close``. End of input (pytest died) closes too, so nothing is left running.
+- out: ``ready``, ``done`` with a task's outcomes once each of its rows is written,
+  ``error`` for a bug that must fail the item rather than hang it, ``closed``.
+
+Rollouts are admitted in plan order while fewer than ``limit`` are resident (admitted,
+not yet consumed), and at most ``parallel`` requests are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+import traceback
+from array import array
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .client import Attempt, post_run
+from .frames import ChannelClosed, FrameBuffer, message, read_frame
+from .jsonl import JsonlAppender
+from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
+from .records import FAILURE_CLASS, NO_PERSIST, agent_failure_row, failure_row, reward_of, success_row
+
+MAX_BACKOFF_S = 60.0
+SYNC_INTERVAL_S = 1.0
+COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent")
+
+
+class Engine:
+    def __init__(self, header: dict[str, Any], columns: dict[str, array], send: Any) -> None:
+        self._h = header
+        self._col = columns
+        self._send = send
+        self._agents = [header["urls"][name] + "/run" for name in header["agents"]]
+        self._names = header["agents"]
+        count = len(columns["slot"])
+        self._admitted = bytearray(count)
+        self._by_slot: dict[int, list[int]] = {}
+        for position, slot in enumerate(columns["slot"]):
+            self._by_slot.setdefault(slot, []).append(position)
+        self._pending = {slot: len(positions) for slot, positions in self._by_slot.items()}
+        self._outcomes: dict[int, list[list[Any]]] = {}
+        self._cursor = 0
+        self._resident = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()
+        self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
+        self._outputs = JsonlAppender(Path(header["out"]))
+        self._failures = JsonlAppender(Path(header["failures"]))
+        self._timeout = aiohttp.ClientTimeout(total=header["timeout"], sock_connect=min(header["timeout"], 30.0))
+        self._in_flight = asyncio.Semaphore(header["parallel"])
+        connector = aiohttp.TCPConnector(limit=header["parallel"], limit_per_host=0)
+        self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
+
+    # -- messages from pytest ------------------------------------------------------------
+
+    def handle(self, raw: bytes) -> None:
+        kind, *args = orjson.loads(raw)
+        if kind == "freed":
+            self._resident -= args[0]
+            self._admit()
+        elif kind == "claim":
+            self._claim(args[0])
+        elif kind == "close":
+            self._closing.set()
+
+    def input_closed(self) -> None:
+        self._closing.set()
+
+    # -- the run -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._spawn(self._sync_periodically())
+        self._send(message(["ready"]))
+        self._admit()
+        await self._closing.wait()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._session.close()
+        os.close(self._bodies_fd)
+        self._outputs.close()
+        self._failures.close()
+        self._send(message(["closed"]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _admit(self) -> None:
+        limit, total = self._h["limit"], len(self._admitted)
+        while self._resident < limit and self._cursor < total:
+            position = self._cursor
+            self._cursor += 1
+            if not self._admitted[position]:
+                self._start(position)
+
+    def _claim(self, slot: int) -> None:
+        """pytest waits on ``slot`` before look-ahead reached it: start it now, over the bound."""
+        for position in self._by_slot.get(slot, ()):
+            if not self._admitted[position]:
+                self._start(position)
+
+    def _start(self, position: int) -> None:
+        self._admitted[position] = 1
+        self._resident += 1
+        self._spawn(self._run(position))
+
+    async def _run(self, position: int) -> None:
+        slot = self._col["slot"][position]
+        try:
+            outcome = await self._attempts(position)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug must reach the item, not hang it
+            self._pending[slot] = 0
+            self._send(message(["error", slot, traceback.format_exc()]))
+            return
+        outcomes = self._outcomes.setdefault(slot, [])
+        outcomes.append(outcome)
+        self._pending[slot] -= 1
+        if not self._pending[slot]:
+            self._send(message(["done", slot, self._outcomes.pop(slot)]))
+
+    async def _attempts(self, position: int) -> list[Any]:
+        col = self._col
+        rollout_index = col["rollout"][position]
+        agent = self._names[col["agent"][position]]
+        body = os.pread(self._bodies_fd, col["length"][position], col["offset"][position])
+        stamps: dict[str, Any] = {
+            TASK_INDEX: col["task"][position],
+            ROLLOUT_INDEX: rollout_index,
+            "agent_ref": {"name": agent},
+        }
+        url = self._agents[col["agent"][position]]
+        first = col["first_attempt"][position]
+        # In-run retries and earlier runs' attempts share one cap per rollout.
+        last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
+        for attempt_index in range(first, last + 1):
+            if attempt_index:
+                stamps[ATTEMPT_INDEX] = attempt_index
+                body = _with_attempt_index(body, attempt_index)
+            async with self._in_flight:
+                attempt = await post_run(self._session, url, body, self._timeout)
+            outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
+            if outcome is not None:
+                return outcome
+            failure = attempt.failure
+            assert failure is not None
+            if not failure.retryable or attempt_index == last:
+                return [
+                    rollout_index,
+                    None,
+                    failure.failure_class,
+                    _detail(attempt),
+                    attempt.elapsed,
+                    attempt_index + 1,
+                ]
+            await asyncio.sleep(self._backoff(attempt_index, failure.retry_after))
+        raise AssertionError("unreachable: the last attempt always returns")
+
+    def _record(self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, attempts: int) -> list[Any] | None:
+        """Write the attempt's row; return the outcome unless the attempt should be retried."""
+        reply = attempt.reply
+        if reply is None:
+            assert attempt.failure is not None
+            self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
+            return None
+        if FAILURE_CLASS in reply:
+            row = agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
+            if not row.get(NO_PERSIST):
+                self._failures.append(row)
+            return [
+                rollout_index,
+                None,
+                str(reply[FAILURE_CLASS]),
+                row["_ng_failure_message"],
+                attempt.elapsed,
+                attempts,
+            ]
+        self._outputs.append(success_row(reply, stamps, attempt.elapsed))
+        return [rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts]
+
+    def _backoff(self, attempt_index: int, retry_after: float | None) -> float:
+        base = self._h["retry_backoff"] * (2**attempt_index)
+        delay = random.uniform(base / 2, base)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, MAX_BACKOFF_S)
+
+    async def _sync_periodically(self) -> None:
+        """fsync at least once a second: a crash loses at most the last second's rows."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            await loop.run_in_executor(None, self._sync)
+
+    def _sync(self) -> None:
+        self._outputs.sync()
+        self._failures.sync()
+
+
+def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:
+    row = orjson.loads(body)
+    row[ATTEMPT_INDEX] = attempt_index
+    return orjson.dumps(row)
+
+
+def _detail(attempt: Attempt) -> str:
+    failure = attempt.failure
+    assert failure is not None
+    body = f": {failure.body[:200]}" if failure.body else ""
+    return f"{failure.message}{body}"
+
+
+class _Input(asyncio.Protocol):
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._frames = FrameBuffer()
+
+    def data_received(self, data: bytes) -> None:
+        for raw in self._frames.feed(data):
+            self._engine.handle(raw)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._engine.input_closed()
+
+
+async def _serve(stdin: Any, stdout: Any) -> None:
+    try:
+        header = orjson.loads(read_frame(stdin))
+    except ChannelClosed:
+        return  # started ahead of time by a session that dispatched nothing
+    columns = {}
+    for name in COLUMNS:
+        column = array("H" if name == "agent" else "q")
+        column.frombytes(read_frame(stdin))
+        columns[name] = column
+    loop = asyncio.get_running_loop()
+    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, stdout)
+    engine = Engine(header, columns, writer.write)
+    await loop.connect_read_pipe(lambda: _Input(engine), stdin)
+    await engine.run()
+    writer.close()
+
+
+def main() -> None:
+    # Ctrl-C reaches the whole process group; pytest decides when dispatch stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
+    stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
+    asyncio.run(_serve(stdin, stdout))
+
+
+if __name__ == "__main__":
+    main()

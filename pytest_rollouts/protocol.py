@@ -1,0 +1,27 @@
+"""A lean run protocol for sessions made only of rollout items.
+
+pytest's default protocol wraps each phase in output capture, log capture and fixture
+setup. A rollout item has no fixtures and prints nothing, yet at 10k items those
+wrappers cost more than the HTTP work. Here each item goes through the same hooks
+reporters, ``-x``, ``--lf``, junitxml and xdist rely on, with a call and a teardown
+report; the setup phase, which cannot fail, is not reported, which also spares the
+terminal reporter from keeping a report per item that says nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _nothing() -> None:
+    """Teardown of a rollout item: there are no fixtures to run."""
+
+
+def run_lean(item: pytest.Item) -> None:
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for when, func in (("call", item.runtest), ("teardown", _nothing)):
+        call = pytest.CallInfo.from_call(func, when=when, reraise=(pytest.exit.Exception, KeyboardInterrupt))
+        report = ihook.pytest_runtest_makereport(item=item, call=call)
+        ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
