@@ -8,6 +8,7 @@ is ``None`` rather than a number that would lie.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import statistics
@@ -177,20 +178,21 @@ def _std(xs: Sequence[float], mean: float, ddof: int) -> float | None:
     return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
 
 
+@functools.cache
+def _names(field: str) -> tuple[str, str, str, str, str]:
+    """One set of key strings per field, shared by every task's entry (100k tasks, 100k dicts)."""
+    return f"mean/{field}", f"median/{field}", f"std/{field}", f"min/{field}", f"max/{field}"
+
+
 def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
     # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
+    mean_, median_, std_, min_, max_ = _names(field)
     if len(xs) == 1:  # one rollout per task is common: skip the general path
         (x,) = xs
-        return {f"mean/{field}": x, f"median/{field}": x, f"std/{field}": 0.0, f"min/{field}": x, f"max/{field}": x}
+        return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
     mean = statistics.fmean(xs)
-    return {
-        f"mean/{field}": mean,
-        f"median/{field}": statistics.median(xs),
-        f"std/{field}": _std(xs, mean, ddof=0),
-        f"min/{field}": min(xs),
-        f"max/{field}": max(xs),
-    }
+    return {mean_: mean, median_: statistics.median(xs), std_: _std(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
 
 
 def _interval(mean: float, se: float | None) -> tuple[float | None, float | None]:
