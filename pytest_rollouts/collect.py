@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .jsonl import JsonlError, parse_object, scan_lines
+from .stash import DIST
 
 if TYPE_CHECKING:
     from .records import RolloutOutcome
@@ -69,6 +70,14 @@ class DatasetFile(pytest.File):
         from .suite import SuiteError
 
         run = RolloutRun.get(self.config)
+        workerinput = getattr(self.config, "workerinput", {})
+        dist = workerinput.get(DIST, "no")
+        if dist != "no":
+            from .xdist import refusal
+
+            reason = refusal(dist)
+            if reason:
+                raise self.CollectError(reason)
         run.warm_engine()
         shown = os.path.relpath(self.path, self.config.invocation_params.dir)
         try:
@@ -89,8 +98,11 @@ class DatasetFile(pytest.File):
                 raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
+            name = f"task[{row_index}]"
+            # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
+            # --lf only finds items whose structured id was built that way.
             yield RolloutItem.from_parent(
-                self, name=f"task[{row_index}]", offset=offset, row_index=row_index, agent=agent
+                self, name=name, nodeid=f"{self.nodeid}::{name}", offset=offset, row_index=row_index, agent=agent
             )
         self.sha256, self.rows = digest.hexdigest(), rows
 

@@ -54,6 +54,7 @@ class Dispatcher:
         settings: Settings,
         *,
         prior: dict[int, list[RolloutOutcome]] | None = None,
+        parallel: int,
         lookahead: bool = True,
         process: subprocess.Popen[bytes] | None = None,
     ) -> None:
@@ -67,6 +68,7 @@ class Dispatcher:
         self._urls = urls
         self._bodies, self._out, self._failures = paths
         self._settings = settings
+        self._parallel = parallel
         self._limit = settings.resident_limit if lookahead else 0
         self._done: dict[int, list[Any] | str] = {}
         self._claimed: set[int] = set()
@@ -85,7 +87,7 @@ class Dispatcher:
             "bodies": str(self._bodies),
             "out": str(self._out),
             "failures": str(self._failures),
-            "parallel": settings.parallel,
+            "parallel": self._parallel,
             "limit": self._limit,
             "timeout": settings.timeout,
             "retries": settings.retries,
@@ -127,6 +129,14 @@ class Dispatcher:
                 raise DispatcherError(f"dispatching task slot {slot} failed:\n{result}")
             settled = settled + [RolloutOutcome(*fields) for fields in result]
         return sorted(settled, key=_by_rollout)
+
+    def claim(self, slots: list[int]) -> None:
+        """Start these tasks now (an xdist worker's queue): one write for all of them."""
+        fresh = [slot for slot in slots if self._planned[slot] and slot not in self._claimed]
+        if fresh:
+            self._claimed.update(fresh)
+            self._claimed_rollouts += sum(self._planned[slot] for slot in fresh)
+            self._write(b"".join(message(["claim", slot]) for slot in fresh))
 
     def _surely_admitted(self, slot: int) -> bool:
         """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .options import OPTIONS
-from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
+from .stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -47,12 +47,23 @@ def pytest_configure(config: pytest.Config) -> None:
         from .run import RolloutRun
 
         RolloutRun.get(config).settings  # noqa: B018 - resolving validates
+        _refuse_dist(config)
+
+
+def _refuse_dist(config: pytest.Config) -> None:
+    dist = config.getoption("dist", "no")
+    if dist != "no" and config.pluginmanager.has_plugin("xdist"):
+        from .xdist import refusal
+
+        reason = refusal(dist)
+        if reason:
+            raise pytest.UsageError(reason)
 
 
 def _configured(config: pytest.Config) -> bool:
     if any(config.getoption("rollouts_" + o.name) not in (None, []) for o in OPTIONS):
         return True
-    return any(key.startswith("rollouts_") for key in config.inicfg)
+    return any(config.getini(o.ini) not in (None, "", []) for o in OPTIONS)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -63,13 +74,26 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return collect_dataset(file_path, parent)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A scheduler that keeps workers' windows full, for runs configured for rollouts."""
+    if not _configured(config) or config.getoption("dist") != "load":
+        return None
+    from .run import RolloutRun
+    from .xdist import RolloutScheduling
+
+    settings = RolloutRun.get(config).settings
+    return RolloutScheduling(config, log, settings.parallel, settings.repeats)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist controller: give every worker the same run id, so the outputs are emptied once."""
+    """xdist controller: give every worker the same run id (files are prepared once) and the dist mode."""
     import uuid
 
     run_id = node.config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex)
     node.workerinput[RUN_ID] = run_id
+    node.workerinput[DIST] = node.config.getoption("dist")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -291,6 +291,12 @@ class RolloutRun:
         gc.freeze()
         paths = self.paths
         urls = self._agent_urls({r.agent for r in plan.rollouts})
+        workerinput = getattr(self.config, "workerinput", None)
+        parallel = self.settings.parallel
+        if workerinput is not None:
+            from .xdist import parallel_share
+
+            parallel = parallel_share(parallel, workerinput)
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
@@ -298,9 +304,10 @@ class RolloutRun:
             (paths.materialized, paths.out, paths.failures),
             self.settings,
             prior=plan.prior,
-            # An xdist worker cannot see which items it will be given, so it may only
-            # dispatch the item it is running; look-ahead would run other workers' items.
-            lookahead=not hasattr(self.config, "workerinput"),
+            parallel=parallel,
+            # An xdist worker dispatches only what xdist queued for it (claimed in ``wait``);
+            # looking ahead over the whole plan would run other workers' items.
+            lookahead=workerinput is None,
             process=self._engine,
         )
         self._engine = None
@@ -341,10 +348,24 @@ class RolloutRun:
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if self._dispatcher is None:
             raise RuntimeError("rollouts were not dispatched in this session")
+        workerinput = getattr(self.config, "workerinput", None)
+        if workerinput is not None:
+            from .xdist import queued_indices
+
+            items = item.session.items
+            self._dispatcher.claim(
+                [items[i].slot for i in queued_indices(self.config) if isinstance(items[i], RolloutItem)]
+            )
         outcomes = self._dispatcher.wait(item.slot)
         if outcomes:
             self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
         return outcomes
+
+    def _queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
+        """On an xdist worker, the tasks queued behind the running one: its only safe look-ahead."""
+        from .xdist import queued_indices
+
+        return [item.slot for i in queued_indices(self.config) if isinstance(item := items[i], RolloutItem)]
 
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""

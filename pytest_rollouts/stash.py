@@ -14,3 +14,5 @@ RUN_ID_KEY = pytest.StashKey[str]()
 
 # The ``workerinput`` key under which the xdist controller hands every worker the same run id.
 RUN_ID = "rollouts_run_id"
+# ... and the ``--dist`` mode, which a worker's own options no longer show.
+DIST = "rollouts_dist"

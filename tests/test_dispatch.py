@@ -148,28 +148,6 @@ def test_shipped_suite_runs_on_its_embedded_agent(pytester: pytest.Pytester) -> 
     assert all(r["reward"] == float(r["extracted_answer"] == r["expected_answer"]) for r in rows)
 
 
-def test_xdist_workers_write_each_rollout_once(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
-    write_rows(pytester.path / "data.jsonl", tasks(12))
-    out = pytester.path / "out" / "r.jsonl"
-    out.parent.mkdir()
-    out.write_text('{"stale": true}\n')
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "2",
-        "data.jsonl",
-        f"--rollouts-agent={agent.url}",
-        f"--rollouts-out={out}",
-        "--rollouts-repeats=2",
-    )
-    result.assert_outcomes(passed=12)
-    artifacts = Artifacts(pytester.path)
-    assert sorted(keys(artifacts.rows)) == keys(artifacts.materialized)
-    assert len(keys(artifacts.materialized)) == 24
-    assert sorted(agent.keys()) == keys(artifacts.materialized)
-
-
 def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(200))
     out = pytester.path / "out" / "r.jsonl"
