@@ -100,5 +100,11 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option("fail_under", "Exit 7 when the mean reward is below X.", "X"),
+    Option(
+        "shard",
+        "Run only shard K of N (0 <= K < N): a stable hash of the task index picks the tasks, "
+        "so a task's repeats stay together. Merge with `pytest-rollouts aggregate`.",
+        "K/N",
+    ),
     Option("no_aggregate", "Skip metrics (for shards merged later); coverage and the gate still apply.", flag=True),
 )

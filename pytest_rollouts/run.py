@@ -103,7 +103,7 @@ class RolloutRun:
 
     # -- collection ----------------------------------------------------------------------
 
-    def number_tasks(self, items: Sequence[pytest.Item]) -> None:
+    def number_tasks(self, items: list[pytest.Item]) -> None:
         """Give every collected row its run-wide task index, before ``-k``/``-m``/``--lf`` deselect.
 
         A fresh run numbers rows in collection order; a resumed one takes each file's first
@@ -152,6 +152,20 @@ class RolloutRun:
         for item in items:
             if isinstance(item, RolloutItem):
                 item.task_index = firsts[item.parent] + item.row_index  # type: ignore[index]
+        if self.settings.shard is not None:
+            self._keep_shard(items, self.settings.shard)
+
+    def _keep_shard(self, items: list[pytest.Item], shard: tuple[int, int]) -> None:
+        """Deselect the rows of other shards, the way ``-k`` deselects: they are not this run's."""
+        from .shard import in_shard
+
+        keep, drop = [], []
+        for item in items:
+            mine = not isinstance(item, RolloutItem) or in_shard(item.task_index, shard)
+            (keep if mine else drop).append(item)
+        if drop:
+            self.config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
     def _wants_resume(self, paths: ArtifactPaths) -> bool:
         """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""
@@ -166,6 +180,7 @@ class RolloutRun:
             "interleave_repeats": s.interleave_repeats,
             "repeats_add_seed": s.repeats_add_seed,
             "responses_create_params": s.responses_create_params,
+            "shard": None if s.shard is None else f"{s.shard[0]}/{s.shard[1]}",
         }
 
     def _relative(self, path: Path) -> str:

@@ -66,6 +66,19 @@ class Settings(BaseModel):
     require_complete: bool = False
     fail_under: float | None = None
     no_aggregate: bool = False
+    shard: tuple[int, int] | None = None
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _parse_shard(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            k, sep, n = value.partition("/")
+            if not sep or not k.strip().isdigit() or not n.strip().isdigit():
+                raise ValueError("must look like K/N, e.g. 0/4")
+            value = (int(k), int(n))
+        if isinstance(value, tuple) and not 0 <= value[0] < value[1]:
+            raise ValueError("K/N needs 0 <= K < N")
+        return value
 
     @field_validator("count_as_zero", mode="before")
     @classmethod

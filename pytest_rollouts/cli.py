@@ -1,0 +1,84 @@
+"""``pytest-rollouts aggregate``: merge shards into one run and score it as a single run would.
+
+Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
+scoring options, and its exit codes are the run's: 6 incomplete, 7 below
+``--fail-under``, and 8 when the inputs do not form one run (nothing is written then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .accounting import ScoringPolicy
+from .aggregate import score_run
+from .artifacts import ArtifactPaths
+from .gate import check_gate
+from .jsonl import JsonlError
+from .merge import MergeError, check, find_inputs, load_shards, write_merged
+from .report import score_lines
+
+EXIT_NOT_ONE_RUN = 8
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pytest-rollouts", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
+    merge.add_argument("--input", required=True, help="glob(s), comma-separated, of shard <stem>.jsonl files")
+    merge.add_argument("--out", required=True, type=Path, help="the merged <stem>.jsonl")
+    merge.add_argument("--count-as-zero", action="append", default=[], metavar="CLASS[,CLASS...]")
+    merge.add_argument("--count-missing-as-zero", action="store_true")
+    merge.add_argument("--require-complete", action="store_true")
+    merge.add_argument("--fail-under", type=float, default=None, metavar="X")
+    merge.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="where a group's /aggregate_metrics lives; without it metrics are computed locally",
+    )
+    args = parser.parse_args(argv)
+    return aggregate(args)
+
+
+def aggregate(args: argparse.Namespace) -> int:
+    out = ArtifactPaths(args.out.resolve())
+    try:
+        shards = load_shards(find_inputs(args.input, out.out))
+        manifest, problems = check(shards)
+        if problems:
+            raise MergeError("\n".join(f"  - {p}" for p in problems))
+        write_merged(shards, manifest, out)
+        policy = ScoringPolicy(
+            frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip()),
+            args.count_missing_as_zero,
+        )
+        urls = dict(a.split("=", 1) for a in args.agent)
+        score = score_run(out, policy, agent_url=urls.get, write_metrics=True, timeout=3600.0)
+    except MergeError as exc:
+        print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
+        return EXIT_NOT_ONE_RUN
+    except JsonlError as exc:
+        print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
+        return EXIT_NOT_ONE_RUN
+    print(f"merged {len(shards)} inputs into {out.out}")
+    for line in score_lines(score, str(out.failures)):
+        print(line)
+    print(f"metrics: {score.metrics_path}")
+    gate = check_gate(
+        score.coverage,
+        score.mean_reward,
+        out=str(out.out),
+        require_complete=args.require_complete,
+        fail_under=args.fail_under,
+    )
+    if gate is not None:
+        print(gate.message, file=sys.stderr)
+        return gate.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

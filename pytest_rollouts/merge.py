@@ -1,0 +1,175 @@
+"""Merge shard outputs into one run, after proving that together they are exactly the whole run.
+
+Shards come from ``--rollouts-shard K/N`` (each records its shard and the run's
+fingerprint in its manifest) or from NeMo Gym (no manifest: the union of their
+materialized inputs is taken as the run). Any missing or doubled shard, any key in two
+shards, any key of the run in none, or a fingerprint that differs is named, and nothing
+is written.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .artifacts import ArtifactPaths
+from .jsonl import parse_object, scan_lines
+from .manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
+from .resume import Key, key_of
+
+SIDECAR_SUFFIXES = ("_failures.jsonl", "_materialized_inputs.jsonl")
+SHOWN = 10
+
+
+class MergeError(Exception):
+    """The inputs do not form one complete run; the message lists every problem found."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    paths: ArtifactPaths
+    manifest: RunManifest | None
+
+    @property
+    def name(self) -> str:
+        return str(self.paths.out)
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        value = self.manifest.shape.get("shard") if self.manifest else None
+        if not value:
+            return None
+        k, n = str(value).split("/")
+        return int(k), int(n)
+
+
+def find_inputs(patterns: str, out: Path) -> list[Path]:
+    """Comma-separated globs, sorted and deduplicated; sidecars and the merged output are not inputs."""
+    found: set[Path] = set()
+    for pattern in filter(None, (p.strip() for p in patterns.split(","))):
+        found.update(Path(p).resolve() for p in glob.glob(pattern, recursive=True))
+    skip = {p.resolve() for p in ArtifactPaths(out).all()}
+    return sorted(p for p in found if p not in skip and not p.name.endswith(SIDECAR_SUFFIXES) and p.is_file())
+
+
+def load_shards(inputs: list[Path]) -> list[Shard]:
+    shards = []
+    for path in inputs:
+        paths = ArtifactPaths(path)
+        try:
+            shards.append(Shard(paths, read_manifest(paths.manifest)))
+        except ManifestError as exc:
+            raise MergeError(str(exc)) from None
+    return shards
+
+
+def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
+    """Every problem that keeps these shards from being one run, and the merged manifest."""
+    if not shards:
+        return None, ["no input files matched"]
+    problems: list[str] = []
+    with_manifest = [s for s in shards if s.manifest is not None]
+    if with_manifest and len(with_manifest) != len(shards):
+        missing = ", ".join(s.name for s in shards if s.manifest is None)
+        problems.append(f"some inputs have no run manifest: {missing}")
+    merged = None
+    if with_manifest:
+        first = with_manifest[0]
+        assert first.manifest is not None
+        merged = _unsharded(first.manifest)
+        for other in with_manifest[1:]:
+            assert other.manifest is not None
+            for difference in differences(merged, _unsharded(other.manifest)):
+                problems.append(f"{other.name} is not from the same run as {first.name}: {difference}")
+        problems += _shard_ids(with_manifest)
+    keys_by_shard = {s.name: _materialized_keys(s.paths.materialized) for s in shards}
+    owners: dict[Key, list[str]] = defaultdict(list)
+    for name, keys in keys_by_shard.items():
+        for key in keys:
+            owners[key].append(name)
+    doubled = sorted(key for key, names in owners.items() if len(names) > 1)
+    if doubled:
+        shown = "; ".join(f"{key} in {', '.join(owners[key])}" for key in doubled[:SHOWN])
+        problems.append(f"{len(doubled)} rollout keys are in more than one shard: {shown}" + _more(doubled))
+    if merged is not None and isinstance(merged.shape.get("repeats"), int):
+        missing = sorted(_full_keys(merged) - owners.keys())
+        if missing:
+            shown = ", ".join(map(str, missing[:SHOWN]))
+            problems.append(f"{len(missing)} rollout keys of the run are in no shard: {shown}" + _more(missing))
+    return merged, problems
+
+
+def _unsharded(manifest: RunManifest) -> RunManifest:
+    return manifest.model_copy(update={"shape": {**manifest.shape, "shard": None}})
+
+
+def _shard_ids(shards: list[Shard]) -> list[str]:
+    problems = []
+    ids = [(s.shard, s.name) for s in shards]
+    unsharded = [name for shard, name in ids if shard is None]
+    if unsharded:
+        problems.append(f"inputs not run with --rollouts-shard: {', '.join(unsharded)}")
+    counts = {shard[1] for shard, _ in ids if shard is not None}
+    if len(counts) > 1:
+        problems.append(f"shards were cut into different counts: {sorted(counts)}")
+    if len(counts) == 1:
+        (count,) = counts
+        seen: dict[int, list[str]] = defaultdict(list)
+        for shard, name in ids:
+            if shard is not None:
+                seen[shard[0]].append(name)
+        absent = [f"{k}/{count}" for k in range(count) if k not in seen]
+        if absent:
+            problems.append(f"missing shards: {', '.join(absent)}")
+        for k, names in sorted(seen.items()):
+            if len(names) > 1:
+                problems.append(f"shard {k}/{count} appears more than once: {', '.join(names)}")
+    return problems
+
+
+def _materialized_keys(path: Path) -> list[Key]:
+    return [key_of(parse_object(line, path, line_no)) for line_no, _, line in scan_lines(path)]
+
+
+def _full_keys(manifest: RunManifest) -> set[Key]:
+    repeats = int(manifest.shape["repeats"])
+    return {
+        (t, r) for d in manifest.datasets for t in range(d.first_task, d.first_task + d.rows) for r in range(repeats)
+    }
+
+
+def _more(items: list[Key]) -> str:
+    return f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else ""
+
+
+def write_merged(shards: list[Shard], manifest: RunManifest | None, out: ArtifactPaths) -> None:
+    """Concatenate each artifact across shards; a torn last line of a shard is left out."""
+    out.out.parent.mkdir(parents=True, exist_ok=True)
+    for target, source in (
+        (out.out, lambda p: p.out),
+        (out.failures, lambda p: p.failures),
+        (out.materialized, lambda p: p.materialized),
+    ):
+        private = target.with_name(f".{target.name}.{os.getpid()}")
+        with open(private, "wb") as sink:
+            for shard in shards:
+                _copy_whole_lines(source(shard.paths), sink)
+        os.replace(private, target)
+    if manifest is not None:
+        write_manifest(out.manifest, manifest)
+
+
+def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) != b"\n":
+            raise MergeError(f"{path}: the last line is cut short; resume that shard first (it repairs it)")
+        handle.seek(0)
+        shutil.copyfileobj(handle, sink)

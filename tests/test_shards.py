@@ -1,0 +1,122 @@
+"""Shards on many machines, merged into one run that proves it is complete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_rollouts.shard import in_shard
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+
+
+def aggregate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_rollouts", "aggregate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def metrics(path: Path) -> list[dict]:
+    entries = json.loads(path.read_text())
+    return [{k: v for k, v in e.items()} for e in entries]
+
+
+@pytest.fixture
+def sharded(pytester: pytest.Pytester, agent: ScriptedAgent) -> Path:
+    """A 20-task, 2-repeat run done whole (whole/) and as shards 0/3, 1/3, 2/3 (shards/)."""
+    write_rows(pytester.path / "data.jsonl", tasks(20))
+    common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
+    run_rollouts(pytester, *common, out="whole/r.jsonl").assert_outcomes(passed=20)
+    for k in range(3):
+        result = run_rollouts(
+            pytester, *common, f"--rollouts-shard={k}/3", "--rollouts-no-aggregate", out=f"shards/shard-{k}.jsonl"
+        )
+        mine = [t for t in range(20) if in_shard(t, (k, 3))]
+        result.assert_outcomes(passed=len(mine), deselected=20 - len(mine))
+        assert sorted({t for t, _ in keys(Artifacts(pytester.path, f"shards/shard-{k}.jsonl").materialized)}) == mine
+    return pytester.path
+
+
+def test_shards_merged_equal_the_single_run(sharded: Path) -> None:
+    result = aggregate(sharded, "--input", "shards/shard-*.jsonl", "--out", "merged/r.jsonl", "--require-complete")
+    assert result.returncode == 0, result.stderr
+    assert "Metrics cover" not in result.stdout, "complete: no coverage report"
+    whole, merged = Artifacts(sharded, "whole/r.jsonl"), Artifacts(sharded, "merged/r.jsonl")
+    assert sorted(keys(merged.rows)) == sorted(keys(whole.rows)) == sorted(keys(merged.materialized))
+    assert metrics(sharded / "merged" / "r_aggregate_metrics.json") == metrics(
+        sharded / "whole" / "r_aggregate_metrics.json"
+    )
+
+
+def test_a_missing_shard_is_named(sharded: Path) -> None:
+    result = aggregate(sharded, "--input", "shards/shard-0.jsonl,shards/shard-2.jsonl", "--out", "m/r.jsonl")
+    assert result.returncode == 8
+    assert "missing shards: 1/3" in result.stderr
+    assert "rollout keys of the run are in no shard" in result.stderr
+    assert not (sharded / "m" / "r.jsonl").exists(), "nothing is written"
+
+
+def test_a_doubled_shard_is_named(sharded: Path) -> None:
+    copy = sharded / "shards" / "again"
+    copy.mkdir()
+    for path in (sharded / "shards").glob("shard-1*"):
+        (copy / path.name).write_bytes(path.read_bytes())
+    result = aggregate(sharded, "--input", "shards/shard-*.jsonl,shards/again/shard-1.jsonl", "--out", "m/r.jsonl")
+    assert result.returncode == 8
+    assert "shard 1/3 appears more than once" in result.stderr
+    assert "rollout keys are in more than one shard" in result.stderr
+
+
+def test_a_shard_of_another_run_is_refused(sharded: Path, pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    run_rollouts(
+        pytester,
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        "--rollouts-repeats=3",
+        "--rollouts-shard=1/3",
+        out="other/shard-1.jsonl",
+    )
+    result = aggregate(
+        sharded, "--input", "shards/shard-0.jsonl,other/shard-1.jsonl,shards/shard-2.jsonl", "--out", "m/r.jsonl"
+    )
+    assert result.returncode == 8
+    assert "is not from the same run" in result.stderr and "repeats: recorded " in result.stderr
+
+
+def test_merge_gates_like_a_run(sharded: Path) -> None:
+    result = aggregate(sharded, "--input", "shards/*.jsonl", "--out", "m/r.jsonl", "--fail-under=0.9")
+    assert result.returncode == 7
+    assert "EVAL FAILED: mean reward 0.6500 is below --rollouts-fail-under 0.9." in result.stderr
+
+
+def test_nemo_gym_style_shards_without_manifests(tmp_path: Path) -> None:
+    for k, task_range in enumerate((range(0, 2), range(2, 4))):
+        stem = tmp_path / f"rs{k}"
+        rows = [
+            {"_ng_task_index": t, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}, "reward": float(t % 2)}
+            for t in task_range
+        ]
+        write_rows(Path(f"{stem}.jsonl"), rows)
+        write_rows(
+            Path(f"{stem}_materialized_inputs.jsonl"), [{k2: v for k2, v in r.items() if k2 != "reward"} for r in rows]
+        )
+    result = aggregate(tmp_path, "--input", "rs*.jsonl", "--out", "all.jsonl", "--require-complete")
+    assert result.returncode == 0, result.stderr
+    assert "a: mean reward 0.5000" in result.stdout
+
+
+def test_shard_is_validated(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-shard=3/3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--rollouts-shard*K/N needs 0 <= K < N*"])
