@@ -55,7 +55,7 @@ class Dispatcher:
         *,
         prior: dict[int, list[RolloutOutcome]] | None = None,
         parallel: int,
-        lookahead: bool = True,
+        worker: bool = False,
         process: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self._rollouts = rollouts
@@ -69,7 +69,10 @@ class Dispatcher:
         self._bodies, self._out, self._failures = paths
         self._settings = settings
         self._parallel = parallel
-        self._limit = settings.resident_limit if lookahead else 0
+        # An xdist worker dispatches only what xdist queued for it (``claim``): looking
+        # ahead over the whole plan would run other workers' items.
+        self._limit = 0 if worker else settings.resident_limit
+        self._worker = worker
         self._done: dict[int, list[Any] | str] = {}
         self._claimed: set[int] = set()
         self._freed = 0
@@ -93,6 +96,8 @@ class Dispatcher:
             "retries": settings.retries,
             "retry_backoff": settings.retry_backoff,
             "max_attempts": settings.max_attempts,
+            # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
+            "shared_output": self._worker,
         }
         columns = [
             array("q", [r.slot for r in self._rollouts]),

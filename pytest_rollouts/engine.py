@@ -66,6 +66,7 @@ class Engine:
         self._in_flight = asyncio.Semaphore(header["parallel"])
         connector = aiohttp.TCPConnector(limit=header["parallel"], limit_per_host=0)
         self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
+        self._shared = SharedOutput(Path(header["out"])) if header.get("shared_output") else None
 
     # -- messages from pytest ------------------------------------------------------------
 
@@ -126,7 +127,7 @@ class Engine:
     async def _run(self, position: int) -> None:
         slot = self._col["slot"][position]
         try:
-            outcome = await self._attempts(position)
+            outcome = self._written_elsewhere(position) or await self._attempts(position)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug must reach the item, not hang it
@@ -138,6 +139,21 @@ class Engine:
         self._pending[slot] -= 1
         if not self._pending[slot]:
             self._send(message(["done", slot, self._outcomes.pop(slot)]))
+
+    def _written_elsewhere(self, position: int) -> list[Any] | None:
+        """Under xdist, a task re-queued from a crashed worker may already have rows on disk.
+
+        The shared output is read incrementally (new whole lines only), and a key another
+        process already wrote is reported as cached instead of being run twice.
+        """
+        if self._shared is None:
+            return None
+        self._shared.refresh()
+        key = (self._col["task"][position], self._col["rollout"][position])
+        reward = self._shared.rewards.get(key, _ABSENT)
+        if reward is _ABSENT:
+            return None
+        return [key[1], reward, None, "", 0.0, 0, True]
 
     async def _attempts(self, position: int) -> list[Any]:
         col = self._col
@@ -215,6 +231,29 @@ class Engine:
     def _sync(self) -> None:
         self._outputs.sync()
         self._failures.sync()
+
+
+_ABSENT = object()
+
+
+class SharedOutput:
+    """The keys (and rewards) in an output file other processes append to, read as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+        self.rewards: dict[tuple[int, int], float | None] = {}
+
+    def refresh(self) -> None:
+        with open(self._path, "rb") as handle:
+            handle.seek(self._offset)
+            data = handle.read()
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].splitlines():
+            if line.strip():
+                row = orjson.loads(line)
+                self.rewards[(row[TASK_INDEX], row[ROLLOUT_INDEX])] = reward_of(row)
+        self._offset += end
 
 
 def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:

@@ -320,9 +320,7 @@ class RolloutRun:
             self.settings,
             prior=plan.prior,
             parallel=parallel,
-            # An xdist worker dispatches only what xdist queued for it (claimed in ``wait``);
-            # looking ahead over the whole plan would run other workers' items.
-            lookahead=workerinput is None,
+            worker=workerinput is not None,
             process=self._engine,
         )
         self._engine = None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from .agents import ScriptedAgent
+from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
 from .helpers import QUIET, Artifacts, keys
 
@@ -69,3 +70,39 @@ def test_refused_for_a_suite_without_options(pytester: pytest.Pytester, agent: S
     assert result.ret == pytest.ExitCode.TESTS_FAILED, "xdist reports a worker's collection error as a failure"
     result.stdout.fnmatch_lines(["*rollouts cannot run under --dist worksteal*"])
     assert agent.requests == []
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        "import os, signal\n"
+        "seen = []\n"
+        "def pytest_runtest_logfinish(nodeid):\n"
+        "    seen.append(nodeid)\n"
+        "    if os.environ.get('PYTEST_XDIST_WORKER') == 'gw1' and len(seen) == 5 and not os.path.exists('killed'):\n"
+        "        open('killed', 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    write_rows(pytester.path / "data.jsonl", tasks(40))
+    with ScriptedAgent(latency=0.05) as agent:
+        result = run_n(pytester, agent, 2, "--rollouts-parallel=8")
+    assert (pytester.path / "killed").exists()
+    result.stdout.fnmatch_lines(["*replacing crashed worker gw1*"])
+    artifacts = Artifacts(pytester.path, "n2/r.jsonl")
+    written = keys(artifacts.rows)
+    assert len(written) == len(set(written)), "no key written twice"
+    assert sorted(written) == sorted(keys(artifacts.materialized)), "nothing lost"
+    result.stdout.fnmatch_lines(["default: mean reward * over 40 rollouts*"])
+
+
+def test_resume_after_an_n2_run(pytester: pytest.Pytester) -> None:
+    def task_3_breaks_once(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=500) if row["_ng_task_index"] == 3 and seen == 0 else verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(10))
+    with ScriptedAgent(task_3_breaks_once) as agent:
+        run_n(pytester, agent, 2).stdout.fnmatch_lines(["*9 passed, 1 agent_run_error*"])
+        agent.requests.clear()
+        resumed = run_n(pytester, agent, 2, "--rollouts-resume")
+        resumed.assert_outcomes(passed=10)
+        assert [(r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests] == [(3, 1)]
+    assert sorted(keys(Artifacts(pytester.path, "n2/r.jsonl").rows)) == [(t, 0) for t in range(10)]
