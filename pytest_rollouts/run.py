@@ -353,7 +353,10 @@ class RolloutRun:
         endpoints = [self._registry.endpoint(name) for name in missing]
         servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
         self._servers.append(servers)
-        started = servers.start()
+        try:
+            started = servers.start()
+        except Exception as exc:  # the suite's own code: say which agent, not an internal error
+            raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(missing)}): {exc!r}") from exc
         for e in endpoints:
             self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
         return {name: self._urls[name] for name in names}
