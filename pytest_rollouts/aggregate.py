@@ -78,7 +78,9 @@ def score_run(
     agent_url: Callable[[str], str | None],
     write_metrics: bool,
     timeout: float,
+    perf_summary: dict[str, Any] | None = None,
 ) -> RunScore:
+    """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none."""
     groups = _read_expected(paths.materialized)
     by_key = {key: name for name, group in groups.items() for key in group.expected}
     _read_outputs(paths.out, groups, by_key)
@@ -107,6 +109,8 @@ def score_run(
             rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
             score.metrics = compute_default_metrics(rows, expected=Counter(task for task, _ in group.expected))
             score.source = "local"
+        if perf_summary is not None and not score.metrics.get("perf_summary"):
+            score.metrics["perf_summary"] = perf_summary
     result = RunScore(scores, total)
     if write_metrics:
         result.metrics_path = _write_metrics(paths.metrics, scores)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .jsonl import JsonlError, parse_object, scan_lines
+from .records import CANCELLED
 from .stash import DIST
 
 if TYPE_CHECKING:
@@ -136,6 +137,9 @@ class RolloutItem(pytest.Item):
             pytest.skip("not part of the recorded materialized set this run resumes")
         record_outcomes(self.user_properties, outcomes)
         failed = [o for o in outcomes if not o.scored]
+        drained = [o for o in failed if o.failure_class == CANCELLED]
+        if drained and len(drained) == len(failed):
+            pytest.skip(f"{len(drained)} rollouts not started, {drained[0].detail}; --rollouts-resume runs them")
         if failed:
             raise RolloutFailed(_dominant_class(failed), [_describe(o) for o in failed])
 

@@ -96,6 +96,8 @@ class Dispatcher:
             "retries": settings.retries,
             "retry_backoff": settings.retry_backoff,
             "max_attempts": settings.max_attempts,
+            "budget": settings.dispatch_budget,
+            "margin": settings.drain_margin,
             # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
             "shared_output": self._worker,
         }

@@ -21,7 +21,9 @@ import asyncio
 import os
 import random
 import signal
+import statistics
 import sys
+import time
 import traceback
 from array import array
 from pathlib import Path
@@ -34,7 +36,7 @@ from .client import Attempt, post_run
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .jsonl import JsonlAppender
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
-from .records import FAILURE_CLASS, NO_PERSIST, agent_failure_row, failure_row, reward_of, success_row
+from .records import CANCELLED, FAILURE_CLASS, NO_PERSIST, agent_failure_row, failure_row, reward_of, success_row
 
 MAX_BACKOFF_S = 60.0
 SYNC_INTERVAL_S = 1.0
@@ -67,6 +69,7 @@ class Engine:
         connector = aiohttp.TCPConnector(limit=header["parallel"], limit_per_host=0)
         self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
         self._shared = SharedOutput(Path(header["out"])) if header.get("shared_output") else None
+        self._deadline = Deadline(header["budget"], header["margin"]) if header.get("budget") else None
 
     # -- messages from pytest ------------------------------------------------------------
 
@@ -170,6 +173,10 @@ class Engine:
         # In-run retries and earlier runs' attempts share one cap per rollout.
         last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
         for attempt_index in range(first, last + 1):
+            if attempt_index == first and self._deadline is not None:
+                drained = self._deadline.refuse()
+                if drained:
+                    return [rollout_index, None, CANCELLED, drained, 0.0, 0]
             if attempt_index:
                 stamps[ATTEMPT_INDEX] = attempt_index
                 body = _with_attempt_index(body, attempt_index)
@@ -212,6 +219,8 @@ class Engine:
                 attempts,
             ]
         self._outputs.append(success_row(reply, stamps, attempt.elapsed))
+        if self._deadline is not None:
+            self._deadline.durations.append(attempt.elapsed)
         return [rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts]
 
     def _backoff(self, attempt_index: int, retry_after: float | None) -> float:
@@ -234,6 +243,37 @@ class Engine:
 
 
 _ABSENT = object()
+
+
+class Deadline:
+    """The dispatch budget: stop starting rollouts that could not finish before it runs out.
+
+    A job scheduler will kill the allocation soon after the budget; a rollout started
+    too late would be killed part-way, its cost wasted. Not starting it leaves no row,
+    which is exactly what makes the next ``--rollouts-resume`` run it.
+    """
+
+    MIN_DURATIONS = 5
+
+    def __init__(self, budget: float, margin: float | None) -> None:
+        self._ends = time.monotonic() + budget
+        self._margin = margin
+        self.durations: list[float] = []
+
+    def margin(self) -> float:
+        """An explicit margin wins; otherwise this run's own p75, once enough rollouts finished."""
+        if self._margin is not None:
+            return self._margin
+        if len(self.durations) < self.MIN_DURATIONS:
+            return 0.0
+        return statistics.quantiles(self.durations, n=4, method="inclusive")[2]
+
+    def refuse(self) -> str:
+        """Why a rollout must not start now, or "" when it may."""
+        left, margin = self._ends - time.monotonic(), self.margin()
+        if left > margin:
+            return ""
+        return f"dispatch budget: {max(left, 0.0):.1f}s left, a rollout needs {margin:.1f}s"
 
 
 class SharedOutput:

@@ -297,3 +297,19 @@ def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str]
             }
         )
     return entry
+
+
+def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p90/p99/max of rollout durations: the other half of a throughput number.
+
+    Raising concurrency raises rollouts per hour while making every rollout slower, right up
+    to per-task timeouts; the percentiles make that trade visible.
+    """
+    if not durations:
+        return {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    ordered = sorted(durations)
+    if len(ordered) == 1:
+        (x,) = ordered
+        return {"count": 1, "p50": x, "p90": x, "p99": x, "max": x}
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"count": len(ordered), "p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": ordered[-1]}

@@ -106,5 +106,17 @@ OPTIONS: tuple[Option, ...] = (
         "so a task's repeats stay together. Merge with `pytest-rollouts aggregate`.",
         "K/N",
     ),
+    Option(
+        "dispatch_budget",
+        "Stop starting rollouts S seconds after dispatch began (dispatch_budget_s); drained rollouts are "
+        "class cancelled, written nowhere, and run by the next --rollouts-resume.",
+        "S",
+    ),
+    Option(
+        "drain_margin",
+        "Within the budget, do not start a rollout with less than S seconds left (drain_margin_s). "
+        "Default: the p75 of this run's successful rollout durations, once 5 have finished.",
+        "S",
+    ),
     Option("no_aggregate", "Skip metrics (for shards merged later); coverage and the gate still apply.", flag=True),
 )

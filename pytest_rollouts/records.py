@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 FAILURE_CLASS = "_ng_failure_class"
+CANCELLED = "cancelled"
 ELAPSED = "elapsed_seconds"
 TERMINAL = "_ng_failure_terminal"
 NO_PERSIST = "_ng_no_persist"

@@ -25,6 +25,7 @@ PYTEST_CATEGORIES = frozenset(
     {"passed", "failed", "skipped", "error", "xfailed", "xpassed", "deselected", "warnings", "rerun"}
 )
 REWARDS = "rollouts_rewards"
+ELAPSED = "rollouts_elapsed"
 CACHED = "rollouts_cached"
 FAILURES = "rollouts_failures"
 SHOWN_FAILURES = 10
@@ -33,6 +34,7 @@ SHOWN_FAILURES = 10
 def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
     """Put an item's rollout results where reports (and junitxml) carry them."""
     user_properties.append((REWARDS, [o.reward for o in outcomes]))
+    user_properties.append((ELAPSED, [round(o.elapsed, 6) for o in outcomes if o.attempts and not o.cached]))
     cached = sum(o.cached for o in outcomes)
     if cached:
         user_properties.append((CACHED, cached))
@@ -44,7 +46,7 @@ def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequenc
 def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
     if report.when != "call" or not report.user_properties:
         return None
-    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED)}
+    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED, ELAPSED)}
     return props or None
 
 
@@ -87,6 +89,7 @@ class Tally:
     failures: Counter[str] = field(default_factory=Counter)
     failed_items: int = 0
     examples: list[str] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
 
     def add(self, report: pytest.TestReport) -> None:
         props = rollout_properties(report)
@@ -98,6 +101,7 @@ class Tally:
             if reward is not None:
                 self.reward_sum += reward
                 self.rewarded += 1
+        self.durations.extend(props.get(ELAPSED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)
         self.scored += len(props.get(REWARDS, ())) - sum(failures.values())
@@ -112,13 +116,32 @@ class Tally:
         by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
         lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
         elapsed = max(self.last_at - self.started_at, 1e-9)
-        lines.append(f"{total / elapsed:.1f} rollouts/s ({total} in {elapsed:.2f}s)")
+        lines.append(f"{total / elapsed:.1f} rollouts/s, {self.per_hour:.0f} rollouts/hour ({total} in {elapsed:.2f}s)")
+        from .metrics import latency_summary
+
+        latency = latency_summary(self.durations)
+        if latency["count"]:
+            lines.append(
+                "latency p50 {p50:.3f}s, p90 {p90:.3f}s, p99 {p99:.3f}s, max {max:.3f}s over {count} rollouts".format(
+                    **latency
+                )
+            )
         if self.examples:
             lines.append("failed items:")
             lines.extend("  " + example for example in self.examples)
             if self.failed_items > len(self.examples):
                 lines.append(f"  ... and {self.failed_items - len(self.examples)} more (see the failures sidecar)")
         return lines
+
+    @property
+    def per_hour(self) -> float:
+        """Rollouts sent this session per hour of dispatch (cached ones cost nothing, so they do not count)."""
+        return 3600 * len(self.durations) / max(self.last_at - self.started_at, 1e-9)
+
+    def perf_summary(self) -> dict[str, float | int | None]:
+        from .metrics import latency_summary
+
+        return {**latency_summary(self.durations), "rollouts_per_hour": self.per_hour}
 
     def mean_line(self) -> list[str]:
         """Used only when no metrics were computed (``--rollouts-no-aggregate``)."""
@@ -208,7 +231,7 @@ class RolloutReporter:
 
         run = RolloutRun.get(self.config)
         try:
-            self.score = run.score()
+            self.score = run.score(self.tally.perf_summary() if self.tally.items else None)
         finally:
             run.close()
         if self.score is None:

@@ -389,7 +389,7 @@ class RolloutRun:
         if dispatcher is not None:
             dispatcher.close()
 
-    def score(self) -> RunScore | None:
+    def score(self, perf_summary: dict[str, Any] | None = None) -> RunScore | None:
         """Coverage and metrics from the files on disk, once per run (never on an xdist worker)."""
         from .accounting import ScoringPolicy
         from .aggregate import score_run
@@ -405,6 +405,7 @@ class RolloutRun:
                 agent_url=self._metrics_url,
                 write_metrics=not settings.no_aggregate,
                 timeout=settings.timeout,
+                perf_summary=perf_summary,
             )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None

@@ -67,6 +67,8 @@ class Settings(BaseModel):
     fail_under: float | None = None
     no_aggregate: bool = False
     shard: tuple[int, int] | None = None
+    dispatch_budget: float | None = Field(None, gt=0)
+    drain_margin: float | None = Field(None, ge=0)
 
     @field_validator("shard", mode="before")
     @classmethod

@@ -1,0 +1,62 @@
+"""A dispatch deadline: rollouts that cannot finish in time are not started, and resume runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_rollouts.metrics import latency_summary
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+
+
+def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(40))
+    with ScriptedAgent(latency=0.2) as agent:
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
+        first = run_rollouts(pytester, *common, "--rollouts-dispatch-budget=1.0", "--rollouts-drain-margin=0.1", "-rs")
+        outcomes = first.parseoutcomes()
+        assert 0 < outcomes["passed"] < 40 and outcomes["passed"] + outcomes["skipped"] == 40
+        first.stdout.fnmatch_lines(["*rollouts not started, dispatch budget: *--rollouts-resume runs them*"])
+        artifacts = Artifacts(pytester.path)
+        done = keys(artifacts.rows)
+        assert len(done) == outcomes["passed"] and artifacts.failures == [], "drained rollouts are written nowhere"
+        assert len(agent.requests) == len(done), "drained rollouts were never sent"
+        second = run_rollouts(pytester, *common, "--rollouts-resume")
+        second.assert_outcomes(passed=40)
+        assert sorted(keys(Artifacts(pytester.path).rows)) == [(t, 0) for t in range(40)]
+
+
+def test_latency_and_throughput_are_reported(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(10))
+    with ScriptedAgent(latency=0.05) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(
+        ["*rollouts/s, * rollouts/hour*", "latency p50 0.0*s, p90 *s, p99 *s, max *s over 10 rollouts"]
+    )
+    [entry] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    perf = entry["perf_summary"]
+    assert perf["count"] == 10 and 0.05 <= perf["p50"] <= perf["p90"] <= perf["p99"] <= perf["max"]
+    assert perf["rollouts_per_hour"] > 0
+
+
+def test_latency_summary() -> None:
+    assert latency_summary([]) == {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    summary = latency_summary([float(x) for x in range(1, 102)])
+    assert (summary["p50"], summary["p90"], summary["p99"], summary["max"]) == (51.0, 91.0, 100.0, 101.0)
+
+
+def test_drain_margin_defaults_to_p75_once_five_finished() -> None:
+    from pytest_rollouts.engine import Deadline
+
+    deadline = Deadline(budget=1000.0, margin=None)
+    deadline.durations.extend([1.0, 2.0, 3.0, 4.0])
+    assert deadline.margin() == 0.0, "too few durations to trust"
+    deadline.durations.append(5.0)
+    assert deadline.margin() == 4.0
+    assert deadline.refuse() == ""
+    assert Deadline(budget=1000.0, margin=7.0).margin() == 7.0
+    assert Deadline(budget=0.5, margin=1.0).refuse().startswith("dispatch budget: ")
