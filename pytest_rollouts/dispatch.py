@@ -79,6 +79,7 @@ class Dispatcher:
         self._freed_sent = 0
         self._claimed_rollouts = 0
         self._proc = process
+        self.in_flight: tuple[int, float | None, list[int] | None] = (0, None, None)
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
@@ -175,7 +176,11 @@ class Dispatcher:
             proc.stdout.close()
 
     def _store(self, msg: list[Any]) -> None:
-        kind, slot, payload = msg
+        kind, *rest = msg
+        if kind == "progress":
+            self.in_flight = (rest[0], rest[1], rest[2])
+            return
+        slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)
 
     def _write(self, data: bytes) -> None:

@@ -40,6 +40,7 @@ from .records import CANCELLED, FAILURE_CLASS, NO_PERSIST, agent_failure_row, fa
 
 MAX_BACKOFF_S = 60.0
 SYNC_INTERVAL_S = 1.0
+PROGRESS_INTERVAL_S = 2.0
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent")
 
 
@@ -61,6 +62,7 @@ class Engine:
         self._resident = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()
+        self._in_flight_since: dict[int, float] = {}
         self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
@@ -90,6 +92,7 @@ class Engine:
 
     async def run(self) -> None:
         self._spawn(self._sync_periodically())
+        self._spawn(self._report_progress())
         self._send(message(["ready"]))
         self._admit()
         await self._closing.wait()
@@ -181,7 +184,11 @@ class Engine:
                 stamps[ATTEMPT_INDEX] = attempt_index
                 body = _with_attempt_index(body, attempt_index)
             async with self._in_flight:
-                attempt = await post_run(self._session, url, body, self._timeout)
+                self._in_flight_since[position] = time.monotonic()
+                try:
+                    attempt = await post_run(self._session, url, body, self._timeout)
+                finally:
+                    del self._in_flight_since[position]
             outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
             if outcome is not None:
                 return outcome
@@ -229,6 +236,16 @@ class Engine:
         if retry_after is not None:
             delay = max(delay, retry_after)
         return min(delay, MAX_BACKOFF_S)
+
+    async def _report_progress(self) -> None:
+        """What only this process knows, for pytest's progress line: requests in flight, the oldest."""
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            since = self._in_flight_since
+            oldest = min(since, key=since.__getitem__) if since else None
+            age = time.monotonic() - since[oldest] if oldest is not None else None
+            where = None if oldest is None else [self._col["task"][oldest], self._col["rollout"][oldest]]
+            self._send(message(["progress", len(since), age, where]))
 
     async def _sync_periodically(self) -> None:
         """fsync at least once a second: a crash loses at most the last second's rows."""

@@ -6,6 +6,7 @@ xdist workers to the controller, so the same code serves one process or many.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -182,6 +183,50 @@ def score_lines(score: RunScore, sidecar: str) -> list[str]:
     return lines
 
 
+@dataclass
+class Progress:
+    """When to print a progress line: every few seconds on a terminal, every 10% or 5 minutes in a log."""
+
+    tty: bool
+    total: int = 0
+    last_at: float = field(default_factory=time.monotonic)
+    last_done: int = 0
+
+    TTY_EVERY_S = 5.0
+    LOG_EVERY_S = 300.0
+    LOG_EVERY_FRACTION = 0.1
+
+    def due(self, done: int) -> bool:
+        now = time.monotonic()
+        if self.tty:
+            ready = now - self.last_at >= self.TTY_EVERY_S
+        else:
+            step = max(1, int(self.total * self.LOG_EVERY_FRACTION))
+            ready = now - self.last_at >= self.LOG_EVERY_S or done - self.last_done >= step
+        if ready and done < self.total:
+            self.last_at, self.last_done = now, done
+            return True
+        return False
+
+
+def progress_line(tally: Tally, total: int, in_flight: tuple[int, float | None, list[int] | None] | None) -> str:
+    from .metrics import latency_summary
+
+    latency = latency_summary(tally.durations)
+    parts = [f"rollouts: {tally.items}/{total} tasks done"]
+    if in_flight is not None:
+        parts.append(f"{in_flight[0]} in flight")
+    parts.append(f"{tally.per_hour:.0f}/h")
+    if latency["count"]:
+        parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
+    if tally.failures:
+        parts.append("failures: " + ", ".join(f"{n} {c}" for n, c in sorted(tally.failures.items())))
+    if in_flight is not None and in_flight[2] is not None and in_flight[1] is not None:
+        task, rollout = in_flight[2]
+        parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
+    return ", ".join(parts)
+
+
 class RolloutReporter:
     """Registered in every session; it stays silent until a rollout item reports.
 
@@ -194,6 +239,15 @@ class RolloutReporter:
         self.tally = Tally()
         self.score: RunScore | None = None
         self.gate: GateFailure | None = None
+        self.progress = Progress(tty=sys.stdout.isatty())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.progress.total = len(items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.progress.total = len(ids)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self) -> None:
@@ -203,8 +257,20 @@ class RolloutReporter:
         return teststatus(report) if getattr(report, "user_properties", None) else None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.user_properties:
+        if report.user_properties and report.when == "call":
             self.tally.add(report)
+            if self.progress.due(self.tally.items):
+                self._print_progress()
+
+    def _print_progress(self) -> None:
+        from .stash import RUN_KEY
+
+        run = self.config.stash.get(RUN_KEY, None)
+        line = progress_line(self.tally, self.progress.total, run.in_flight() if run is not None else None)
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.write_line("")  # the line of dots (or of the last item's word) is still open
+            terminal.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Failure classes alone leave the exit status 0; then score the run and apply the gate."""

@@ -377,6 +377,10 @@ class RolloutRun:
             self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
         return outcomes
 
+    def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
+        """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""
+        return self._dispatcher.in_flight if self._dispatcher is not None else None
+
     def _queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On an xdist worker, the tasks queued behind the running one: its only safe look-ahead."""
         from .xdist import queued_indices

@@ -60,3 +60,12 @@ def test_drain_margin_defaults_to_p75_once_five_finished() -> None:
     assert deadline.refuse() == ""
     assert Deadline(budget=1000.0, margin=7.0).margin() == 7.0
     assert Deadline(budget=0.5, margin=1.0).refuse().startswith("dispatch budget: ")
+
+
+def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(50))
+    with ScriptedAgent(latency=0.01) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=4")
+    lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
+    assert 5 <= len(lines) <= 10, lines
+    assert lines[0].startswith("rollouts: 5/50 tasks done, ") and " in flight, " in lines[0]
