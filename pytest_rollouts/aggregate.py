@@ -21,7 +21,7 @@ import orjson
 
 from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths
-from .jsonl import LineReader, parse_object, scan_lines
+from .jsonl import LineReader, object_from, parse_object, scan_lines
 from .metrics import MetricRow, compute_default_metrics, numeric_fields
 from .resume import key_of
 
@@ -222,12 +222,9 @@ def _server_metrics(
     if response.status != 200:
         raise MetricsServerError(f"{url}/aggregate_metrics answered HTTP {response.status}: {body[:200]!r}")
     try:
-        reply = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MetricsServerError(f"{url}/aggregate_metrics replied with invalid JSON ({exc})") from None
-    if not isinstance(reply, dict):
-        raise MetricsServerError(f"{url}/aggregate_metrics replied with a JSON {type(reply).__name__}")
-    return reply
+        return object_from(body)
+    except ValueError as exc:
+        raise MetricsServerError(f"{url}/aggregate_metrics replied with {exc}") from None
 
 
 def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:

@@ -19,14 +19,22 @@ class JsonlError(ValueError):
     """A line that is not a JSON object; the message starts with ``path:line``."""
 
 
-def parse_object(raw: bytes, path: Path, line_no: int) -> dict[str, Any]:
+def object_from(raw: bytes) -> dict[str, Any]:
+    """One JSON object, or ``ValueError`` saying why not."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise JsonlError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+        raise ValueError(f"not valid JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise JsonlError(f"{path}:{line_no}: expected a JSON object, got {type(value).__name__}")
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def parse_object(raw: bytes, path: Path, line_no: int) -> dict[str, Any]:
+    try:
+        return object_from(raw)
+    except ValueError as exc:
+        raise JsonlError(f"{path}:{line_no}: {exc}") from None
 
 
 def scan_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:

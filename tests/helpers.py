@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,25 @@ QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
 def run_rollouts(pytester: pytest.Pytester, *args: str, out: str = "out/r.jsonl") -> pytest.RunResult:
     """An in-process pytest session writing rollouts to ``out`` (the cache is off: no state leaks)."""
     return pytester.runpytest(*QUIET, f"--rollouts-out={out}", *args)
+
+
+def subprocess_run(cwd: Path, agent_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A rollouts session in a child process (for exit codes and signals), writing ``out/r.jsonl``."""
+    return subprocess.run(pytest_command(agent_url, *args), cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def pytest_command(agent_url: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *QUIET,
+        "data.jsonl",
+        f"--rollouts-agent={agent_url}",
+        "--rollouts-out=out/r.jsonl",
+        "--rollouts-retry-backoff=0.01",
+        *args,
+    ]
 
 
 class Artifacts:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,21 +16,7 @@ from pytest_rollouts.resume import KeyHistory, Verdict, decide
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import QUIET, Artifacts, keys, run_rollouts
-
-
-def pytest_cmd(cwd: Path, agent: ScriptedAgent, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        *QUIET,
-        "data.jsonl",
-        f"--rollouts-agent={agent.url}",
-        "--rollouts-out=out/r.jsonl",
-        "--rollouts-retry-backoff=0.01",
-        *args,
-    ]
+from .helpers import Artifacts, keys, pytest_command, run_rollouts
 
 
 def persisted_keys(out: Path) -> list[tuple[int, int]]:
@@ -49,7 +34,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(pytester: pytest.Pytes
     out = pytester.path / "out" / "r.jsonl"
     with ScriptedAgent(latency=0.02) as agent:
         proc = subprocess.Popen(
-            pytest_cmd(pytester.path, agent, "--rollouts-repeats=2", "--rollouts-parallel=8"),
+            pytest_command(agent.url, "--rollouts-repeats=2", "--rollouts-parallel=8"),
             cwd=pytester.path,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -62,7 +47,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(pytester: pytest.Pytes
         at_kill = persisted_keys(out)
         assert kill_after <= len(at_kill) < 120
         result = subprocess.run(
-            pytest_cmd(pytester.path, agent, "--rollouts-repeats=2", "--rollouts-parallel=8", "--rollouts-resume"),
+            pytest_command(agent.url, "--rollouts-repeats=2", "--rollouts-parallel=8", "--rollouts-resume"),
             cwd=pytester.path,
             capture_output=True,
             timeout=120,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -13,7 +11,7 @@ from pytest_rollouts.accounting import ScoringPolicy, account
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
-from .helpers import QUIET, run_rollouts
+from .helpers import run_rollouts, subprocess_run
 
 
 def mixed(row: dict[str, Any], seen: int) -> Reply:
@@ -147,26 +145,6 @@ def test_all_failed_run_says_so(pytester: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*mean reward*")
 
 
-def gate_run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *QUIET,
-            "data.jsonl",
-            f"--rollouts-agent={agent.url}",
-            "--rollouts-out=out/r.jsonl",
-            "--rollouts-retry-backoff=0.01",
-            *args,
-        ],
-        cwd=pytester.path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_require_complete_and_fail_under_exit_codes(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
 
@@ -174,16 +152,16 @@ def test_require_complete_and_fail_under_exit_codes(pytester: pytest.Pytester) -
         return Reply(status=500) if row["_ng_task_index"] == 1 else verifier(row, seen)
 
     with ScriptedAgent(one_breaks) as agent:
-        incomplete = gate_run(pytester, agent, "--rollouts-require-complete")
+        incomplete = subprocess_run(pytester.path, agent.url, "--rollouts-require-complete")
         assert incomplete.returncode == 6, incomplete.stdout
         assert "EVAL FAILED: 2/3 samples completed. Partial artifacts retained at " in incomplete.stdout
         assert (pytester.path / "out" / "r_aggregate_metrics.json").exists(), "artifacts written before the gate"
-        low = gate_run(pytester, agent, "--rollouts-fail-under=0.6")
+        low = subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.6")
         assert low.returncode == 7, low.stdout
         assert "EVAL FAILED: mean reward 0.5000 is below --rollouts-fail-under 0.6." in low.stdout
-        assert gate_run(pytester, agent, "--rollouts-fail-under=0.5").returncode == 0
+        assert subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.5").returncode == 0
     with ScriptedAgent() as agent:
-        assert gate_run(pytester, agent, "--rollouts-require-complete").returncode == 0
+        assert subprocess_run(pytester.path, agent.url, "--rollouts-require-complete").returncode == 0
 
 
 def test_no_aggregate_skips_metrics_but_keeps_the_gate(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
