@@ -8,6 +8,7 @@ ends when its input closes, so a dead pytest leaves nothing running.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from array import array
@@ -209,10 +210,14 @@ class Dispatcher:
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
-    """Start the dispatcher process; it imports aiohttp while pytest is still collecting."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest_rollouts.engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    """Start the dispatcher process; it imports aiohttp while pytest is still collecting.
+
+    It imports this package from wherever pytest did, installed or not.
+    """
+    here = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
+    command = [sys.executable, "-m", "pytest_rollouts.engine"]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:

@@ -3,9 +3,10 @@
 pytest's default protocol wraps each phase in output capture, log capture and fixture
 setup. A rollout item has no fixtures and prints nothing, yet at 10k items those
 wrappers cost more than the HTTP work. Here each item goes through the same hooks
-reporters, ``-x``, ``--lf``, junitxml and xdist rely on, with a call and a teardown
-report; the setup phase, which cannot fail, is not reported, which also spares the
-terminal reporter from keeping a report per item that says nothing.
+reporters, ``-x``, ``--lf``, junitxml and xdist rely on, with its call report. Setup
+and teardown cannot fail and are not reported, which also spares the terminal reporter
+from keeping two reports per item that say nothing -- except the teardown report when
+junitxml is on, since that is where it records an item's properties.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ def _nothing() -> None:
 def run_lean(item: pytest.Item) -> None:
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    for when, func in (("call", item.runtest), ("teardown", _nothing)):
+    phases = [("call", item.runtest)]
+    if item.config.option.xmlpath:
+        phases.append(("teardown", _nothing))
+    for when, func in phases:
         call = pytest.CallInfo.from_call(func, when=when, reraise=(pytest.exit.Exception, KeyboardInterrupt))
         report = ihook.pytest_runtest_makereport(item=item, call=call)
         ihook.pytest_runtest_logreport(report=report)
