@@ -284,9 +284,8 @@ class RolloutReporter:
             session.exitstatus = pytest.ExitCode.OK
         run = self.config.stash.get(RUN_KEY, None)
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        if hasattr(self.config, "workerinput") or self.config.option.collectonly:
-            return
-        if session.exitstatus not in scoring_states:
+        not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
+        if not_here or session.exitstatus not in scoring_states:
             if run is not None:
                 run.close()
             return
