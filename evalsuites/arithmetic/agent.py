@@ -96,9 +96,7 @@ def user_text(params: dict[str, Any]) -> str:
             texts += [
                 p["text"]
                 for p in content
-                if isinstance(p, dict)
-                and p.get("type") == "input_text"
-                and isinstance(p.get("text"), str)
+                if isinstance(p, dict) and p.get("type") == "input_text" and isinstance(p.get("text"), str)
             ]
     return "\n".join(texts)
 
