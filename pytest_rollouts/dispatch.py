@@ -80,7 +80,8 @@ class Dispatcher:
         self._freed_sent = 0
         self._claimed_rollouts = 0
         self._proc = process
-        self.in_flight: tuple[int, float | None, list[int] | None] = (0, None, None)
+        # Requests in flight and the oldest one, as the engine last reported (every 2 s).
+        self.in_flight: tuple[int, float | None, list[int] | None] | None = None
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})

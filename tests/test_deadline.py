@@ -63,9 +63,12 @@ def test_drain_margin_defaults_to_p75_once_five_finished() -> None:
 
 
 def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
-    write_rows(pytester.path / "data.jsonl", tasks(50))
-    with ScriptedAgent(latency=0.01) as agent:
-        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=4")
+    write_rows(pytester.path / "data.jsonl", tasks(30))
+    with ScriptedAgent(latency=0.25) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
     lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
     assert 5 <= len(lines) <= 10, lines
-    assert lines[0].startswith("rollouts: 5/50 tasks done, ") and " in flight, " in lines[0]
+    assert lines[0].startswith("rollouts: 3/30 tasks done, ")
+    assert any(" in flight, " in line and "oldest in flight: task " in line for line in lines), (
+        "once the dispatcher has reported (every 2 s), lines say what is in flight"
+    )
