@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from .accounting import Coverage, Key, ScoringPolicy, account
-from .artifacts import ArtifactPaths
-from .jsonl import LineReader, object_from, parse_object, scan_lines
+from .artifacts import ArtifactPaths, artifact_rows
+from .jsonl import LineReader, object_from, parse_object
 from .metrics import MetricRow, compute_default_metrics, numeric_fields
 from .resume import key_of
 
@@ -119,17 +119,13 @@ def score_run(
 
 def _read_expected(materialized: Path) -> dict[str, _Group]:
     groups: dict[str, _Group] = defaultdict(_Group)
-    for line_no, offset, line in scan_lines(materialized):
-        row = parse_object(line, materialized, line_no)
+    for _, offset, _, row in artifact_rows(materialized):
         groups[_agent(row)].expected[key_of(row)] = offset
     return groups
 
 
 def _read_outputs(out: Path, groups: Mapping[str, _Group], by_key: Mapping[Key, str]) -> None:
-    for line_no, offset, line in scan_lines(out):
-        if not line.endswith(b"\n"):
-            break
-        row = parse_object(line, out, line_no)
+    for _, offset, _, row in artifact_rows(out):
         key = key_of(row)
         name = by_key.get(key)
         group = groups.get(name) if name is not None else None
@@ -147,10 +143,7 @@ def _read_outputs(out: Path, groups: Mapping[str, _Group], by_key: Mapping[Key, 
 def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
     """The last attempt recorded for each key: its class and where its row sits."""
     latest: dict[Key, tuple[str, int]] = {}
-    for line_no, offset, line in scan_lines(failures):
-        if not line.endswith(b"\n"):
-            break
-        row = parse_object(line, failures, line_no)
+    for _, offset, _, row in artifact_rows(failures):
         latest[key_of(row)] = (str(row.get("_ng_failure_class")), offset)
     return latest
 

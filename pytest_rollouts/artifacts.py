@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from .jsonl import parse_object
+from .jsonl import parse_object, scan_lines
 
 
 @dataclass(frozen=True)
@@ -130,17 +130,27 @@ def _end_of_last_line(handle: Any, size: int) -> int:
     return 0
 
 
-def read_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """Every row of an artifact; a malformed line is an error naming file and line.
+class ArtifactRow(NamedTuple):
+    line_no: int
+    offset: int
+    size: int  # bytes, without the newline: exactly the request body, for materialized rows
+    row: dict[str, Any]
 
-    A last line without its newline is skipped rather than reported: after the repair
-    at the start of a resume, it can only be a row another worker is appending now.
+
+def artifact_rows(path: Path) -> Iterator[ArtifactRow]:
+    """Every row of an artifact we wrote, and where it sits; none if the file is absent.
+
+    A malformed line is an error naming file and line. A last line without its newline
+    is skipped rather than reported: after the repair at the start of a resume, it can
+    only be a row another process is appending now.
     """
     if not path.exists():
         return
-    with open(path, "rb") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.endswith(b"\n"):
-                return
-            if line.strip():
-                yield parse_object(line, path, line_no)
+    for line_no, offset, line in scan_lines(path):
+        if not line.endswith(b"\n"):
+            return
+        yield ArtifactRow(line_no, offset, len(line) - 1, parse_object(line, path, line_no))
+
+
+def read_rows(path: Path) -> Iterator[dict[str, Any]]:
+    return (entry.row for entry in artifact_rows(path))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .jsonl import JsonlError, parse_object, scan_lines
-from .records import CANCELLED
+from .records import CANCELLED, dominant_class
 from .stash import DIST
 
 if TYPE_CHECKING:
@@ -141,7 +141,8 @@ class RolloutItem(pytest.Item):
         if drained and len(drained) == len(failed):
             pytest.skip(f"{len(drained)} rollouts not started, {drained[0].detail}; --rollouts-resume runs them")
         if failed:
-            raise RolloutFailed(_dominant_class(failed), [_describe(o) for o in failed])
+            classes = Counter(str(o.failure_class) for o in failed)
+            raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, RolloutFailed):
@@ -150,11 +151,6 @@ class RolloutItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name
-
-
-def _dominant_class(failed: list[RolloutOutcome]) -> str:
-    counts = Counter(o.failure_class for o in failed)
-    return min(counts, key=lambda c: (-counts[c], c or ""))  # type: ignore[return-value]
 
 
 def _describe(outcome: RolloutOutcome) -> str:

@@ -47,11 +47,6 @@ def scan_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
             offset += len(line)
 
 
-def read_objects(path: Path) -> Iterator[dict[str, Any]]:
-    for line_no, _, line in scan_lines(path):
-        yield parse_object(line, path, line_no)
-
-
 class LineReader:
     """Reads single lines by byte offset from several files, keeping each file open once."""
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .artifacts import ArtifactPaths
-from .jsonl import parse_object, scan_lines
+from .artifacts import ArtifactPaths, read_rows
 from .manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from .resume import Key, key_of
 
@@ -133,7 +132,7 @@ def _shard_ids(shards: list[Shard]) -> list[str]:
 
 
 def _materialized_keys(path: Path) -> list[Key]:
-    return [key_of(parse_object(line, path, line_no)) for line_no, _, line in scan_lines(path)]
+    return [key_of(row) for row in read_rows(path)]
 
 
 def _full_keys(manifest: RunManifest) -> set[Key]:

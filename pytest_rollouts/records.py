@@ -7,6 +7,7 @@ failure class) stays in memory until the item reports, which is what keeps a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,11 @@ def agent_failure_row(
     row.setdefault("_ng_failure_response_body", None)
     row[TERMINAL] = bool(reply.get(TERMINAL)) or reply[FAILURE_CLASS] in ALWAYS_TERMINAL
     return row
+
+
+def dominant_class(counts: Mapping[str, int]) -> str:
+    """The class an item reports under: its most frequent failure, ties broken by name."""
+    return min(counts, key=lambda name: (-counts[name], name))
 
 
 def reward_of(reply: dict[str, Any]) -> float | None:

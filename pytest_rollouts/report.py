@@ -57,7 +57,9 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
     if props is None:
         return None
     if report.failed and FAILURES in props:
-        category = _class_of(report)
+        from .records import dominant_class
+
+        category = dominant_class(props[FAILURES])
         if category in PYTEST_CATEGORIES:
             category = "rollout_" + category
         return category, "F", category.upper()
@@ -66,11 +68,6 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
         cached = f"; {props[CACHED]} cached" if CACHED in props else ""
         return "passed", ".", f"PASSED (reward {rewards}{cached})"
     return None
-
-
-def _class_of(report: pytest.TestReport) -> str:
-    counts: dict[str, int] = dict(report.user_properties)[FAILURES]  # type: ignore[assignment]
-    return min(counts, key=lambda c: (-counts[c], c))
 
 
 def _fmt(reward: float | None) -> str:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
-from .artifacts import ArtifactPaths, RunStart, read_rows
+from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows
 from .collect import DatasetFile, RolloutItem, find_declaration
-from .jsonl import JsonlError, LineReader, parse_object, scan_lines
+from .jsonl import JsonlError, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome
 from .resume import KeyHistory, Verdict, decide, histories, key_of
@@ -64,6 +64,7 @@ class RolloutRun:
         self._servers: list[EmbeddedServers] = []
         self._urls: dict[str, str] = {}
         self._engine: subprocess.Popen[bytes] | None = None
+        self._worker_queue: Any = None
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -258,13 +259,18 @@ class RolloutRun:
             raise pytest.UsageError(f"cannot resume: {exc}") from None
         slots = {item.task_index: item.slot for item in items}
         plan = Plan([], len(items))
-        for line_no, offset, line in scan_lines(paths.materialized):
-            try:
-                row = parse_object(line, paths.materialized, line_no)
-                key = key_of(row)
-                agent = str(row["agent_ref"]["name"])
-            except (JsonlError, KeyError, TypeError, ValueError) as exc:
-                raise pytest.UsageError(f"cannot resume: {paths.materialized}:{line_no}: {exc}") from None
+        try:
+            recorded = [
+                (entry, key_of(entry.row), str(entry.row["agent_ref"]["name"]))
+                for entry in artifact_rows(paths.materialized)
+            ]
+        except JsonlError as exc:
+            raise pytest.UsageError(f"cannot resume: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise pytest.UsageError(
+                f"cannot resume: a row of {paths.materialized} lacks its stamps ({exc!r})"
+            ) from None
+        for entry, key, agent in recorded:
             slot = slots.get(key[0])
             if slot is None:
                 continue
@@ -279,8 +285,8 @@ class RolloutRun:
                         key[0],
                         key[1],
                         agent,
-                        offset,
-                        len(line.rstrip(b"\r\n")),
+                        entry.offset,
+                        entry.size,
                         first_attempt=history.failures if history else 0,
                     )
                 )
@@ -364,14 +370,8 @@ class RolloutRun:
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if self._dispatcher is None:
             raise RuntimeError("rollouts were not dispatched in this session")
-        workerinput = getattr(self.config, "workerinput", None)
-        if workerinput is not None:
-            from .xdist import queued_indices
-
-            items = item.session.items
-            self._dispatcher.claim(
-                [items[i].slot for i in queued_indices(self.config) if isinstance(items[i], RolloutItem)]
-            )
+        if hasattr(self.config, "workerinput"):
+            self._dispatcher.claim(self._queued_slots(item.session.items))
         outcomes = self._dispatcher.wait(item.slot)
         if outcomes:
             self.config.hook.pytest_rollouts_task_finished(item=item, outcomes=outcomes)
@@ -383,9 +383,11 @@ class RolloutRun:
 
     def _queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On an xdist worker, the tasks queued behind the running one: its only safe look-ahead."""
-        from .xdist import queued_indices
+        from .xdist import queued_indices, worker_queue
 
-        return [item.slot for i in queued_indices(self.config) if isinstance(item := items[i], RolloutItem)]
+        if self._worker_queue is None:
+            self._worker_queue = worker_queue(self.config)
+        return [item.slot for i in queued_indices(self._worker_queue) if isinstance(item := items[i], RolloutItem)]
 
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""

@@ -67,11 +67,18 @@ def parallel_share(parallel: int, workerinput: dict[str, Any]) -> int:
     return max(1, parallel // count + (1 if index < parallel % count else 0))
 
 
-def queued_indices(config: pytest.Config) -> list[int]:
-    """Indices into ``session.items`` that xdist has queued for this worker, in run order."""
+def worker_queue(config: pytest.Config) -> Any:
+    """xdist's queue of item indices for this worker (``WorkerInteractor.torun``), or None."""
     for plugin in config.pluginmanager.get_plugins():
         queue = getattr(plugin, "torun", None)
         if queue is not None and hasattr(queue, "lock"):
-            with queue.lock() as items:
-                return [i for i in items if isinstance(i, int)]
-    return []
+            return queue
+    return None
+
+
+def queued_indices(queue: Any) -> list[int]:
+    """Indices into ``session.items`` queued behind the running item, in run order."""
+    if queue is None:
+        return []
+    with queue.lock() as items:
+        return [i for i in items if isinstance(i, int)]
