@@ -1,4 +1,4 @@
-"""Dataset files become pytest items: one item per row, the row's repeats are its rollouts.
+"""Dataset files become pytest items: one item per row (and agent), the row's repeats are its rollouts.
 
 This module is imported for every ``.jsonl`` file pytest walks past, so deciding
 *whether* a file is a dataset costs a few ``stat`` calls and no heavy import. An
@@ -85,26 +85,40 @@ class DatasetFile(pytest.File):
             routing = run.routing_for(self.path)
         except (SuiteError, RoutingError) as exc:
             raise self.CollectError(str(exc)) from None
-        limit = run.settings.limit
+        settings = run.settings
+        limit = settings.limit
         digest = hashlib.sha256()
         rows = 0
         for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
             if limit is not None and row_index >= limit:
                 break
             try:
-                agent = routing.agent_for(parse_object(line, Path(shown), line_no))
+                agents = routing.agents_for(parse_object(line, Path(shown), line_no))
             except JsonlError as exc:
                 raise self.CollectError(str(exc)) from None
             except RoutingError as exc:
                 raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
-            name = f"task[{row_index}]"
-            # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
-            # --lf only finds items whose structured id was built that way.
-            yield RolloutItem.from_parent(
-                self, name=name, nodeid=f"{self.nodeid}::{name}", offset=offset, row_index=row_index, agent=agent
-            )
+            first_rollout = 0
+            for agent in agents:
+                # A task that runs on several agents shows which one in its id, joined the way
+                # pytest joins parameter ids, so -k can select it.
+                name = f"task[{row_index}-{agent}]" if len(agents) > 1 else f"task[{row_index}]"
+                repeats = settings.repeats_for(agent)
+                # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
+                # --lf only finds items whose structured id was built that way.
+                yield RolloutItem.from_parent(
+                    self,
+                    name=name,
+                    nodeid=f"{self.nodeid}::{name}",
+                    offset=offset,
+                    row_index=row_index,
+                    agent=agent,
+                    first_rollout=first_rollout,
+                    repeats=repeats,
+                )
+                first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
 
 
@@ -118,13 +132,23 @@ class RolloutFailed(Exception):
 
 
 class RolloutItem(pytest.Item):
-    """One dataset row. ``task_index`` is run-wide; ``slot`` is its place in the dispatch plan."""
+    """One dataset row on one agent. ``task_index`` is run-wide; ``slot`` is its place in the dispatch plan.
 
-    def __init__(self, *, offset: int, row_index: int, agent: str, **kwargs: Any) -> None:
+    A row fanned out to several agents is one item per agent, all with the row's task
+    index; their rollout indices continue one another from ``first_rollout``.
+    """
+
+    def __init__(
+        self, *, offset: int, row_index: int, agent: str, first_rollout: int, repeats: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.offset = offset
         self.row_index = row_index
         self.agent = agent
+        self.first_rollout = first_rollout
+        self.repeats = repeats
+        # ``-k AGENT`` selects an agent's items, fanned out or not.
+        self.extra_keyword_matches.add(agent)
         self.task_index = -1
         self.slot = -1
 

@@ -26,6 +26,8 @@ class DatasetEntry(BaseModel):
     rows: int
     first_task: int
     agents: list[str]
+    # Rollouts its rows make (repeats per agent, fan-out copies); None in manifests from before fan-out.
+    rollouts: int | None = None
 
 
 class RunManifest(BaseModel):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -95,11 +96,8 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
     if doubled:
         shown = "; ".join(f"{key} in {', '.join(owners[key])}" for key in doubled[:SHOWN])
         problems.append(f"{len(doubled)} rollout keys are in more than one shard: {shown}" + _more(doubled))
-    if merged is not None and isinstance(merged.shape.get("repeats"), int):
-        missing = sorted(_full_keys(merged) - owners.keys())
-        if missing:
-            shown = ", ".join(map(str, missing[:SHOWN]))
-            problems.append(f"{len(missing)} rollout keys of the run are in no shard: {shown}" + _more(missing))
+    if merged is not None:
+        problems += _missing(merged, owners.keys())
     return merged, problems
 
 
@@ -135,11 +133,30 @@ def _materialized_keys(path: Path) -> list[Key]:
     return [key_of(row) for row in read_rows(path)]
 
 
-def _full_keys(manifest: RunManifest) -> set[Key]:
-    repeats = int(manifest.shape["repeats"])
-    return {
-        (t, r) for d in manifest.datasets for t in range(d.first_task, d.first_task + d.rows) for r in range(repeats)
-    }
+def _missing(manifest: RunManifest, found: Collection[Key]) -> list[str]:
+    """Keys of the whole run that no shard holds, by name when one repeat count fits every task.
+
+    With per-agent repeats or fan-out a task's keys depend on its row, so each dataset's
+    recorded rollout count is what the shards must add up to (doubles are caught apart).
+    """
+    repeats = manifest.shape.get("repeats")
+    if isinstance(repeats, int) and not manifest.shape.get("fan_out"):
+        tasks = (t for d in manifest.datasets for t in range(d.first_task, d.first_task + d.rows))
+        full = {(t, r) for t in tasks for r in range(repeats)}
+        missing = sorted(full - set(found))
+        if not missing:
+            return []
+        shown = ", ".join(map(str, missing[:SHOWN]))
+        return [f"{len(missing)} rollout keys of the run are in no shard: {shown}" + _more(missing)]
+    problems = []
+    per_task = Counter(t for t, _ in found)
+    for d in manifest.datasets:
+        if d.rollouts is None:
+            continue
+        held = sum(per_task[t] for t in range(d.first_task, d.first_task + d.rows))
+        if held < d.rollouts:
+            problems.append(f"{d.rollouts - held} of the {d.rollouts} rollouts of {d.path} are in no shard")
+    return problems
 
 
 def _more(items: list[Key]) -> str:

@@ -48,7 +48,46 @@ OPTIONS: tuple[Option, ...] = (
         "[NAME=]URL",
         repeatable=True,
     ),
-    Option("repeats", "Rollouts per dataset row (num_repeats). Default 1.", "N"),
+    Option(
+        "repeats",
+        "Rollouts per dataset row (num_repeats): N, or per agent AGENT=N,_default=M. Default 1.",
+        "N|AGENT=N,...",
+    ),
+    Option(
+        "agent_map",
+        "Run rows that name agent (or task_source) FROM on agent TO instead; FROM may be _default, "
+        "the rows that name none (repeatable).",
+        "FROM=TO",
+        repeatable=True,
+    ),
+    Option(
+        "fan_out",
+        "Copy every row that names agent (or task_source) KEY once per listed agent; rollout indices "
+        "continue per task (repeatable).",
+        "KEY=A,B[,...]",
+        repeatable=True,
+    ),
+    Option(
+        "agent_header",
+        "HTTP header sent with every request to agents (or only AGENT's); VALUE may be ${ENV_VAR}. "
+        "Never written or printed (repeatable; env ROLLOUTS_AGENT_HEADERS, one per line).",
+        "[AGENT:]NAME=VALUE",
+        repeatable=True,
+        env="ROLLOUTS_AGENT_HEADERS",
+    ),
+    Option(
+        "head_server",
+        "Read agent names and addresses from a running NeMo Gym head server (GET /global_config_dict_yaml).",
+        "HOST:PORT",
+    ),
+    Option("no_health_check", "Do not GET /health on the agents before dispatch.", flag=True),
+    Option(
+        "health_ignore",
+        "Health-check failures to tolerate, by check name (comma-separated, repeatable).",
+        "CHECK[,CHECK...]",
+        repeatable=True,
+    ),
+    Option("health_workers", "Health checks run at once. Default 8.", "N"),
     Option("limit", "Use only the first N rows of each dataset file.", "N"),
     Option("interleave_repeats", "Order rollouts a b c a b c instead of a a b b c c.", flag=True),
     Option(

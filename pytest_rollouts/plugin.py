@@ -83,7 +83,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from .xdist import RolloutScheduling
 
     settings = RolloutRun.get(config).settings
-    return RolloutScheduling(config, log, settings.parallel, settings.repeats)
+    return RolloutScheduling(config, log, settings.parallel, settings.fewest_repeats)
 
 
 @pytest.hookimpl(optionalhook=True)

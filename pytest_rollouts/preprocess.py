@@ -8,7 +8,7 @@ the denominator of the score and the requests can never disagree.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 TASK_INDEX = "_ng_task_index"
@@ -56,13 +56,18 @@ def _with_seed(metadata: Any, rollout_index: int) -> dict[str, Any]:
     return metadata
 
 
-def rollout_order(task_count: int, repeats: int, interleave: bool) -> Iterator[tuple[int, int]]:
-    """``(task position, rollout index)`` in dispatch order: a a b b, or a b a b when interleaved."""
+def rollout_order(counts: Sequence[tuple[int, int]], interleave: bool) -> Iterator[tuple[int, int]]:
+    """``(item position, rollout index)`` in dispatch order: a a b b, or a b a b when interleaved.
+
+    ``counts`` holds each item's first rollout index and its repeats: an item is one row on
+    one agent, and a fanned-out row's items number their rollouts on from one another.
+    """
     if interleave:
-        for rollout_index in range(repeats):
-            for position in range(task_count):
-                yield position, rollout_index
+        for round_index in range(max((n for _, n in counts), default=0)):
+            for position, (first, repeats) in enumerate(counts):
+                if round_index < repeats:
+                    yield position, first + round_index
     else:
-        for position in range(task_count):
-            for rollout_index in range(repeats):
+        for position, (first, repeats) in enumerate(counts):
+            for rollout_index in range(first, first + repeats):
                 yield position, rollout_index

@@ -9,11 +9,12 @@ pointed at an external server without editing it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .settings import Settings
+from .settings import DEFAULT_KEY, Settings
 from .suite import Suite
 
 CLI_DEFAULT_NAME = "default"
@@ -21,6 +22,14 @@ CLI_DEFAULT_NAME = "default"
 
 class RoutingError(ValueError):
     """An agent that cannot be resolved; raised before any dispatch."""
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """What a NeMo Gym head server's config says: agent addresses, and the agent of each task source."""
+
+    agents: Mapping[str, str]
+    task_sources: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -34,55 +43,111 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Routing:
-    """The agents visible to one dataset file."""
+    """How rows of one dataset file find their agents, with NeMo Gym's precedence.
+
+    A row is keyed by its ``agent_ref.name``, else its ``task_source``, else ``_default``.
+    ``fan_out`` and ``agent_map`` (never both for one key: settings refuse that) replace
+    that key's agent; otherwise a task source resolves through the suite's
+    ``[task_sources]`` (or the head server's config), and ``_default`` goes to the
+    suite's default agent.
+    """
 
     default: str | None
     known: frozenset[str]
     source: str
+    task_sources: Mapping[str, str] = field(default_factory=dict)
+    agent_map: Mapping[str, str] = field(default_factory=dict)
+    fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def agent_for(self, row: dict[str, Any]) -> str:
-        ref = row.get("agent_ref")
-        if ref is None:
+    def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
+        key, kind = _routing_key(row)
+        if key in self.fan_out:
+            agents = self.fan_out[key]
+        elif key in self.agent_map:
+            agents = (self.agent_map[key],)
+        elif kind == "task_source":
+            if key not in self.task_sources:
+                raise RoutingError(
+                    f"row's task_source {key!r} names no agent (declare it under [task_sources] in "
+                    f"{self.source}, or map it with --rollouts-agent-map {key}=AGENT)"
+                )
+            agents = (self.task_sources[key],)
+        elif kind == "default":
             if self.default is None:
                 raise RoutingError(
                     "row has no agent_ref and no default agent is set "
                     f"(pass --rollouts-agent URL or declare 'agent' in {self.source})"
                 )
-            return self.default
+            agents = (self.default,)
+        else:
+            agents = (key,)
+        for name in agents:
+            if name not in self.known:
+                known = ", ".join(sorted(self.known)) or "none"
+                via = f" (routed from {key!r})" if name != key else ""
+                raise RoutingError(f"row names unknown agent {name!r}{via} (known agents: {known})")
+        return agents
+
+
+def _routing_key(row: dict[str, Any]) -> tuple[str, str]:
+    ref = row.get("agent_ref")
+    if ref is not None:
         name = ref.get("name") if isinstance(ref, dict) else None
         if not isinstance(name, str) or not name:
             raise RoutingError(f"agent_ref must be an object with a 'name' string, got {ref!r}")
-        if name not in self.known:
-            known = ", ".join(sorted(self.known)) or "none"
-            raise RoutingError(f"row names unknown agent {name!r} (known agents: {known})")
-        return name
+        return name, "agent"
+    source = row.get("task_source")
+    if source is not None:
+        if not isinstance(source, str) or not source:
+            raise RoutingError(f"task_source must be a non-empty string, got {source!r}")
+        return source, "task_source"
+    return DEFAULT_KEY, "default"
 
 
 class AgentRegistry:
-    """Every agent the run can reach, so two suites cannot give one name two addresses."""
+    """Every agent the run can reach, so two suites cannot give one name two addresses.
 
-    def __init__(self, settings: Settings) -> None:
+    Addresses come, strongest first, from ``--rollouts-agent NAME=URL``, from a NeMo Gym
+    head server (``--rollouts-head-server``), then from suite declarations; an unnamed
+    ``--rollouts-agent URL`` is the address of every suite's default agent.
+    """
+
+    def __init__(self, settings: Settings, discovered: Discovered | None = None) -> None:
+        self._settings = settings
         self._cli_default = settings.default_agent_url
-        self._cli_named = settings.named_agent_urls
-        self._endpoints: dict[str, Endpoint] = {name: Endpoint(name, url=url) for name, url in self._cli_named.items()}
+        self._cli_named = dict(settings.named_agent_urls)
+        self._head = discovered or Discovered({}, {})
+        self._fixed = {**self._head.agents, **self._cli_named}
+        self._endpoints: dict[str, Endpoint] = {name: Endpoint(name, url=url) for name, url in self._fixed.items()}
         if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
             self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
 
     def routing_for(self, suite: Suite | None) -> Routing:
         if suite is None:
             default = CLI_DEFAULT_NAME if self._cli_default is not None else None
-            return Routing(default, frozenset(self._cli_named) | _maybe(default), "a rollouts.toml")
+            return self._routing(default, frozenset(), {}, "a rollouts.toml")
         default = suite.config.agent
         if default is None and self._cli_default is not None:
             default = CLI_DEFAULT_NAME
         for name, declaration in suite.config.agents.items():
             self._register(name, self._endpoint_for(suite, name, declaration), suite)
-        known = frozenset(suite.config.agents) | frozenset(self._cli_named) | _maybe(default)
-        return Routing(default, known, str(suite.path))
+        return self._routing(default, frozenset(suite.config.agents), suite.config.task_sources, str(suite.path))
+
+    def _routing(
+        self, default: str | None, declared: frozenset[str], task_sources: Mapping[str, str], source: str
+    ) -> Routing:
+        return Routing(
+            default,
+            declared | frozenset(self._fixed) | _maybe(default),
+            source,
+            task_sources={**self._head.task_sources, **task_sources},
+            agent_map=self._settings.agent_map,
+            fan_out=self._settings.fan_out,
+        )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:
-        if name in self._cli_named:
-            return Endpoint(name, url=self._cli_named[name])
+        if name in self._fixed:
+            return Endpoint(name, url=self._fixed[name])
         if name == suite.config.agent and self._cli_default is not None:
             return Endpoint(name, url=self._cli_default)
         if declaration.url is not None:

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 
+HEAD_SERVER_TIMEOUT_S = 10.0
+
+
 class RolloutsWarning(pytest.PytestWarning):
     """Something about the run's files the user must know, e.g. where old results went."""
 
@@ -56,6 +59,7 @@ class RolloutRun:
         self.config = config
         self.resuming = False
         self.lean = False
+        self._refused = False
         self._settings: Settings | None = None
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
@@ -93,18 +97,40 @@ class RolloutRun:
         if self._engine is None and not self.config.option.collectonly:
             self._engine = spawn_engine()
 
+    @property
+    def registry(self) -> AgentRegistry:
+        """The agents this run can reach; a head server is asked once, before the first dataset is read."""
+        if self._registry is None:
+            from .routing import AgentRegistry
+
+            discovered = None
+            if self.settings.head_server is not None:
+                from .headserver import HeadServerError, discover
+
+                try:
+                    discovered = discover(self.settings.head_server, timeout=HEAD_SERVER_TIMEOUT_S)
+                except HeadServerError as exc:
+                    raise pytest.UsageError(str(exc)) from None
+            self._registry = AgentRegistry(self.settings, discovered)
+        return self._registry
+
     def routing_for(self, dataset: Path) -> Routing:
-        from .routing import AgentRegistry
         from .suite import load_suite
 
-        if self._registry is None:
-            self._registry = AgentRegistry(self.settings)
         declaration = find_declaration(dataset.parent, self.config.rootpath)
-        return self._registry.routing_for(load_suite(declaration) if declaration else None)
+        return self.registry.routing_for(load_suite(declaration) if declaration else None)
 
     # -- collection ----------------------------------------------------------------------
 
     def number_tasks(self, items: list[pytest.Item]) -> None:
+        """Number the tasks; a refusal here also stops ``prepare``, which pytest calls on its way out."""
+        try:
+            self._number_tasks(items)
+        except pytest.UsageError:
+            self._refused = True
+            raise
+
+    def _number_tasks(self, items: list[pytest.Item]) -> None:
         """Give every collected row its run-wide task index, before ``-k``/``-m``/``--lf`` deselect.
 
         A fresh run numbers rows in collection order; a resumed one takes each file's first
@@ -113,11 +139,15 @@ class RolloutRun:
         from .manifest import DatasetEntry, ManifestError, RunManifest, differences, read_manifest
 
         files: dict[DatasetFile, set[str]] = {}
+        rollouts: dict[DatasetFile, int] = {}
         for item in items:
             if isinstance(item, RolloutItem):
-                files.setdefault(item.parent, set()).add(item.agent)  # type: ignore[arg-type]
+                dataset: DatasetFile = item.parent  # type: ignore[assignment]
+                files.setdefault(dataset, set()).add(item.agent)
+                rollouts[dataset] = rollouts.get(dataset, 0) + item.repeats
         if not files:
             return
+        self._check_repeats_agents()
         paths = self.paths
         self.resuming = self._wants_resume(paths)
         try:
@@ -133,7 +163,12 @@ class RolloutRun:
             next_task = max(next_task, first + dataset.rows)
             entries.append(
                 DatasetEntry(
-                    path=name, sha256=dataset.sha256, rows=dataset.rows, first_task=first, agents=sorted(agents)
+                    path=name,
+                    sha256=dataset.sha256,
+                    rows=dataset.rows,
+                    first_task=first,
+                    agents=sorted(agents),
+                    rollouts=rollouts[dataset],
                 )
             )
         self._manifest = RunManifest(datasets=entries, shape=self._shape())
@@ -156,6 +191,16 @@ class RolloutRun:
         if self.settings.shard is not None:
             self._keep_shard(items, self.settings.shard)
 
+    def _check_repeats_agents(self) -> None:
+        """A per-agent repeat count for an agent nobody knows is a typo that would silently run 1."""
+        from .settings import DEFAULT_KEY
+
+        repeats = self.settings.repeats
+        if isinstance(repeats, dict):
+            unknown = sorted(a for a in repeats if a != DEFAULT_KEY and not self.registry.knows(a))
+            if unknown:
+                raise pytest.UsageError(f"--rollouts-repeats names unknown agents: {', '.join(unknown)}")
+
     def _keep_shard(self, items: list[pytest.Item], shard: tuple[int, int]) -> None:
         """Deselect the rows of other shards, the way ``-k`` deselects: they are not this run's."""
         from .shard import in_shard
@@ -177,6 +222,8 @@ class RolloutRun:
         s = self.settings
         return {
             "repeats": s.repeats,
+            "agent_map": s.agent_map,
+            "fan_out": {key: list(agents) for key, agents in s.fan_out.items()},
             "limit": s.limit,
             "interleave_repeats": s.interleave_repeats,
             "repeats_add_seed": s.repeats_add_seed,
@@ -190,7 +237,7 @@ class RolloutRun:
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: set up the files and decide exactly what will be sent."""
         selected = [item for item in items if isinstance(item, RolloutItem)]
-        if not selected:
+        if not selected or self._refused:
             return
         for slot, item in enumerate(selected):
             item.slot = slot
@@ -223,7 +270,8 @@ class RolloutRun:
         last_position = -1
         offset = 0
         with LineReader() as reader, open(private, "wb") as out:
-            for position, rollout_index in rollout_order(len(items), settings.repeats, settings.interleave_repeats):
+            counts = [(item.first_rollout, item.repeats) for item in items]
+            for position, rollout_index in rollout_order(counts, settings.interleave_repeats):
                 item = items[position]
                 if position != last_position:
                     row = parse_object(reader.read(item.path, item.offset), item.path, 0)
@@ -257,7 +305,7 @@ class RolloutRun:
             past = histories(read_rows(paths.out), read_rows(paths.failures))
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot resume: {exc}") from None
-        slots = {item.task_index: item.slot for item in items}
+        slots = {(item.task_index, item.agent): item.slot for item in items}
         plan = Plan([], len(items))
         try:
             recorded = [
@@ -271,7 +319,7 @@ class RolloutRun:
                 f"cannot resume: a row of {paths.materialized} lacks its stamps ({exc!r})"
             ) from None
         for entry, key, agent in recorded:
-            slot = slots.get(key[0])
+            slot = slots.get((key[0], agent))
             if slot is None:
                 continue
             history = past.by_key.get(key)
@@ -341,22 +389,19 @@ class RolloutRun:
         from .embedded import EmbeddedServers
         from .manifest import ManifestError, read_manifest
 
-        if self._registry is None:
-            from .routing import AgentRegistry
-
-            self._registry = AgentRegistry(self.settings)
+        registry = self.registry
         missing = sorted(names - set(self._urls))
-        if any(not self._registry.knows(name) for name in missing):
+        if any(not registry.knows(name) for name in missing):
             try:
                 manifest = read_manifest(self.paths.manifest)
             except ManifestError:
                 manifest = None
             for entry in manifest.datasets if manifest else ():
                 self.routing_for(self.config.rootpath / entry.path)
-        unknown = [name for name in missing if not self._registry.knows(name)]
+        unknown = [name for name in missing if not registry.knows(name)]
         if unknown:
             raise pytest.UsageError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
-        endpoints = [self._registry.endpoint(name) for name in missing]
+        endpoints = [registry.endpoint(name) for name in missing]
         servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
         self._servers.append(servers)
         try:

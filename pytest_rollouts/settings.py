@@ -7,12 +7,13 @@ becomes one readable usage error that names where it came from.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from .options import OPTIONS, Option
 
@@ -33,6 +34,49 @@ class AgentAddress(BaseModel):
         return cls(name=None, url=_check_url(text.strip()))
 
 
+class AgentHeader(BaseModel):
+    """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``VALUE`` may be ``${ENV_VAR}``.
+
+    The value is a ``SecretStr`` so no repr, log line or validation error can print it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str | None
+    name: str
+    value: SecretStr
+
+    @classmethod
+    def parse(cls, text: str) -> AgentHeader:
+        target, sep, value = text.partition("=")
+        agent, colon, name = target.rpartition(":")
+        name = name.strip()
+        if not sep or not _TOKEN.fullmatch(name):
+            raise ValueError("an agent header looks like NAME=VALUE or AGENT:NAME=VALUE (value not shown)")
+        value = value.strip()
+        if (ref := _ENV_REF.fullmatch(value)) is not None:
+            if ref[1] not in os.environ:
+                raise ValueError(f"header {name}: environment variable {ref[1]} is not set")
+            value = os.environ[ref[1]]
+        return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_KEY = "_default"
+
+
+def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` items of a repeatable option (also comma- or newline-free ini lines)."""
+    out = []
+    for item in values if isinstance(values, (list, tuple)) else [values]:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
 def _check_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"agent address {url!r} is not an http(s) URL")
@@ -46,7 +90,14 @@ class Settings(BaseModel):
 
     out: Path | None = None
     agent: tuple[AgentAddress, ...] = ()
-    repeats: int = Field(1, ge=1)
+    repeats: int | dict[str, int] = 1
+    agent_map: dict[str, str] = Field(default_factory=dict)
+    fan_out: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    agent_header: tuple[AgentHeader, ...] = ()
+    head_server: str | None = None
+    no_health_check: bool = False
+    health_ignore: frozenset[str] = frozenset()
+    health_workers: int = Field(8, ge=1, le=256)
     limit: int | None = Field(None, ge=1)
     interleave_repeats: bool = False
     repeats_add_seed: bool = False
@@ -82,7 +133,107 @@ class Settings(BaseModel):
             raise ValueError("K/N needs 0 <= K < N")
         return value
 
-    @field_validator("count_as_zero", mode="before")
+    @field_validator("repeats", mode="before")
+    @classmethod
+    def _parse_repeats(cls, value: Any) -> Any:
+        """``N``, or NeMo Gym's per-agent ``agent=N,_default=M``; an unlisted agent gets ``_default``, else 1."""
+        if isinstance(value, str) and "=" in value:
+            parts = [p for p in value.split(",") if p.strip()]
+            by_agent: dict[str, Any] = {}
+            for key, count in _pairs(parts, "--rollouts-repeats"):
+                if key in by_agent:
+                    raise ValueError(f"agent {key!r} is given twice")
+                by_agent[key] = count
+            value = by_agent
+        if isinstance(value, dict):
+            for key, count in value.items():
+                if not str(count).strip().isdigit() or int(count) < 1:
+                    raise ValueError(f"repeats for {key!r} must be a whole number >= 1, got {count!r}")
+            return {str(k): int(v) for k, v in value.items()}
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be >= 1")
+        return value
+
+    @field_validator("agent_map", mode="before")
+    @classmethod
+    def _parse_agent_map(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        mapping: dict[str, str] = {}
+        for key, target in _pairs(value, "--rollouts-agent-map"):
+            if not target:
+                raise ValueError(f"{key}= maps to no agent")
+            if mapping.setdefault(key, target) != target:
+                raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
+        return mapping
+
+    @field_validator("fan_out", mode="before")
+    @classmethod
+    def _parse_fan_out(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        fan: dict[str, tuple[str, ...]] = {}
+        for key, listed in _pairs(value, "--rollouts-fan-out"):
+            agents = tuple(a.strip() for a in listed.split(",") if a.strip())
+            if not agents:
+                raise ValueError(f"fan-out of {key} lists no agents")
+            doubled = sorted({a for a in agents if agents.count(a) > 1})
+            if doubled:
+                raise ValueError(f"fan-out of {key} lists {', '.join(doubled)} more than once")
+            if key in fan:
+                raise ValueError(f"fan-out of {key} is given twice")
+            fan[key] = agents
+        return fan
+
+    @field_validator("agent_header", mode="before")
+    @classmethod
+    def _parse_headers(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: one header per line
+            value = [line for line in value.splitlines() if line.strip()]
+        if isinstance(value, (list, tuple)):
+            return tuple(AgentHeader.parse(v) if isinstance(v, str) else v for v in value)
+        return value
+
+    @field_validator("head_server", mode="before")
+    @classmethod
+    def _parse_head_server(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().rstrip("/")
+            if not text.startswith(("http://", "https://")):
+                text = "http://" + text
+            host_port = text.split("://", 1)[1]
+            host, _, port = host_port.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError("must look like HOST:PORT, e.g. 127.0.0.1:11000")
+            value = text
+        return value
+
+    @model_validator(mode="after")
+    def _no_conflicts(self) -> Settings:
+        both = sorted(set(self.agent_map) & set(self.fan_out))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is both mapped (--rollouts-agent-map) and fanned out (--rollouts-fan-out); "
+                "give one of them"
+            )
+        return self
+
+    @property
+    def fewest_repeats(self) -> int:
+        """The smallest per-row rollout count, which sizes xdist's queues (never too shallow)."""
+        if isinstance(self.repeats, int):
+            return self.repeats
+        unlisted = () if DEFAULT_KEY in self.repeats else (1,)
+        return min((*self.repeats.values(), *unlisted))
+
+    def repeats_for(self, agent: str) -> int:
+        if isinstance(self.repeats, int):
+            return self.repeats
+        return self.repeats.get(agent, self.repeats.get(DEFAULT_KEY, 1))
+
+    @field_validator("count_as_zero", "health_ignore", mode="before")
     @classmethod
     def _split_classes(cls, value: Any) -> Any:
         if isinstance(value, (list, tuple)):
@@ -159,7 +310,8 @@ def _describe(exc: ValidationError, source: dict[str, str]) -> str:
     lines = ["invalid rollouts settings:"]
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
-        where = source.get(field, field)
-        given = error.get("input")
-        lines.append(f"  {where}: {error['msg']} (got {given!r})")
+        where = source.get(field, field) or "options"
+        # A header value is a secret: say what is wrong, never what was given.
+        given = "" if field == "agent_header" or not error["loc"] else f" (got {error.get('input')!r})"
+        lines.append(f"  {where}: {error['msg']}{given}")
     return "\n".join(lines)

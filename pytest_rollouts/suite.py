@@ -39,6 +39,8 @@ class SuiteConfig(BaseModel):
     datasets: tuple[str, ...]
     agent: str | None = None
     agents: dict[str, AgentDeclaration] = {}
+    # Rows that carry ``task_source`` instead of ``agent_ref`` run on the agent named here.
+    task_sources: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _default_is_declared(self) -> SuiteConfig:

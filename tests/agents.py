@@ -52,10 +52,14 @@ class ScriptedAgent:
         behaviour: Behaviour = verifier,
         latency: float = 0.0,
         aggregate: Callable[[dict[str, Any]], Any] | None = None,
+        health: Reply | None = Reply(json={"status": "ok"}),
     ) -> None:
         self.behaviour = behaviour
         self.latency = latency
         self.aggregate = aggregate
+        self.health = health
+        self.health_checks = 0
+        self.headers: list[dict[str, str]] = []
         self.aggregate_bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
@@ -81,7 +85,8 @@ class ScriptedAgent:
     async def _start(self) -> None:
         app = web.Application()
         app.router.add_post("/run", self._run)
-        app.router.add_get("/health", self._health)
+        if self.health is not None:
+            app.router.add_get("/health", self._health)
         if self.aggregate is not None:
             app.router.add_post("/aggregate_metrics", self._aggregate)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -95,7 +100,11 @@ class ScriptedAgent:
         await self._runner.cleanup()
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        self.health_checks += 1
+        self.headers.append(dict(request.headers))
+        assert self.health is not None
+        body = self.health.raw if self.health.raw is not None else orjson.dumps(self.health.json)
+        return web.Response(status=self.health.status, body=body, content_type="application/json")
 
     async def _aggregate(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
@@ -105,6 +114,7 @@ class ScriptedAgent:
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
         row = orjson.loads(await request.read())
+        self.headers.append(dict(request.headers))
         key = (row.get("_ng_task_index"), row.get("_ng_rollout_index"))
         seen = self._seen[key]
         self._seen[key] += 1

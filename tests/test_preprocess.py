@@ -90,4 +90,16 @@ def test_materialize_row_matches_nemo_gym_request_shape() -> None:
     ],
 )
 def test_rollout_order(interleave: bool, expected: list[tuple[int, int]]) -> None:
-    assert list(rollout_order(2, 2, interleave)) == expected
+    assert list(rollout_order([(0, 2), (0, 2)], interleave)) == expected
+
+
+@pytest.mark.parametrize(
+    ("interleave", "expected"),
+    [
+        (False, [(0, 0), (0, 1), (1, 2), (2, 0), (2, 1), (2, 2)]),
+        (True, [(0, 0), (1, 2), (2, 0), (0, 1), (2, 1), (2, 2)]),
+    ],
+)
+def test_rollout_order_of_fanned_out_items(interleave: bool, expected: list[tuple[int, int]]) -> None:
+    """Item 1 is item 0's row on a second agent: its one rollout is numbered after item 0's two."""
+    assert list(rollout_order([(0, 2), (2, 1), (0, 3)], interleave)) == expected

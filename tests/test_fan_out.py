@@ -1,0 +1,210 @@
+"""A mixed dataset over several agents: agent_map, fan_out, per-agent repeats, task_source."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+
+
+def _mixed_rows(n: int, agent: str | None = None) -> list[dict]:
+    rows = tasks(n)
+    if agent is not None:
+        for row in rows:
+            row["agent_ref"] = {"name": agent}
+    return rows
+
+
+def _metric_groups(pytester: pytest.Pytester) -> dict[str, dict]:
+    entries = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    return {entry["agent_ref"]["name"]: entry for entry in entries}
+
+
+def test_agent_map_moves_rows_to_another_agent(pytester: pytest.Pytester) -> None:
+    rows = tasks(4)
+    rows[1]["agent_ref"] = rows[3]["agent_ref"] = {"name": "judge"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as default, ScriptedAgent() as judge, ScriptedAgent() as judge_v2:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={default.url}",
+            f"--rollouts-agent=judge={judge.url}",
+            f"--rollouts-agent=judge_v2={judge_v2.url}",
+            "--rollouts-agent-map=judge=judge_v2",
+        )
+        result.assert_outcomes(passed=4)
+        assert judge.requests == []
+        assert sorted(judge_v2.keys()) == [(1, 0), (3, 0)]
+        assert all(r["agent_ref"] == {"name": "judge_v2"} for r in judge_v2.requests)
+        assert sorted(default.keys()) == [(0, 0), (2, 0)]
+
+
+def test_agent_map_default_routes_rows_that_name_no_agent(pytester: pytest.Pytester) -> None:
+    rows = tasks(3)
+    rows[0]["agent_ref"] = {"name": "judge"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as default, ScriptedAgent() as judge, ScriptedAgent() as other:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={default.url}",
+            f"--rollouts-agent=judge={judge.url}",
+            f"--rollouts-agent=other={other.url}",
+            "--rollouts-agent-map=_default=other",
+        )
+        result.assert_outcomes(passed=3)
+        assert default.requests == []
+        assert sorted(other.keys()) == [(1, 0), (2, 0)]
+        assert judge.keys() == [(0, 0)]
+
+
+def test_fan_out_copies_rows_with_continuing_rollout_indices(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _mixed_rows(3, agent="policy"))
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            "-v",
+            f"--rollouts-agent=a={a.url}",
+            f"--rollouts-agent=b={b.url}",
+            "--rollouts-fan-out=policy=a,b",
+            "--rollouts-repeats=a=2,_default=1",
+        )
+        result.assert_outcomes(passed=6)
+        result.stdout.fnmatch_lines(["*data.jsonl::task[[]0-a[]] PASSED*", "*data.jsonl::task[[]0-b[]] PASSED*"])
+        assert sorted(a.keys()) == [(t, r) for t in range(3) for r in (0, 1)]
+        assert sorted(b.keys()) == [(t, 2) for t in range(3)]
+    artifacts = Artifacts(pytester.path)
+    materialized = artifacts.materialized
+    assert len(materialized) == 9 and len(set(keys(materialized))) == 9
+    assert Counter(r["agent_ref"]["name"] for r in artifacts.rows) == {"a": 6, "b": 3}
+    groups = _metric_groups(pytester)
+    assert set(groups) == {"a", "b"}
+    assert groups["a"]["coverage"]["expected"] == 6 and groups["b"]["coverage"]["expected"] == 3
+
+
+def test_fanned_out_item_can_be_selected_by_agent(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent=a={a.url}",
+            f"--rollouts-agent=b={b.url}",
+            "--rollouts-fan-out=policy=a,b",
+            "-k",
+            "b",
+        )
+        result.assert_outcomes(passed=2, deselected=2)
+        assert a.requests == []
+        assert sorted(b.keys()) == [(0, 1), (1, 1)]
+
+
+def test_resume_after_fan_out_runs_only_the_failed_agent(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
+    args = ["data.jsonl", "--rollouts-fan-out=policy=a,b", "--rollouts-retries=0"]
+    with ScriptedAgent() as a, ScriptedAgent(behaviour=lambda row, seen: _broken()) as b:
+        first = run_rollouts(pytester, *args, f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}")
+        first.assert_outcomes(passed=2, failed=0)
+        assert first.parseoutcomes().get("agent_run_error") == 2
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        again = run_rollouts(
+            pytester, *args, "--rollouts-resume", f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}"
+        )
+        again.assert_outcomes(passed=4)
+        assert a.requests == []
+        assert sorted(b.keys()) == [(0, 1), (1, 1)]
+        assert all(r["_ng_attempt_index"] == 1 for r in b.requests)
+
+
+def _broken():
+    from .agents import Reply
+
+    return Reply(status=500, json={"detail": "boom"})
+
+
+def test_per_agent_repeats_follow_each_rows_agent(pytester: pytest.Pytester) -> None:
+    rows = tasks(4)
+    rows[0]["agent_ref"] = rows[1]["agent_ref"] = {"name": "judge"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as default, ScriptedAgent() as judge:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={default.url}",
+            f"--rollouts-agent=judge={judge.url}",
+            "--rollouts-repeats=judge=3,_default=2",
+        )
+        result.assert_outcomes(passed=4)
+        assert sorted(judge.keys()) == [(t, r) for t in (0, 1) for r in range(3)]
+        assert sorted(default.keys()) == [(t, r) for t in (2, 3) for r in range(2)]
+    groups = _metric_groups(pytester)
+    assert groups["judge"]["agent_metrics"]["num_repeats"] == 3
+    assert groups["default"]["agent_metrics"]["num_repeats"] == 2
+
+
+def test_task_source_rows_resolve_through_the_suite(pytester: pytest.Pytester) -> None:
+    rows = tasks(3)
+    for row in rows[:2]:
+        row["task_source"] = "math_resources"
+    write_rows(pytester.path / "suite" / "data.jsonl", rows)
+    with ScriptedAgent() as main, ScriptedAgent() as math:
+        (pytester.path / "suite" / "rollouts.toml").write_text(
+            'datasets = ["data.jsonl"]\nagent = "main"\n'
+            f'[agents.main]\nurl = "{main.url}"\n[agents.math]\nurl = "{math.url}"\n'
+            '[task_sources]\nmath_resources = "math"\n'
+        )
+        result = run_rollouts(pytester, "suite")
+        result.assert_outcomes(passed=3)
+        assert sorted(math.keys()) == [(0, 0), (1, 0)]
+        assert main.keys() == [(2, 0)]
+        assert all(r["agent_ref"] == {"name": "math"} and r["task_source"] for r in math.requests)
+
+
+def test_undeclared_task_source_stops_before_any_request(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    rows = tasks(2)
+    rows[1]["task_source"] = "nowhere"
+    write_rows(pytester.path / "data.jsonl", rows)
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*data.jsonl:2: row's task_source 'nowhere' names no agent*"])
+    assert agent.requests == []
+
+
+def test_fan_out_to_an_unknown_agent_stops_before_any_request(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    fan_out = "--rollouts-fan-out=_default=default,ghost"
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", fan_out)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*data.jsonl:1: row names unknown agent 'ghost' (routed from '_default')*"])
+    assert agent.requests == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rollouts-fan-out=p=a,b", "--rollouts-agent-map=p=a"], "*p is both mapped*and fanned out*"),
+        (["--rollouts-fan-out=p="], "*fan-out of p lists no agents*"),
+        (["--rollouts-fan-out=p=a,b,a"], "*fan-out of p lists a more than once*"),
+        (["--rollouts-fan-out=p=a", "--rollouts-fan-out=p=b"], "*fan-out of p is given twice*"),
+        (["--rollouts-agent-map=p=a", "--rollouts-agent-map=p=b"], "*p is mapped twice (a and b)*"),
+        (["--rollouts-repeats=a=2,a=3"], "*agent 'a' is given twice*"),
+        (["--rollouts-repeats=ghost=2"], "*--rollouts-repeats names unknown agents: ghost*"),
+    ],
+)
+def test_routing_conflicts_are_usage_errors(
+    pytester: pytest.Pytester, agent: ScriptedAgent, args: list[str], message: str
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-agent=a={agent.url}", *args
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert agent.requests == []
