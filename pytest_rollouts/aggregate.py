@@ -21,6 +21,7 @@ import orjson
 
 from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths, artifact_rows
+from .auth import Redactor
 from .jsonl import LineReader, object_from, parse_object
 from .metrics import MetricRow, compute_default_metrics, numeric_fields
 from .resume import key_of
@@ -76,6 +77,7 @@ def score_run(
     policy: ScoringPolicy,
     *,
     agent_url: Callable[[str], str | None],
+    agent_headers: Callable[[str], Mapping[str, str]] = lambda name: {},
     write_metrics: bool,
     timeout: float,
     perf_summary: dict[str, Any] | None = None,
@@ -100,7 +102,7 @@ def score_run(
         url = agent_url(name)
         if url is not None:
             try:
-                server = _server_metrics(url, paths, group, added, timeout)
+                server = _server_metrics(url, agent_headers(name), paths, group, added, timeout)
             except MetricsServerError as exc:
                 server, score.note = None, f"{exc}; computed locally instead"
             if server is not None:
@@ -187,7 +189,12 @@ def _agent(row: Mapping[str, Any]) -> str:
 
 
 def _server_metrics(
-    url: str, paths: ArtifactPaths, group: _Group, added: list[dict[str, Any]], timeout: float
+    url: str,
+    headers: Mapping[str, str],
+    paths: ArtifactPaths,
+    group: _Group,
+    added: list[dict[str, Any]],
+    timeout: float,
 ) -> dict[str, Any] | None:
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
@@ -195,25 +202,28 @@ def _server_metrics(
     from disk and spares pytest's process the aiohttp import.
     """
     parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    redact = Redactor({"": headers})
     try:
         connection.request(
             "POST",
             parts.path.rstrip("/") + "/aggregate_metrics",
             body=_verify_responses(paths.out, group, added),
-            headers={"Content-Type": "application/json"},
+            headers={**headers, "Content-Type": "application/json"},
             encode_chunked=True,
         )
         response = connection.getresponse()
         body = response.read()
     except OSError as exc:
-        raise MetricsServerError(f"{url}/aggregate_metrics failed: {exc}") from None
+        raise MetricsServerError(f"{url}/aggregate_metrics failed: {redact(str(exc))}") from None
     finally:
         connection.close()
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
-        raise MetricsServerError(f"{url}/aggregate_metrics answered HTTP {response.status}: {body[:200]!r}")
+        shown = redact(body[:200].decode("utf-8", errors="replace"))
+        raise MetricsServerError(f"{url}/aggregate_metrics answered HTTP {response.status}: {shown!r}")
     try:
         return object_from(body)
     except ValueError as exc:

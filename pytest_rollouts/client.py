@@ -9,6 +9,7 @@ status (429/502/503/504) or no reply at all says nothing about the rollout
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ AGENT_RUN_ERROR = "agent_run_error"
 AGENT_REQUEST_FAILED = "agent_request_failed"
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 MAX_BODY_CHARS = 2000
-_JSON_HEADERS = {"Content-Type": "application/json"}
+JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
 
 @dataclass(slots=True)
@@ -57,10 +58,17 @@ class Attempt:
     http_status: int | None = None
 
 
-async def post_run(session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout) -> Attempt:
+async def post_run(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    timeout: aiohttp.ClientTimeout,
+    headers: Mapping[str, str] = JSON_HEADERS,
+) -> Attempt:
+    """One attempt; ``headers`` must include the JSON content type (``JSON_HEADERS`` plus any agent headers)."""
     started = time.perf_counter()
     try:
-        async with session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
+        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             status = resp.status
             if 200 <= status < 300:
                 raw = await resp.read()

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from .auth import headers_for
 from .frames import ChannelClosed, frame, message, read_frame, write_all
 from .records import RolloutOutcome
 from .settings import Settings
@@ -43,6 +44,14 @@ class PlannedRollout:
 
 class DispatcherError(RuntimeError):
     """The dispatcher process failed or went away while pytest was waiting on it."""
+
+
+class AgentsUnhealthy(Exception):
+    """Agents failed their health check; nothing was sent to any agent."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
 class Dispatcher:
@@ -103,6 +112,11 @@ class Dispatcher:
             "margin": settings.drain_margin,
             # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
             "shared_output": self._worker,
+            # Secrets travel over the pipe, never the command line.
+            "headers": {name: headers_for(settings.agent_header, name) for name in agents},
+            "health": None
+            if settings.no_health_check
+            else {"workers": settings.health_workers, "ignored": sorted(settings.health_ignore)},
         }
         columns = [
             array("q", [r.slot for r in self._rollouts]),
@@ -116,7 +130,10 @@ class Dispatcher:
         if self._proc is None:
             self._proc = spawn_engine()
         self._write(message(header) + b"".join(frame(c.tobytes()) for c in columns))
-        if self._read() != ["ready"]:
+        reply = self._read()
+        if reply[0] == "unhealthy":
+            raise AgentsUnhealthy(reply[1])
+        if reply != ["ready"]:
             raise DispatcherError("the dispatcher process did not start")
 
     def wait(self, slot: int) -> list[RolloutOutcome]:

@@ -8,7 +8,8 @@ its stdin/stdout in frames (``frames.py``):
 - in: a header, the plan's columns, then ``claim`` (pytest waits on a task the
   look-ahead has not reached), ``freed`` (pytest consumed tasks: room to admit more),
   ``close``. End of input (pytest died) closes too, so nothing is left running.
-- out: ``ready``, ``done`` with a task's outcomes once each of its rows is written,
+- out: ``ready`` (or ``unhealthy`` with the failed health checks: then nothing is
+  sent), ``done`` with a task's outcomes once each of its rows is written,
   ``error`` for a bug that must fail the item rather than hang it, ``closed``.
 
 Rollouts are admitted in plan order while fewer than ``limit`` are resident (admitted,
@@ -32,8 +33,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .client import Attempt, post_run
+from .auth import Redactor
+from .client import JSON_HEADERS, Attempt, post_run
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
+from .health import Unhealthy, check_agents
 from .jsonl import JsonlAppender
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import CANCELLED, FAILURE_CLASS, NO_PERSIST, agent_failure_row, failure_row, reward_of, success_row
@@ -51,6 +54,9 @@ class Engine:
         self._send = send
         self._agents = [header["urls"][name] + "/run" for name in header["agents"]]
         self._names = header["agents"]
+        agent_headers = header.get("headers", {})
+        self._headers = [{**JSON_HEADERS, **agent_headers.get(name, {})} for name in self._names]
+        self._redact = Redactor(agent_headers)
         count = len(columns["slot"])
         self._admitted = bytearray(count)
         self._by_slot: dict[int, list[int]] = {}
@@ -91,10 +97,14 @@ class Engine:
     # -- the run -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._spawn(self._sync_periodically())
-        self._spawn(self._report_progress())
-        self._send(message(["ready"]))
-        self._admit()
+        unhealthy = await self._check_health()
+        if unhealthy:
+            self._send(message(["unhealthy", [u.line() for u in unhealthy]]))
+        else:
+            self._spawn(self._sync_periodically())
+            self._spawn(self._report_progress())
+            self._send(message(["ready"]))
+            self._admit()
         await self._closing.wait()
         tasks = list(self._tasks)
         for task in tasks:
@@ -105,6 +115,20 @@ class Engine:
         self._outputs.close()
         self._failures.close()
         self._send(message(["closed"]))
+
+    async def _check_health(self) -> list[Unhealthy]:
+        health = self._h.get("health")
+        if not health:
+            return []
+        urls = {name: url.removesuffix("/run") for name, url in zip(self._names, self._agents, strict=True)}
+        return await check_agents(
+            self._session,
+            urls,
+            self._h.get("headers", {}),
+            workers=health["workers"],
+            ignored=frozenset(health["ignored"]),
+            redact=self._redact,
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -172,6 +196,7 @@ class Engine:
             "agent_ref": {"name": agent},
         }
         url = self._agents[col["agent"][position]]
+        headers = self._headers[col["agent"][position]]
         first = col["first_attempt"][position]
         # In-run retries and earlier runs' attempts share one cap per rollout.
         last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
@@ -186,7 +211,7 @@ class Engine:
             async with self._in_flight:
                 self._in_flight_since[position] = time.monotonic()
                 try:
-                    attempt = await post_run(self._session, url, body, self._timeout)
+                    attempt = await post_run(self._session, url, body, self._timeout, headers)
                 finally:
                     del self._in_flight_since[position]
             outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
@@ -211,6 +236,8 @@ class Engine:
         reply = attempt.reply
         if reply is None:
             assert attempt.failure is not None
+            attempt.failure.message = self._redact(attempt.failure.message) or ""
+            attempt.failure.body = self._redact(attempt.failure.body)
             self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
             return None
         if FAILURE_CLASS in reply:

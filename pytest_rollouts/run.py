@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 
 HEAD_SERVER_TIMEOUT_S = 10.0
+# The session stopped before any /run because an agent failed its health check.
+UNHEALTHY_EXIT = 9
 
 
 class RolloutsWarning(pytest.PytestWarning):
@@ -350,7 +352,7 @@ class RolloutRun:
 
     def start(self) -> None:
         """Start embedded agents and begin dispatching the prepared plan."""
-        from .dispatch import Dispatcher
+        from .dispatch import AgentsUnhealthy, Dispatcher
 
         plan, self._plan = self._plan, None
         if plan is None:
@@ -378,7 +380,16 @@ class RolloutRun:
             process=self._engine,
         )
         self._engine = None
-        self._dispatcher.start()
+        try:
+            self._dispatcher.start()
+        except AgentsUnhealthy as exc:
+            self.finish()
+            lines = [f"  {line}" for line in exc.lines]
+            pytest.exit(
+                "\n".join(["agents failed their health check; nothing was dispatched:", *lines])
+                + "\nFix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
+                returncode=UNHEALTHY_EXIT,
+            )
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -444,6 +455,7 @@ class RolloutRun:
         """Coverage and metrics from the files on disk, once per run (never on an xdist worker)."""
         from .accounting import ScoringPolicy
         from .aggregate import score_run
+        from .auth import headers_for
 
         paths, settings = self.paths, self.settings
         if not paths.materialized.exists():
@@ -454,6 +466,7 @@ class RolloutRun:
                 paths,
                 policy,
                 agent_url=self._metrics_url,
+                agent_headers=lambda name: headers_for(settings.agent_header, name),
                 write_metrics=not settings.no_aggregate,
                 timeout=settings.timeout,
                 perf_summary=perf_summary,

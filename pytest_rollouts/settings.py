@@ -35,7 +35,7 @@ class AgentAddress(BaseModel):
 
 
 class AgentHeader(BaseModel):
-    """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``VALUE`` may be ``${ENV_VAR}``.
+    """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``${ENV_VAR}`` in ``VALUE`` is read from the environment.
 
     The value is a ``SecretStr`` so no repr, log line or validation error can print it.
     """
@@ -53,11 +53,10 @@ class AgentHeader(BaseModel):
         name = name.strip()
         if not sep or not _TOKEN.fullmatch(name):
             raise ValueError("an agent header looks like NAME=VALUE or AGENT:NAME=VALUE (value not shown)")
-        value = value.strip()
-        if (ref := _ENV_REF.fullmatch(value)) is not None:
-            if ref[1] not in os.environ:
-                raise ValueError(f"header {name}: environment variable {ref[1]} is not set")
-            value = os.environ[ref[1]]
+        unset = sorted({var for var in _ENV_REF.findall(value) if var not in os.environ})
+        if unset:
+            raise ValueError(f"header {name}: environment variable {', '.join(unset)} is not set")
+        value = _ENV_REF.sub(lambda ref: os.environ[ref[1]], value.strip())
         return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
 
 

@@ -109,6 +109,7 @@ class ScriptedAgent:
     async def _aggregate(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         self.aggregate_bodies.append(body)
+        self.headers.append(dict(request.headers))
         assert self.aggregate is not None
         return web.Response(body=orjson.dumps(self.aggregate(body)), content_type="application/json")
 

@@ -1,0 +1,43 @@
+"""Headers for agents behind a gateway, and keeping their values out of everything we write or show.
+
+Values reach the dispatcher process over its stdin, never its command line (which
+``ps`` shows), and any text an agent or gateway sends back is scrubbed of them before
+it lands in the failures sidecar or a message: a 401 page that echoes the key it
+refused must not leak it into artifacts that get shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .settings import AgentHeader
+
+REDACTED = "[redacted]"
+# Shorter values would scrub ordinary words out of messages; no real credential is this short.
+MIN_SECRET_CHARS = 8
+
+
+def headers_for(headers: Iterable[AgentHeader], agent: str) -> dict[str, str]:
+    """The headers ``agent`` gets: every unscoped one, then its own (which win on a shared name)."""
+    chosen = {h.name: h.value.get_secret_value() for h in headers if h.agent is None}
+    chosen.update({h.name: h.value.get_secret_value() for h in headers if h.agent == agent})
+    return chosen
+
+
+class Redactor:
+    """Replaces every header value in a text; a no-op when no header is configured."""
+
+    def __init__(self, by_agent: Mapping[str, Mapping[str, str]]) -> None:
+        # A value and, for "Bearer <token>" and the like, its credential alone: a gateway
+        # that echoes what it refused usually echoes only the token.
+        candidates = {part for h in by_agent.values() for v in h.values() for part in (v, *v.split()[-1:])}
+        values = {v for v in candidates if len(v) >= MIN_SECRET_CHARS}
+        # Longest first, so a value that contains another is replaced whole.
+        self._values = sorted(values, key=len, reverse=True)
+
+    def __call__(self, text: str | None) -> str | None:
+        if not text or not self._values:
+            return text
+        for value in self._values:
+            text = text.replace(value, REDACTED)
+        return text

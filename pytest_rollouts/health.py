@@ -1,0 +1,113 @@
+"""Health checks before dispatch: ``GET /health`` on every agent the plan routes to.
+
+A dead agent would otherwise turn every one of its rollouts into an
+``agent_request_failed`` row after the retries; checking first stops the session
+before any ``/run`` with one message that names the agent, its address and its reply.
+The checks run in the dispatcher process, which already has an HTTP client and an
+event loop, in parallel up to ``--rollouts-health-workers``.
+
+A reply is judged by ``judge``: a 2xx is healthy unless its JSON body reports a
+failing status or failing named checks that are not ignored; a 404 means the server
+accepts connections but has no such route, which counts as healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+HEALTH_PATH = "/health"
+TIMEOUT_S = 10.0
+HEALTHY_WORDS = frozenset({"ok", "healthy", "pass", "passed", "up", "ready", "true"})
+SHOWN_BODY_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Unhealthy:
+    """One agent that failed its check: what the user needs to go and fix it."""
+
+    agent: str
+    url: str
+    reply: str
+
+    def line(self) -> str:
+        return f"agent {self.agent!r} at {self.url}: {self.reply}"
+
+
+def judge(status: int, body: bytes, ignored: Collection[str]) -> str | None:
+    """Why a ``/health`` reply is unhealthy, or None when it is healthy."""
+    if status == 404:
+        return None
+    shown = body[:SHOWN_BODY_CHARS].decode("utf-8", errors="replace")
+    if not 200 <= status < 300:
+        return f"HTTP {status}" + (f": {shown}" if shown else "")
+    failing = _failing_checks(body)
+    unignored = [name for name in failing if name not in ignored]
+    if unignored:
+        return f"failing checks {', '.join(unignored)}: {shown}"
+    return None
+
+
+def _failing_checks(body: bytes) -> list[str]:
+    """Named checks a JSON body reports as failing; ``status`` is the check called ``status``."""
+    try:
+        reply = orjson.loads(body) if body.strip() else None
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(reply, dict):
+        return []
+    failing = []
+    if "status" in reply and not _healthy(reply["status"]):
+        failing.append("status")
+    checks = reply.get("checks")
+    if isinstance(checks, dict):
+        for name, result in checks.items():
+            value = result.get("status") if isinstance(result, dict) else result
+            if not _healthy(value):
+                failing.append(str(name))
+    return failing
+
+
+def _healthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in HEALTHY_WORDS
+
+
+async def check_agents(
+    session: aiohttp.ClientSession,
+    urls: Mapping[str, str],
+    headers: Mapping[str, Mapping[str, str]],
+    *,
+    workers: int,
+    ignored: Collection[str],
+    redact: Callable[[str | None], str | None],
+) -> list[Unhealthy]:
+    """Check every agent in ``urls``, at most ``workers`` at once; the unhealthy ones, by name."""
+    gate = asyncio.Semaphore(workers)
+
+    async def one(name: str, url: str) -> Unhealthy | None:
+        async with gate:
+            why = await _check(session, url + HEALTH_PATH, headers.get(name, {}), ignored)
+        return None if why is None else Unhealthy(name, url, redact(why) or "")
+
+    results = await asyncio.gather(*(one(name, url) for name, url in sorted(urls.items())))
+    return [r for r in results if r is not None]
+
+
+async def _check(
+    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str], ignored: Collection[str]
+) -> str | None:
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as resp:
+            body = await resp.content.read(4 * SHOWN_BODY_CHARS)
+            return judge(resp.status, body, ignored)
+    except TimeoutError:
+        return f"no reply within {TIMEOUT_S:g}s"
+    except aiohttp.ClientError as exc:
+        return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,135 @@
+"""Health checks before dispatch, and agent headers that never leak."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from .agents import Reply, ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, run_rollouts
+
+UNHEALTHY_EXIT = 9
+
+
+def _two_agent_rows(pytester: pytest.Pytester) -> None:
+    rows = tasks(4)
+    rows[1]["agent_ref"] = rows[3]["agent_ref"] = {"name": "judge"}
+    write_rows(pytester.path / "data.jsonl", rows)
+
+
+def test_unhealthy_agent_stops_the_session_before_any_run(pytester: pytest.Pytester) -> None:
+    _two_agent_rows(pytester)
+    sick = Reply(status=503, json={"detail": "model not loaded"})
+    with ScriptedAgent() as main, ScriptedAgent(health=sick) as judge:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={main.url}", f"--rollouts-agent=judge={judge.url}"
+        )
+        assert result.ret == UNHEALTHY_EXIT
+        result.stdout.fnmatch_lines(
+            [
+                "*agents failed their health check; nothing was dispatched:*",
+                f"*agent 'judge' at {judge.url}: HTTP 503: *model not loaded*",
+            ]
+        )
+        assert main.requests == [] and judge.requests == []
+        assert main.health_checks == 1 and judge.health_checks == 1
+    assert Artifacts(pytester.path).rows == []
+
+
+def test_agent_that_refuses_connections_is_unhealthy(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    _two_agent_rows(pytester)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-agent=judge={dead}")
+    assert result.ret == UNHEALTHY_EXIT
+    result.stdout.fnmatch_lines([f"*agent 'judge' at {dead}: ClientConnectorError*"])
+    assert agent.requests == []
+
+
+def test_server_without_a_health_route_counts_as_healthy(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=None) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        result.assert_outcomes(passed=2)
+
+
+def test_no_health_check_skips_the_check(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=Reply(status=500)) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-no-health-check")
+        result.assert_outcomes(passed=2)
+        assert agent.health_checks == 0
+
+
+def test_ignored_checks_do_not_stop_the_session(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    degraded = Reply(json={"status": "ok", "checks": {"judge_model": {"status": "fail"}, "db": "ok"}})
+    with ScriptedAgent(health=degraded) as agent:
+        refused = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        assert refused.ret == UNHEALTHY_EXIT
+        refused.stdout.fnmatch_lines(["*failing checks judge_model:*"])
+        assert agent.requests == []
+        allowed = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-health-ignore=judge_model"
+        )
+        allowed.assert_outcomes(passed=2)
+
+
+def test_only_agents_that_rows_route_to_are_checked(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=Reply(status=500)) as unused:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-agent=spare={unused.url}"
+        )
+        result.assert_outcomes(passed=2)
+        assert unused.health_checks == 0
+
+
+def test_agent_headers_are_sent_and_never_written(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("AGENT_TOKEN", token)
+    rows = tasks(2)
+    rows[1]["agent_ref"] = {"name": "gated"}
+    write_rows(pytester.path / "data.jsonl", rows)
+
+    def refuse_with_echo(row: dict, seen: int) -> Reply:
+        return Reply(status=401, json={"error": f"key {token} is not allowed here"})
+
+    def metrics(body: dict) -> dict:
+        return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
+
+    with ScriptedAgent(aggregate=metrics) as main, ScriptedAgent(behaviour=refuse_with_echo) as gated:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            "-v",
+            f"--rollouts-agent={main.url}",
+            f"--rollouts-agent=gated={gated.url}",
+            "--rollouts-agent-header=Authorization=Bearer ${AGENT_TOKEN}",
+            "--rollouts-agent-header=gated:X-Team=evals",
+        )
+        assert result.parseoutcomes().get("agent_run_error") == 1
+        assert len(main.headers) == 3, "a health check, a /run and /aggregate_metrics"
+        assert {h["Authorization"] for h in main.headers} == {f"Bearer {token}"}
+        assert all("X-Team" not in h for h in main.headers)
+        assert {(h["Authorization"], h["X-Team"]) for h in gated.headers} == {(f"Bearer {token}", "evals")}
+        assert len(gated.headers) == 2, "one health check and one /run"
+    [failure] = Artifacts(pytester.path).failures
+    assert "[redacted]" in failure["_ng_failure_response_body"]
+    written = b"".join(p.read_bytes() for p in (pytester.path / "out").iterdir() if p.is_file())
+    shown = "\n".join(result.outlines + result.errlines)
+    assert token not in shown and token.encode() not in written
+
+
+def test_bad_header_is_a_usage_error_that_does_not_echo_it(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-header=not a header sk-secret"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--rollouts-agent-header: *NAME=VALUE*"])
+    assert "sk-secret" not in "\n".join(result.outlines + result.errlines)
+    assert agent.requests == []
