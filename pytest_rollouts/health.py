@@ -7,8 +7,9 @@ The checks run in the dispatcher process, which already has an HTTP client and a
 event loop, in parallel up to ``--rollouts-health-workers``.
 
 A reply is judged by ``judge``: a 2xx is healthy unless its JSON body reports a
-failing status or failing named checks that are not ignored; a 404 means the server
-accepts connections but has no such route, which counts as healthy.
+failing ``status`` or failing named ``checks`` that are not ignored; a 404 means the
+server accepts connections but has no such route, which counts as healthy. An ignored
+CHECK is one of those names, or an agent's name: that agent is not checked at all.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ async def check_agents(
             why = await _check(session, url + HEALTH_PATH, headers.get(name, {}), ignored)
         return None if why is None else Unhealthy(name, url, redact(why) or "")
 
-    results = await asyncio.gather(*(one(name, url) for name, url in sorted(urls.items())))
+    checked = sorted((name, url) for name, url in urls.items() if name not in ignored)
+    results = await asyncio.gather(*(one(name, url) for name, url in checked))
     return [r for r in results if r is not None]
 
 

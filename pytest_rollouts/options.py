@@ -83,7 +83,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_health_check", "Do not GET /health on the agents before dispatch.", flag=True),
     Option(
         "health_ignore",
-        "Health-check failures to tolerate, by check name (comma-separated, repeatable).",
+        "Health-check failures to tolerate: a check named in a /health reply, or an agent not to check "
+        "(comma-separated, repeatable).",
         "CHECK[,CHECK...]",
         repeatable=True,
     ),

@@ -125,7 +125,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     run = session.config.stash.get(RUN_KEY, None)
     if run is None:
         return (yield)
-    run.start()
+    run.start(session)
     try:
         return (yield)
     finally:

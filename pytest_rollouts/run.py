@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 
 HEAD_SERVER_TIMEOUT_S = 10.0
-# The session stopped before any /run because an agent failed its health check.
-UNHEALTHY_EXIT = 9
 
 
 class RolloutsWarning(pytest.PytestWarning):
@@ -62,6 +60,7 @@ class RolloutRun:
         self.resuming = False
         self.lean = False
         self._refused = False
+        self._stopped = ""
         self._settings: Settings | None = None
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
@@ -350,7 +349,7 @@ class RolloutRun:
 
     # -- the run loop --------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, session: pytest.Session) -> None:
         """Start embedded agents and begin dispatching the prepared plan."""
         from .dispatch import AgentsUnhealthy, Dispatcher
 
@@ -384,12 +383,18 @@ class RolloutRun:
             self._dispatcher.start()
         except AgentsUnhealthy as exc:
             self.finish()
-            lines = [f"  {line}" for line in exc.lines]
-            pytest.exit(
-                "\n".join(["agents failed their health check; nothing was dispatched:", *lines])
-                + "\nFix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
-                returncode=UNHEALTHY_EXIT,
+            self._stopped = "\n".join(
+                [
+                    "agents failed their health check; nothing was dispatched:",
+                    *(f"  {line}" for line in exc.lines),
+                    "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
+                ]
             )
+            if workerinput is None:
+                pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
+            # An xdist worker cannot exit on its own; the controller stops the session on this
+            # (after the worker's first item, which fails with the same message).
+            session.shouldstop = self._stopped
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -424,6 +429,8 @@ class RolloutRun:
         return {name: self._urls[name] for name in names}
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
+        if self._stopped:
+            pytest.fail(self._stopped, pytrace=False)
         if self._dispatcher is None:
             raise RuntimeError("rollouts were not dispatched in this session")
         if hasattr(self.config, "workerinput"):

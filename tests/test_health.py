@@ -10,7 +10,7 @@ from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import Artifacts, run_rollouts
 
-UNHEALTHY_EXIT = 9
+UNHEALTHY_EXIT = pytest.ExitCode.INTERRUPTED
 
 
 def _two_agent_rows(pytester: pytest.Pytester) -> None:
@@ -76,6 +76,20 @@ def test_ignored_checks_do_not_stop_the_session(pytester: pytest.Pytester) -> No
             pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-health-ignore=judge_model"
         )
         allowed.assert_outcomes(passed=2)
+
+
+def test_an_ignored_agent_is_not_checked(pytester: pytest.Pytester) -> None:
+    _two_agent_rows(pytester)
+    with ScriptedAgent() as main, ScriptedAgent(health=Reply(status=500)) as judge:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={main.url}",
+            f"--rollouts-agent=judge={judge.url}",
+            "--rollouts-health-ignore=judge",
+        )
+        result.assert_outcomes(passed=4)
+        assert judge.health_checks == 0 and main.health_checks == 1
 
 
 def test_only_agents_that_rows_route_to_are_checked(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:

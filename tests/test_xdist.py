@@ -109,3 +109,14 @@ def test_resume_after_an_n2_run(pytester: pytest.Pytester) -> None:
         resumed.assert_outcomes(passed=10)
         assert [(r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests] == [(3, 1)]
     assert sorted(keys(Artifacts(pytester.path, "n2/r.jsonl").rows)) == [(t, 0) for t in range(10)]
+
+
+def test_unhealthy_agent_stops_every_worker_before_any_run(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(8))
+    with ScriptedAgent(health=Reply(status=503, json={"status": "starting"})) as sick:
+        result = run_n(pytester, sick, 2)
+        assert result.ret == pytest.ExitCode.INTERRUPTED
+        result.stdout.fnmatch_lines(
+            ["*Interrupted: agents failed their health check; nothing was dispatched:*", f"*{sick.url}: HTTP 503*"]
+        )
+        assert sick.requests == []
