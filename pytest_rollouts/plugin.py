@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if _configured(config):
         from .run import RolloutRun
 
-        RolloutRun.get(config).settings  # noqa: B018 - resolving validates
+        RolloutRun.get(config).configure()
         _refuse_dist(config)
 
 

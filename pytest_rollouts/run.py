@@ -98,6 +98,11 @@ class RolloutRun:
         if self._engine is None and not self.config.option.collectonly:
             self._engine = spawn_engine()
 
+    def configure(self) -> None:
+        """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything."""
+        if self.settings.head_server is not None:
+            self.registry  # noqa: B018 - discovery happens on first use
+
     @property
     def registry(self) -> AgentRegistry:
         """The agents this run can reach; a head server is asked once, before the first dataset is read."""

@@ -1,0 +1,93 @@
+"""Agent names and addresses from a running NeMo Gym head server.
+
+NeMo Gym users already name their agents in one merged config that the head server
+serves at ``GET /global_config_dict_yaml`` (a JSON-encoded YAML string). Reading it
+lets them write ``agent_ref: {name: math_agent}`` or ``task_source: math_rs`` rows
+and point us at the head server instead of listing every address again.
+
+Keys read, all at the top level of that config:
+
+- ``<name>.responses_api_agents.<type>.{host, port}``: agent ``<name>`` at ``http://host:port``;
+  ``...<type>.resources_server.name`` says which resources server it fronts.
+- ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
+  datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
+  the one agent that fronts that resources server; an agent's own name resolves to it.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from .routing import Discovered
+
+CONFIG_PATH = "/global_config_dict_yaml"
+
+
+class HeadServerError(Exception):
+    """The head server could not be read, or its config makes no sense; names the server."""
+
+
+def discover(base_url: str, *, timeout: float) -> Discovered:
+    """Read the head server's config and pick out agents and task sources."""
+    url = base_url.rstrip("/") + CONFIG_PATH
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raise HeadServerError(f"NeMo Gym head server {base_url} answered HTTP {exc.code} for {CONFIG_PATH}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise HeadServerError(
+            f"cannot reach the NeMo Gym head server at {base_url} ({reason}); is it running, on that port?"
+        ) from None
+    try:
+        text = json.loads(raw)
+        config = yaml.safe_load(text) if isinstance(text, str) else text
+    except (ValueError, yaml.YAMLError) as exc:
+        raise HeadServerError(f"{url} did not return a JSON-encoded YAML config: {exc}") from None
+    if not isinstance(config, dict):
+        raise HeadServerError(f"{url} returned a {type(config).__name__}, not a config mapping")
+    return config_agents(config)
+
+
+def config_agents(config: Mapping[str, Any]) -> Discovered:
+    """Agents (name to URL) and task sources (name to agent) in a NeMo Gym global config."""
+    agents: dict[str, str] = {}
+    fronts: dict[str, list[str]] = {}
+    for name, entry in config.items():
+        server = _only_server(entry, "responses_api_agents")
+        if server is None or "port" not in server:
+            continue
+        agents[str(name)] = f"http://{server.get('host') or '127.0.0.1'}:{server['port']}"
+        resources = server.get("resources_server")
+        if isinstance(resources, Mapping) and resources.get("name"):
+            fronts.setdefault(str(resources["name"]), []).append(str(name))
+    sources: dict[str, str] = {name: name for name in agents}
+    for name, entry in config.items():
+        server = _only_server(entry, "resources_servers")
+        if server is None:
+            continue
+        datasets = server.get("datasets")
+        pins = {str(d["agent"]) for d in datasets or () if isinstance(d, Mapping) and d.get("agent")}
+        if len(pins) == 1:
+            sources[str(name)] = pins.pop()
+        elif not pins and len(fronts.get(str(name), ())) == 1:
+            sources[str(name)] = fronts[str(name)][0]
+    return Discovered(agents, sources)
+
+
+def _only_server(entry: Any, kind: str) -> Mapping[str, Any] | None:
+    """The one server of ``kind`` an instance entry declares, or None (not that kind, or ambiguous)."""
+    if not isinstance(entry, Mapping):
+        return None
+    servers = entry.get(kind)
+    if not isinstance(servers, Mapping) or len(servers) != 1:
+        return None
+    (server,) = servers.values()
+    return server if isinstance(server, Mapping) else None
