@@ -24,6 +24,7 @@ from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
 from .jsonl import LineReader, object_from, parse_object
 from .metrics import MetricRow, compute_default_metrics, numeric_fields
+from .records import routing_identity
 from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
@@ -122,7 +123,7 @@ def score_run(
 def _read_expected(materialized: Path) -> dict[str, _Group]:
     groups: dict[str, _Group] = defaultdict(_Group)
     for _, offset, _, row in artifact_rows(materialized):
-        groups[_agent(row)].expected[key_of(row)] = offset
+        groups[routing_identity(row)].expected[key_of(row)] = offset
     return groups
 
 
@@ -181,11 +182,6 @@ def _strip(row: dict[str, Any]) -> dict[str, Any]:
     if isinstance(response, dict):
         row["response"] = {"usage": response["usage"]} if "usage" in response else {}
     return row
-
-
-def _agent(row: Mapping[str, Any]) -> str:
-    ref = row.get("agent_ref")
-    return str(ref.get("name")) if isinstance(ref, dict) else ""
 
 
 def _server_metrics(

@@ -66,6 +66,7 @@ class DatasetFile(pytest.File):
     rows = 0
 
     def collect(self) -> Iterator[RolloutItem]:
+        from .episodes import taskset_of
         from .routing import RoutingError
         from .run import RolloutRun
         from .suite import SuiteError
@@ -93,7 +94,8 @@ class DatasetFile(pytest.File):
             if limit is not None and row_index >= limit:
                 break
             try:
-                agents = routing.agents_for(parse_object(line, Path(shown), line_no))
+                row = parse_object(line, Path(shown), line_no)
+                agents = routing.agents_for(row)
             except JsonlError as exc:
                 raise self.CollectError(str(exc)) from None
             except RoutingError as exc:
@@ -117,6 +119,7 @@ class DatasetFile(pytest.File):
                     agent=agent,
                     first_rollout=first_rollout,
                     repeats=repeats,
+                    episode=taskset_of(row) is not None,
                 )
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
@@ -139,7 +142,15 @@ class RolloutItem(pytest.Item):
     """
 
     def __init__(
-        self, *, offset: int, row_index: int, agent: str, first_rollout: int, repeats: int, **kwargs: Any
+        self,
+        *,
+        offset: int,
+        row_index: int,
+        agent: str,
+        first_rollout: int,
+        repeats: int,
+        episode: bool,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.offset = offset
@@ -147,6 +158,7 @@ class RolloutItem(pytest.Item):
         self.agent = agent
         self.first_rollout = first_rollout
         self.repeats = repeats
+        self.episode = episode
         # ``-k AGENT`` selects an agent's items, fanned out or not.
         self.extra_keyword_matches.add(agent)
         self.task_index = -1

@@ -40,6 +40,7 @@ class PlannedRollout:
     offset: int
     length: int
     first_attempt: int = 0
+    episode: bool = False
 
 
 class DispatcherError(RuntimeError):
@@ -126,6 +127,7 @@ class Dispatcher:
             array("q", [r.length for r in self._rollouts]),
             array("q", [r.first_attempt for r in self._rollouts]),
             array("H", [agent_index[r.agent] for r in self._rollouts]),
+            array("B", [r.episode for r in self._rollouts]),
         ]
         if self._proc is None:
             self._proc = spawn_engine()

@@ -35,16 +35,27 @@ import orjson
 
 from .auth import Redactor
 from .client import JSON_HEADERS, Attempt, post_run
+from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
 from .jsonl import JsonlAppender
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
-from .records import CANCELLED, FAILURE_CLASS, NO_PERSIST, agent_failure_row, failure_row, reward_of, success_row
+from .records import (
+    CANCELLED,
+    ENVIRONMENT_SERVER,
+    FAILURE_CLASS,
+    NO_PERSIST,
+    agent_failure_row,
+    failure_row,
+    reward_of,
+    success_row,
+)
 
 MAX_BACKOFF_S = 60.0
 SYNC_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0
-COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent")
+COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
+COLUMN_TYPES = {"agent": "H", "episode": "B"}
 
 
 class Engine:
@@ -190,10 +201,12 @@ class Engine:
         rollout_index = col["rollout"][position]
         agent = self._names[col["agent"][position]]
         body = os.pread(self._bodies_fd, col["length"][position], col["offset"][position])
+        # An episode row is sent as an episode request built from it, and names no agent.
+        episode = orjson.loads(body) if col["episode"][position] else None
         stamps: dict[str, Any] = {
             TASK_INDEX: col["task"][position],
             ROLLOUT_INDEX: rollout_index,
-            "agent_ref": {"name": agent},
+            **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
         }
         url = self._agents[col["agent"][position]]
         headers = self._headers[col["agent"][position]]
@@ -207,6 +220,9 @@ class Engine:
                     return [rollout_index, None, CANCELLED, drained, 0.0, 0]
             if attempt_index:
                 stamps[ATTEMPT_INDEX] = attempt_index
+            if episode is not None:
+                body = episode_body(episode, stamps[TASK_INDEX], rollout_index, attempt_index)
+            elif attempt_index:
                 body = _with_attempt_index(body, attempt_index)
             async with self._in_flight:
                 self._in_flight_since[position] = time.monotonic()
@@ -214,6 +230,8 @@ class Engine:
                     attempt = await post_run(self._session, url, body, self._timeout, headers)
                 finally:
                     del self._in_flight_since[position]
+            if episode is not None and attempt.reply is not None:
+                attempt.reply = episode_reply(attempt.reply, episode["task_id"])
             outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
             if outcome is not None:
                 return outcome
@@ -373,7 +391,7 @@ async def _serve(stdin: Any, stdout: Any) -> None:
         return  # started ahead of time by a session that dispatched nothing
     columns = {}
     for name in COLUMNS:
-        column = array("H" if name == "agent" else "q")
+        column = array(COLUMN_TYPES.get(name, "q"))
         column.frombytes(read_frame(stdin))
         columns[name] = column
     loop = asyncio.get_running_loop()

@@ -9,6 +9,8 @@ Keys read, all at the top level of that config:
 
 - ``<name>.responses_api_agents.<type>.{host, port}``: agent ``<name>`` at ``http://host:port``;
   ``...<type>.resources_server.name`` says which resources server it fronts.
+- ``<name>.environment_servers.<type>.{host, port}``: an environment server, where
+  episode (taskset) rows can be routed (``[tasksets]`` or ``--rollouts-agent-map``).
 - ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
   datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
   the one agent that fronts that resources server; an agent's own name resolves to it.
@@ -69,6 +71,10 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         if isinstance(resources, Mapping) and resources.get("name"):
             fronts.setdefault(str(resources["name"]), []).append(str(name))
     sources: dict[str, str] = {name: name for name in agents}
+    for name, entry in config.items():
+        server = _only_server(entry, "environment_servers")
+        if server is not None and "port" in server:
+            agents[str(name)] = f"http://{server.get('host') or '127.0.0.1'}:{server['port']}"
     for name, entry in config.items():
         server = _only_server(entry, "resources_servers")
         if server is None:

@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .records import ENVIRONMENT_SERVER
+
 TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
 ATTEMPT_INDEX = "_ng_attempt_index"
@@ -24,8 +26,12 @@ def materialize_row(
     agent: str,
     create_params: dict[str, Any],
     add_seed: bool,
+    episode: bool = False,
 ) -> dict[str, Any]:
-    """One rollout's request body: the row, run-level overrides, the seed and the stamps."""
+    """One rollout's request body: the row, run-level overrides, the seed and the stamps.
+
+    An episode row names no agent: it is stamped with the environment server it runs on.
+    """
     out = dict(row)
     params = out.get("responses_create_params")
     if create_params or add_seed:
@@ -33,8 +39,11 @@ def materialize_row(
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
         out["responses_create_params"] = params
-    ref = out.get("agent_ref")
-    out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
+    if episode:
+        out[ENVIRONMENT_SERVER] = agent
+    else:
+        ref = out.get("agent_ref")
+        out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
     out.pop(ATTEMPT_INDEX, None)
     out[TASK_INDEX] = task_index
     out[ROLLOUT_INDEX] = rollout_index

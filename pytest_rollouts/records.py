@@ -21,6 +21,18 @@ ELAPSED = "elapsed_seconds"
 TERMINAL = "_ng_failure_terminal"
 NO_PERSIST = "_ng_no_persist"
 ALWAYS_TERMINAL = frozenset({"skipped"})
+ENVIRONMENT_SERVER = "_ng_environment_server"
+
+
+def routing_identity(row: Mapping[str, Any]) -> str:
+    """The agent a rollout ran on or, for an episode row (which names none), its environment server.
+
+    A materialized row, its result and its sidecar row all carry the same one.
+    """
+    ref = row.get("agent_ref")
+    if isinstance(ref, Mapping) and ref.get("name"):
+        return str(ref["name"])
+    return str(row.get(ENVIRONMENT_SERVER) or "")
 
 
 @dataclass(slots=True)

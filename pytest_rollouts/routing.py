@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .episodes import taskset_of
 from .settings import DEFAULT_KEY, Settings
 from .suite import Suite
 
@@ -45,7 +46,9 @@ class Endpoint:
 class Routing:
     """How rows of one dataset file find their agents, with NeMo Gym's precedence.
 
-    A row is keyed by its ``agent_ref.name``, else its ``task_source``, else ``_default``.
+    A row is keyed by its taskset (an episode row), else its ``agent_ref.name``, else its
+    ``task_source``, else ``_default``. A taskset routes to an environment server through
+    the suite's ``[tasksets]``, or to the endpoint of the same name.
     ``fan_out`` and ``agent_map`` (never both for one key: settings refuse that) replace
     that key's agent; otherwise a task source resolves through the suite's
     ``[task_sources]`` (or the head server's config), and ``_default`` goes to the
@@ -56,6 +59,7 @@ class Routing:
     known: frozenset[str]
     source: str
     task_sources: Mapping[str, str] = field(default_factory=dict)
+    tasksets: Mapping[str, str] = field(default_factory=dict)
     agent_map: Mapping[str, str] = field(default_factory=dict)
     fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -65,6 +69,13 @@ class Routing:
             agents = self.fan_out[key]
         elif key in self.agent_map:
             agents = (self.agent_map[key],)
+        elif kind == "taskset":
+            agents = (self.tasksets.get(key, key),)
+            if agents[0] not in self.known:
+                raise RoutingError(
+                    f"no environment server route is configured for taskset {key!r} (declare it under "
+                    f"[tasksets] in {self.source}, or map it with --rollouts-agent-map {key}=SERVER)"
+                )
         elif kind == "task_source":
             if key not in self.task_sources:
                 raise RoutingError(
@@ -90,6 +101,9 @@ class Routing:
 
 
 def _routing_key(row: dict[str, Any]) -> tuple[str, str]:
+    taskset = taskset_of(row)
+    if taskset is not None:
+        return taskset, "taskset"
     ref = row.get("agent_ref")
     if ref is not None:
         name = ref.get("name") if isinstance(ref, dict) else None
@@ -125,22 +139,21 @@ class AgentRegistry:
     def routing_for(self, suite: Suite | None) -> Routing:
         if suite is None:
             default = CLI_DEFAULT_NAME if self._cli_default is not None else None
-            return self._routing(default, frozenset(), {}, "a rollouts.toml")
+            return self._routing(default, frozenset(), "a rollouts.toml", None)
         default = suite.config.agent
         if default is None and self._cli_default is not None:
             default = CLI_DEFAULT_NAME
         for name, declaration in suite.config.agents.items():
             self._register(name, self._endpoint_for(suite, name, declaration), suite)
-        return self._routing(default, frozenset(suite.config.agents), suite.config.task_sources, str(suite.path))
+        return self._routing(default, frozenset(suite.config.agents), str(suite.path), suite)
 
-    def _routing(
-        self, default: str | None, declared: frozenset[str], task_sources: Mapping[str, str], source: str
-    ) -> Routing:
+    def _routing(self, default: str | None, declared: frozenset[str], source: str, suite: Suite | None) -> Routing:
         return Routing(
             default,
             declared | frozenset(self._fixed) | _maybe(default),
             source,
-            task_sources={**self._head.task_sources, **task_sources},
+            task_sources={**self._head.task_sources, **(suite.config.task_sources if suite else {})},
+            tasksets=suite.config.tasksets if suite else {},
             agent_map=self._settings.agent_map,
             fan_out=self._settings.fan_out,
         )

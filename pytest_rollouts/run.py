@@ -25,7 +25,7 @@ from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows
 from .collect import DatasetFile, RolloutItem, find_declaration
 from .jsonl import JsonlError, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
-from .records import RolloutOutcome
+from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
 from .stash import RUN_ID, RUN_KEY
 
@@ -290,11 +290,14 @@ class RolloutRun:
                         agent=item.agent,
                         create_params=settings.responses_create_params,
                         add_seed=settings.repeats_add_seed,
+                        episode=item.episode,
                     )
                 )
                 out.write(line + b"\n")
                 rollouts.append(
-                    PlannedRollout(item.slot, item.task_index, rollout_index, item.agent, offset, len(line))
+                    PlannedRollout(
+                        item.slot, item.task_index, rollout_index, item.agent, offset, len(line), episode=item.episode
+                    )
                 )
                 offset += len(line) + 1
             out.flush()
@@ -305,6 +308,7 @@ class RolloutRun:
     def _plan_resume(self, items: list[RolloutItem], paths: ArtifactPaths) -> Plan:
         """Re-run what the recorded materialized set still lacks; settle the rest from disk."""
         from .dispatch import PlannedRollout
+        from .episodes import taskset_of
 
         settings = self.settings
         try:
@@ -315,8 +319,7 @@ class RolloutRun:
         plan = Plan([], len(items))
         try:
             recorded = [
-                (entry, key_of(entry.row), str(entry.row["agent_ref"]["name"]))
-                for entry in artifact_rows(paths.materialized)
+                (entry, key_of(entry.row), routing_identity(entry.row)) for entry in artifact_rows(paths.materialized)
             ]
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot resume: {exc}") from None
@@ -342,6 +345,7 @@ class RolloutRun:
                         entry.offset,
                         entry.size,
                         first_attempt=history.failures if history else 0,
+                        episode=taskset_of(entry.row) is not None,
                     )
                 )
             else:

@@ -41,6 +41,8 @@ class SuiteConfig(BaseModel):
     agents: dict[str, AgentDeclaration] = {}
     # Rows that carry ``task_source`` instead of ``agent_ref`` run on the agent named here.
     task_sources: dict[str, str] = {}
+    # Episode rows (``task_id.taskset`` + ``task_input``) go to the environment server named here.
+    tasksets: dict[str, str] = {}
 
     @model_validator(mode="after")
     def _default_is_declared(self) -> SuiteConfig:

@@ -1,0 +1,75 @@
+"""Episode (taskset) rows: NeMo Gym's native task format, sent to an environment server.
+
+A row with ``task_id.taskset`` and ``task_input`` is not a ``/run`` body an agent
+accepts as is: it goes to the environment server its taskset routes to as
+``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", "task_input"}}`` and is
+answered ``{episode_id, task_id, result | failure}``. The materialized row keeps the
+whole dataset row (the resume source of truth); the episode body is built from it at
+send time. A ``result`` is stored as the server returned it; a ``failure`` becomes a
+sidecar row of class ``environment_server_failed``, terminal when the server says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from .records import FAILURE_CLASS, TERMINAL
+
+TASK_ID = "_ng_task_id"
+ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
+
+
+def taskset_of(row: Mapping[str, Any]) -> str | None:
+    """The taskset of an episode row, or None for a flat row."""
+    task_id = row.get("task_id")
+    if not isinstance(task_id, Mapping) or "task_input" not in row:
+        return None
+    taskset = task_id.get("taskset")
+    return taskset if isinstance(taskset, str) and taskset else None
+
+
+def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, attempt_index: int) -> bytes:
+    """The request an environment server gets; the rollout id never carries the attempt."""
+    rollout_id = row.get("_ng_rollout_id") or f"{task_index}-{rollout_index}"
+    return orjson.dumps(
+        {
+            "episode_id": {"rollout_id": rollout_id, "attempt": attempt_index},
+            "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
+        }
+    )
+
+
+def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
+    """An episode reply as the row we store: its ``result``, or its ``failure`` in sidecar terms.
+
+    A reply that is not episode-shaped is returned untouched and handled like any reply.
+    """
+    shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
+    if not shaped:
+        return reply
+    failure = reply.get("failure")
+    if isinstance(failure, Mapping):
+        row = {
+            TASK_ID: task_id,
+            FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
+            TERMINAL: bool(failure.get("terminal")),
+            "_ng_failure_type": "EpisodeFailure",
+            "_ng_failure_message": str(failure.get("failure_reason") or ""),
+        }
+        for key in ("stage", "partial_response"):
+            if key in failure:
+                row[f"_ng_failure_{key}"] = failure[key]
+        return row
+    result = reply.get("result")
+    if isinstance(result, Mapping):
+        return {**result, TASK_ID: task_id}
+    return {
+        TASK_ID: task_id,
+        FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
+        TERMINAL: False,
+        "_ng_failure_type": "InvalidEpisodeReply",
+        "_ng_failure_message": "episode reply has neither a result object nor a failure",
+    }

@@ -1,0 +1,83 @@
+"""Episode (taskset) rows go to their environment server as episode requests, NeMo Gym's native format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .agents import Reply, ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, run_rollouts
+
+
+def _episode_rows() -> list[dict[str, Any]]:
+    return [
+        {"task_id": {"taskset": "math_v1", "id": f"q{i}"}, "task_input": {"question": f"{i}+1"}, "level": i}
+        for i in range(3)
+    ]
+
+
+def environment(body: dict[str, Any], seen: int) -> Reply:
+    """Task q1 fails for good; the others score by parity of their rollout."""
+    task = body["task"]
+    episode = {"episode_id": body["episode_id"], "task_id": task["task_id"]}
+    if task["task_id"]["id"] == "q1":
+        return Reply(json={**episode, "failure": {"failure_reason": "sandbox crashed", "terminal": True}})
+    rollout = int(body["episode_id"]["rollout_id"].split("-")[1])
+    return Reply(json={**episode, "result": {"reward": float(rollout % 2 == 0), "answer": "ok"}})
+
+
+def test_episode_rows_are_sent_as_episodes_and_stored_as_results(pytester: pytest.Pytester) -> None:
+    flat = tasks(1)
+    write_rows(pytester.path / "suite" / "data.jsonl", _episode_rows() + flat)
+    with ScriptedAgent(behaviour=environment) as env, ScriptedAgent() as agent:
+        (pytester.path / "suite" / "rollouts.toml").write_text(
+            'datasets = ["data.jsonl"]\nagent = "policy"\n'
+            f'[agents.policy]\nurl = "{agent.url}"\n[agents.math_env]\nurl = "{env.url}"\n'
+            '[tasksets]\nmath_v1 = "math_env"\n'
+        )
+        result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
+        assert result.parseoutcomes().get("environment_server_failed") == 1
+        result.assert_outcomes(passed=3)
+        assert env.requests[0] == {
+            "episode_id": {"rollout_id": "0-0", "attempt": 0},
+            "task": {"task_id": {"taskset": "math_v1", "id": "q0"}, "task_input": {"question": "0+1"}},
+        }
+        assert sorted(r["episode_id"]["rollout_id"] for r in env.requests) == ["0-0", "0-1", "1-0", "1-1", "2-0", "2-1"]
+        assert len(agent.requests) == 2 and agent.requests[0]["agent_ref"] == {"name": "policy"}
+    artifacts = Artifacts(pytester.path)
+    results = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in artifacts.rows}
+    assert results[(0, 0)]["reward"] == 1.0 and results[(2, 1)]["reward"] == 0.0
+    assert results[(0, 0)]["_ng_environment_server"] == "math_env" and "agent_ref" not in results[(0, 0)]
+    assert results[(0, 0)]["_ng_task_id"] == {"taskset": "math_v1", "id": "q0"}
+    failures = artifacts.failures
+    assert {f["_ng_failure_class"] for f in failures} == {"environment_server_failed"}
+    assert all(f["_ng_failure_terminal"] and f["_ng_failure_message"] == "sandbox crashed" for f in failures)
+    materialized = artifacts.materialized
+    assert materialized[0]["_ng_environment_server"] == "math_env" and "task_input" in materialized[0]
+
+    with ScriptedAgent(behaviour=environment) as env, ScriptedAgent() as agent:
+        again = run_rollouts(
+            pytester, "suite", "--rollouts-repeats=2", "--rollouts-resume", f"--rollouts-agent=math_env={env.url}"
+        )
+        assert env.requests == [], "terminal episode failures are not retried"
+        assert again.parseoutcomes().get("environment_server_failed") == 1
+
+
+def test_unrouted_taskset_stops_before_any_request(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", _episode_rows())
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*data.jsonl:1: no environment server route is configured for taskset 'math_v1'*"])
+    assert agent.requests == []
+
+
+def test_agent_map_routes_a_taskset(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _episode_rows())
+    with ScriptedAgent(behaviour=environment) as env:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent=env={env.url}", "--rollouts-agent-map=math_v1=env"
+        )
+        result.assert_outcomes(passed=2)
+        assert len(env.requests) == 3
