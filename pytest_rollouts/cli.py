@@ -8,18 +8,22 @@ scoring options, and its exit codes are the run's: 6 incomplete, 7 below
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from .accounting import ScoringPolicy
 from .aggregate import score_run
 from .artifacts import ArtifactPaths
+from .auth import headers_for
 from .gate import check_gate
 from .jsonl import JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .report import score_lines
+from .settings import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8
+EXIT_USAGE = 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,12 +43,25 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=URL",
         help="where a group's /aggregate_metrics lives; without it metrics are computed locally",
     )
+    merge.add_argument(
+        "--agent-header",
+        action="append",
+        default=[],
+        metavar="[AGENT:]NAME=VALUE",
+        help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment; "
+        "default: env ROLLOUTS_AGENT_HEADERS, one per line)",
+    )
     args = parser.parse_args(argv)
     return aggregate(args)
 
 
 def aggregate(args: argparse.Namespace) -> int:
     out = ArtifactPaths(args.out.resolve())
+    try:
+        headers = _headers(args.agent_header or os.environ.get("ROLLOUTS_AGENT_HEADERS", "").splitlines())
+    except ValueError as exc:  # the message never echoes a header's value
+        print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         shards = load_shards(find_inputs(args.input, out.out))
         manifest, problems = check(shards)
@@ -56,7 +73,14 @@ def aggregate(args: argparse.Namespace) -> int:
             args.count_missing_as_zero,
         )
         urls = dict(a.split("=", 1) for a in args.agent)
-        score = score_run(out, policy, agent_url=urls.get, write_metrics=True, timeout=3600.0)
+        score = score_run(
+            out,
+            policy,
+            agent_url=urls.get,
+            agent_headers=lambda name: headers_for(headers, name),
+            write_metrics=True,
+            timeout=3600.0,
+        )
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
@@ -78,6 +102,10 @@ def aggregate(args: argparse.Namespace) -> int:
         print(gate.message, file=sys.stderr)
         return gate.exit_code
     return 0
+
+
+def _headers(lines: list[str]) -> list[AgentHeader]:
+    return [AgentHeader.parse(line) for line in lines if line.strip()]
 
 
 if __name__ == "__main__":

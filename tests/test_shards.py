@@ -120,3 +120,28 @@ def test_shard_is_validated(pytester: pytest.Pytester, agent: ScriptedAgent) -> 
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-shard=3/3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--rollouts-shard*K/N needs 0 <= K < N*"])
+
+
+def test_fanned_out_shards_merge_complete_and_a_missing_one_is_counted(pytester: pytest.Pytester) -> None:
+    rows = tasks(12)
+    for row in rows:
+        row["agent_ref"] = {"name": "policy"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        common = (
+            "data.jsonl",
+            f"--rollouts-agent=a={a.url}",
+            f"--rollouts-agent=b={b.url}",
+            "--rollouts-fan-out=policy=a,b",
+            "--rollouts-repeats=a=2,b=1",
+            "--rollouts-no-aggregate",
+        )
+        for k in range(2):
+            run_rollouts(pytester, *common, f"--rollouts-shard={k}/2", out=f"fan/shard-{k}.jsonl")
+    whole = aggregate(pytester.path, "--input", "fan/shard-*.jsonl", "--out", "m/r.jsonl", "--require-complete")
+    assert whole.returncode == 0, whole.stderr
+    assert len(Artifacts(pytester.path, "m/r.jsonl").rows) == 36
+    part = aggregate(pytester.path, "--input", "fan/shard-0.jsonl", "--out", "p/r.jsonl")
+    assert part.returncode == 8
+    lost = sum(3 for t in range(12) if in_shard(t, (1, 2)))
+    assert f"{lost} of the 36 rollouts of data.jsonl are in no shard" in part.stderr
