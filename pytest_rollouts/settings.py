@@ -312,5 +312,5 @@ def _describe(exc: ValidationError, source: dict[str, str]) -> str:
         where = source.get(field, field) or "options"
         # A header value is a secret: say what is wrong, never what was given.
         given = "" if field == "agent_header" or not error["loc"] else f" (got {error.get('input')!r})"
-        lines.append(f"  {where}: {error['msg']}{given}")
+        lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)

@@ -110,10 +110,13 @@ def test_retry_after_header_status_with_zero_retries(pytester: pytest.Pytester) 
 
 
 def test_dead_server_fails_fast_without_hanging(pytester: pytest.Pytester) -> None:
+    """With the health check off (it would stop the session first), every rollout is classified."""
     with ScriptedAgent() as agent:
         url = agent.url  # the port is closed once the server stops
     write_rows(pytester.path / "data.jsonl", tasks(3))
-    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={url}", "--rollouts-retry-backoff=0.01")
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={url}", "--rollouts-retry-backoff=0.01", "--rollouts-no-health-check"
+    )
     result.stdout.fnmatch_lines(["*3 agent_request_failed*"])
     failures = Artifacts(pytester.path).failures
     assert len(failures) == 9

@@ -14,13 +14,13 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
 @pytest.mark.parametrize(
     ("arg", "words"),
     [
-        ("--rollouts-repeats=0", "--rollouts-repeats: Input should be greater than or equal to 1"),
+        ("--rollouts-repeats=0", "--rollouts-repeats: must be >= 1 (got '0')"),
         ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
         (
             "--rollouts-responses-create-params=[1]",
-            "--rollouts-responses-create-params: Value error, must be a JSON object",
+            "--rollouts-responses-create-params: must be a JSON object",
         ),
-        ("--rollouts-agent=ftp://x", "--rollouts-agent: Value error, agent address 'ftp://x' is not an http(s) URL"),
+        ("--rollouts-agent=ftp://x", "--rollouts-agent: agent address 'ftp://x' is not an http(s) URL"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
