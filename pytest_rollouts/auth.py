@@ -9,8 +9,10 @@ refused must not leak it into artifacts that get shared.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from .settings import AgentHeader
+if TYPE_CHECKING:  # the dispatcher process imports this module and must not pay for pydantic
+    from .settings import AgentHeader
 
 REDACTED = "[redacted]"
 # Shorter values would scrub ordinary words out of messages; no real credential is this short.

@@ -99,9 +99,16 @@ class RolloutRun:
             self._engine = spawn_engine()
 
     def configure(self) -> None:
-        """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything."""
+        """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything.
+
+        A session configured for rollouts also starts its dispatcher process now, so its
+        imports overlap with collection however few rows there are (an xdist controller
+        never dispatches, so it starts none).
+        """
         if self.settings.head_server is not None:
             self.registry  # noqa: B018 - discovery happens on first use
+        if not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput"):
+            self.warm_engine()
 
     @property
     def registry(self) -> AgentRegistry:
