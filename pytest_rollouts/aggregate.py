@@ -23,7 +23,7 @@ from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
 from .jsonl import LineReader, object_from, parse_object
-from .metrics import MetricRow, compute_default_metrics, numeric_fields
+from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .records import routing_identity
 from .resume import key_of
 
@@ -252,6 +252,31 @@ def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
         for s in scores
     ]
     private = path.with_name(f".{path.name}.{os.getpid()}")
-    private.write_bytes(orjson.dumps(entries, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    with open(private, "wb") as out:
+        for chunk in _metrics_chunks(entries):
+            out.write(chunk)
     os.replace(private, path)
     return path
+
+
+def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
+    """The metrics file in pieces, lists one element per line; a lazy ``group_level_metrics``
+    (``TaskEntries``) is built task by task as it is written, never held whole."""
+    yield b"["
+    for n, entry in enumerate(entries):
+        yield (b"," if n else b"") + b"\n  {"
+        for k, (key, value) in enumerate(entry.items()):
+            yield (b"," if k else b"") + b"\n    " + orjson.dumps(key) + b": "
+            if isinstance(value, (list, TaskEntries)) and len(value):
+                yield b"["
+                for i, item in enumerate(value):
+                    yield (b"," if i else b"") + b"\n      " + _dumps(item)
+                yield b"\n    ]"
+            else:
+                yield _dumps(value)
+        yield b"\n  }"
+    yield b"\n]\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

