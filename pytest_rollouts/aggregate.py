@@ -42,6 +42,16 @@ class GroupScore:
     source: str = "none"
     note: str = ""
 
+    @property
+    def mean_reward(self) -> float | None:
+        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one)."""
+        for part in ("key_metrics", "agent_metrics"):
+            section = self.metrics.get(part)
+            value = section.get("mean/reward") if isinstance(section, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        return None
+
 
 @dataclass
 class RunScore:
@@ -52,11 +62,7 @@ class RunScore:
     @property
     def mean_reward(self) -> float | None:
         """The run's key number: each group's ``mean/reward``, weighted by the rollouts it covers."""
-        pairs = [
-            (g.metrics["key_metrics"]["mean/reward"], g.coverage.scored)
-            for g in self.groups
-            if g.metrics.get("key_metrics", {}).get("mean/reward") is not None
-        ]
+        pairs = [(g.mean_reward, g.coverage.scored) for g in self.groups if g.mean_reward is not None]
         weight = sum(n for _, n in pairs)
         return sum(m * n for m, n in pairs) / weight if weight else None
 

@@ -1,15 +1,17 @@
 """Headers for agents behind a gateway, and keeping their values out of everything we write or show.
 
 Values reach the dispatcher process over its stdin, never its command line (which
-``ps`` shows), and any text an agent or gateway sends back is scrubbed of them before
-it lands in the failures sidecar or a message: a 401 page that echoes the key it
-refused must not leak it into artifacts that get shared.
+``ps`` shows), and anything an agent or gateway sends back is scrubbed of them before
+it lands in an artifact or a message: a 401 page that echoes the key it refused, or a
+debugging agent that echoes its request, must not leak it into files that get shared.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:  # the dispatcher process imports this module and must not pay for pydantic
     from .settings import AgentHeader
@@ -43,3 +45,12 @@ class Redactor:
         for value in self._values:
             text = text.replace(value, REDACTED)
         return text
+
+    def row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with every header value replaced wherever it occurs, e.g. in a reply that echoes it."""
+        if not self._values:
+            return row
+        data = original = orjson.dumps(row)
+        for value in self._values:
+            data = data.replace(orjson.dumps(value)[1:-1], REDACTED.encode())
+        return row if data == original else orjson.loads(data)

@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="[AGENT:]NAME=VALUE",
-        help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment; "
-        "default: env ROLLOUTS_AGENT_HEADERS, one per line)",
+        help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment); "
+        "adds to env ROLLOUTS_AGENT_HEADERS, one per line",
     )
     args = parser.parse_args(argv)
     return aggregate(args)
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 def aggregate(args: argparse.Namespace) -> int:
     out = ArtifactPaths(args.out.resolve())
     try:
-        headers = _headers(args.agent_header or os.environ.get("ROLLOUTS_AGENT_HEADERS", "").splitlines())
+        headers = _headers([*os.environ.get("ROLLOUTS_AGENT_HEADERS", "").splitlines(), *args.agent_header])
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE

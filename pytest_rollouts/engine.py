@@ -259,7 +259,9 @@ class Engine:
             self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
             return None
         if FAILURE_CLASS in reply:
-            row = agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
+            row = self._redact.row(
+                agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
+            )
             if not row.get(NO_PERSIST):
                 self._failures.append(row)
             return [
@@ -270,7 +272,7 @@ class Engine:
                 attempt.elapsed,
                 attempts,
             ]
-        self._outputs.append(success_row(reply, stamps, attempt.elapsed))
+        self._outputs.append(self._redact.row(success_row(reply, stamps, attempt.elapsed)))
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
         return [rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts]

@@ -35,7 +35,12 @@ def check_gate(
             f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
             f"Partial artifacts retained at {out}.",
         )
-    if fail_under is not None and (mean_reward is None or mean_reward < fail_under):
-        shown = "no score" if mean_reward is None else f"mean reward {mean_reward:.4f}"
-        return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {shown} is below --rollouts-fail-under {fail_under:g}.")
-    return None
+    if fail_under is None:
+        return None
+    if mean_reward is None:
+        why = "no mean/reward in the metrics to compare with"
+    elif mean_reward < fail_under:
+        why = f"mean reward {mean_reward:.4f} is below"
+    else:
+        return None
+    return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} --rollouts-fail-under {fail_under:g}.")

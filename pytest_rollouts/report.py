@@ -159,11 +159,17 @@ def score_lines(score: RunScore, sidecar: str) -> list[str]:
             f"None of the {coverage.expected} dispatched rollouts produced a result ({by_class}; see {sidecar})"
         )
     for group in score.groups:
-        key = group.metrics.get("key_metrics") or {}
-        if "mean/reward" not in key:
+        if not group.metrics:
             continue
-        se = key.get("sem_clustered/reward")
-        shown = f"{key['mean/reward']:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if se is not None else "")
+        key = group.metrics.get("key_metrics") or {}
+        mean, se = group.mean_reward, key.get("sem_clustered/reward")
+        if mean is None:
+            lines.append(
+                f"{group.agent}: its metrics hold no mean/reward ({group.coverage.scored} rollouts scored) "
+                f"[{group.source} metrics]"
+            )
+            continue
+        shown = f"{mean:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if isinstance(se, (int, float)) else "")
         passes = ", ".join(
             f"{name.split('/')[0]} {value:.4f}"
             for name, value in key.items()

@@ -160,7 +160,7 @@ class RolloutRun:
                 rollouts[dataset] = rollouts.get(dataset, 0) + item.repeats
         if not files:
             return
-        self._check_repeats_agents()
+        self._check_named_agents()
         paths = self.paths
         self.resuming = self._wants_resume(paths)
         try:
@@ -204,15 +204,19 @@ class RolloutRun:
         if self.settings.shard is not None:
             self._keep_shard(items, self.settings.shard)
 
-    def _check_repeats_agents(self) -> None:
-        """A per-agent repeat count for an agent nobody knows is a typo that would silently run 1."""
+    def _check_named_agents(self) -> None:
+        """A per-agent repeat count or header for an agent nobody knows is a typo that would go unnoticed."""
         from .settings import DEFAULT_KEY
 
-        repeats = self.settings.repeats
-        if isinstance(repeats, dict):
-            unknown = sorted(a for a in repeats if a != DEFAULT_KEY and not self.registry.knows(a))
+        settings, registry = self.settings, self.registry
+        repeats = settings.repeats if isinstance(settings.repeats, dict) else {}
+        for what, names in (
+            ("--rollouts-repeats", [a for a in repeats if a != DEFAULT_KEY]),
+            ("--rollouts-agent-header", [h.agent for h in settings.agent_header if h.agent is not None]),
+        ):
+            unknown = sorted({a for a in names if not registry.knows(a)})
             if unknown:
-                raise pytest.UsageError(f"--rollouts-repeats names unknown agents: {', '.join(unknown)}")
+                raise pytest.UsageError(f"{what} names unknown agents: {', '.join(unknown)}")
 
     def _keep_shard(self, items: list[pytest.Item], shard: tuple[int, int]) -> None:
         """Deselect the rows of other shards, the way ``-k`` deselects: they are not this run's."""

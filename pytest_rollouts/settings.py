@@ -57,10 +57,14 @@ class AgentHeader(BaseModel):
         if unset:
             raise ValueError(f"header {name}: environment variable {', '.join(unset)} is not set")
         value = _ENV_REF.sub(lambda ref: os.environ[ref[1]], value.strip())
+        if not _HEADER_VALUE.fullmatch(value):
+            raise ValueError(f"header {name}: a value must be one line of printable latin-1 text (value not shown)")
         return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# RFC 9110 field-value characters: visible ASCII, space, tab and obs-text; no line breaks.
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_KEY = "_default"
 
@@ -175,9 +179,11 @@ class Settings(BaseModel):
             return value
         fan: dict[str, tuple[str, ...]] = {}
         for key, listed in _pairs(value, "--rollouts-fan-out"):
-            agents = tuple(a.strip() for a in listed.split(",") if a.strip())
-            if not agents:
+            agents = tuple(a.strip() for a in listed.split(","))
+            if not listed.strip():
                 raise ValueError(f"fan-out of {key} lists no agents")
+            if "" in agents:
+                raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
             doubled = sorted({a for a in agents if agents.count(a) > 1})
             if doubled:
                 raise ValueError(f"fan-out of {key} lists {', '.join(doubled)} more than once")
@@ -295,10 +301,14 @@ def resolve_settings(config: pytest.Config) -> Settings:
 
 def _raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
     value = config.getoption("rollouts_" + option.name)
+    from_env = os.environ.get(option.env) if option.env else None
     if value not in (None, []):
+        if option.repeatable and from_env:  # a repeatable option adds to its variable's lines
+            lines = [line for line in from_env.splitlines() if line.strip()]
+            return [*lines, *value], f"{option.cli} and env {option.env}"
         return value, option.cli
-    if option.env and os.environ.get(option.env):
-        return os.environ[option.env], f"env {option.env}"
+    if from_env:
+        return from_env, f"env {option.env}"
     value = config.getini(option.ini)
     if value in (None, "", []):
         return None, ""

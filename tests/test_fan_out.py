@@ -191,6 +191,7 @@ def test_fan_out_to_an_unknown_agent_stops_before_any_request(pytester: pytest.P
     [
         (["--rollouts-fan-out=p=a,b", "--rollouts-agent-map=p=a"], "*p is both mapped*and fanned out*"),
         (["--rollouts-fan-out=p="], "*fan-out of p lists no agents*"),
+        (["--rollouts-fan-out=p=a,"], "*fan-out of p has an empty agent name ('a,')*"),
         (["--rollouts-fan-out=p=a,b,a"], "*fan-out of p lists a more than once*"),
         (["--rollouts-fan-out=p=a", "--rollouts-fan-out=p=b"], "*fan-out of p is given twice*"),
         (["--rollouts-agent-map=p=a", "--rollouts-agent-map=p=b"], "*p is mapped twice (a and b)*"),

@@ -115,7 +115,13 @@ def test_agent_headers_are_sent_and_never_written(pytester: pytest.Pytester, mon
     def metrics(body: dict) -> dict:
         return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
 
-    with ScriptedAgent(aggregate=metrics) as main, ScriptedAgent(behaviour=refuse_with_echo) as gated:
+    def echo_token(row: dict, seen: int) -> Reply:
+        return Reply(json={"reward": 1.0, "debug": f"called with Bearer {token}"})
+
+    with (
+        ScriptedAgent(behaviour=echo_token, aggregate=metrics) as main,
+        ScriptedAgent(behaviour=refuse_with_echo) as gated,
+    ):
         result = run_rollouts(
             pytester,
             "data.jsonl",
@@ -133,6 +139,8 @@ def test_agent_headers_are_sent_and_never_written(pytester: pytest.Pytester, mon
         assert len(gated.headers) == 2, "one health check and one /run"
     [failure] = Artifacts(pytester.path).failures
     assert "[redacted]" in failure["_ng_failure_response_body"]
+    [row] = Artifacts(pytester.path).rows
+    assert row["debug"] == "called with [redacted]" and row["reward"] == 1.0
     written = b"".join(p.read_bytes() for p in (pytester.path / "out").iterdir() if p.is_file())
     shown = "\n".join(result.outlines + result.errlines)
     assert token not in shown and token.encode() not in written
@@ -147,3 +155,34 @@ def test_bad_header_is_a_usage_error_that_does_not_echo_it(pytester: pytest.Pyte
     result.stderr.fnmatch_lines(["*--rollouts-agent-header: *NAME=VALUE*"])
     assert "sk-secret" not in "\n".join(result.outlines + result.errlines)
     assert agent.requests == []
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("X-Key=sk-secret\nX-Other: 1", "*header X-Key: a value must be one line of printable latin-1 text*"),
+        ("ghost:X-Key=sk-secret", "*--rollouts-agent-header names unknown agents: ghost*"),
+    ],
+)
+def test_unusable_header_is_a_usage_error(
+    pytester: pytest.Pytester, agent: ScriptedAgent, header: str, message: str
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-agent-header={header}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "sk-secret" not in "\n".join(result.outlines + result.errlines)
+    assert agent.requests == []
+
+
+def test_headers_from_the_environment_add_to_the_command_line(
+    pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROLLOUTS_AGENT_HEADERS", "X-Env-Key=from-env\n\ndefault:X-Scoped=scoped")
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-header=X-Cli=from-cli"
+    )
+    result.assert_outcomes(passed=1)
+    [run] = [h for h in agent.headers if "X-Cli" in h][-1:]
+    assert (run["X-Env-Key"], run["X-Scoped"], run["X-Cli"]) == ("from-env", "scoped", "from-cli")

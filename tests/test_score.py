@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
@@ -96,6 +97,31 @@ def test_account_latest_attempt_decides_and_success_wins() -> None:
     coverage = result.coverage
     assert (coverage.expected, coverage.completed, coverage.scored, coverage.missing) == (6, 3, 4, 2)
     assert dict(coverage.missing_by_class) == {"agent_request_failed": 1, "mask_sample": 1}
+
+
+@pytest.mark.parametrize(
+    ("reply", "line", "gate"),
+    [
+        (
+            {"agent_metrics": {"mean/reward": 0.5}},
+            "default: mean reward 0.5000 over 3 rollouts [[]server metrics[]]",
+            "EVAL FAILED: mean reward 0.5000 is below --rollouts-fail-under 0.9.",
+        ),
+        (
+            {"agent_metrics": {"accuracy": 0.5}},
+            "default: its metrics hold no mean/reward (3 rollouts scored) [[]server metrics[]]",
+            "EVAL FAILED: no mean/reward in the metrics to compare with --rollouts-fail-under 0.9.",
+        ),
+    ],
+)
+def test_server_metrics_without_key_metrics_still_report_and_gate(
+    pytester: pytest.Pytester, reply: dict, line: str, gate: str
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(aggregate=lambda body: reply) as agent:
+        result = subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.9")
+    assert result.returncode == 7, result.stdout + result.stderr
+    assert fnmatch.fnmatch(result.stdout, f"*{line}*") and gate in result.stdout
 
 
 def test_server_metrics_get_sorted_stripped_rows(pytester: pytest.Pytester) -> None:
