@@ -14,14 +14,16 @@ import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .auth import headers_for
 from .frames import ChannelClosed, frame, message, read_frame, write_all
 from .records import RolloutOutcome
-from .settings import Settings
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 # pytest reports consumed tasks to the engine in batches: one write per this many
 # items keeps the look-ahead window nearly full without a pipe write per item.

@@ -105,10 +105,10 @@ class RolloutRun:
         imports overlap with collection however few rows there are (an xdist controller
         never dispatches, so it starts none).
         """
+        if not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput"):
+            self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.registry  # noqa: B018 - discovery happens on first use
-        if not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput"):
-            self.warm_engine()
 
     @property
     def registry(self) -> AgentRegistry:
@@ -422,7 +422,6 @@ class RolloutRun:
         An xdist controller collects nothing, so it learns suite agents from the datasets
         the manifest records.
         """
-        from .embedded import EmbeddedServers
         from .manifest import ManifestError, read_manifest
 
         registry = self.registry
@@ -438,15 +437,22 @@ class RolloutRun:
         if unknown:
             raise pytest.UsageError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
         endpoints = [registry.endpoint(name) for name in missing]
-        servers = EmbeddedServers(e.embedded for e in endpoints if e.embedded is not None)
-        self._servers.append(servers)
-        try:
-            started = servers.start()
-        except Exception as exc:  # the suite's own code: say which agent, not an internal error
-            raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(missing)}): {exc!r}") from exc
+        factories = [e.embedded for e in endpoints if e.embedded is not None]
+        started = self._start_embedded(factories, missing) if factories else {}
         for e in endpoints:
             self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
         return {name: self._urls[name] for name in names}
+
+    def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:
+        """Serve suite-embedded agents; aiohttp is imported only here, off the path of runs that have none."""
+        from .embedded import EmbeddedServers
+
+        servers = EmbeddedServers(factories)
+        self._servers.append(servers)
+        try:
+            return servers.start()
+        except Exception as exc:  # the suite's own code: say which agent, not an internal error
+            raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(names)}): {exc!r}") from exc
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if self._stopped:
