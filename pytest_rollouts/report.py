@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -68,6 +69,20 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
         cached = f"; {props[CACHED]} cached" if CACHED in props else ""
         return "passed", ".", f"PASSED (reward {rewards}{cached})"
     return None
+
+
+def _slim(report: pytest.TestReport) -> None:
+    """Drop what nothing reads once a passed rollout report is logged (trylast: everyone has seen it).
+
+    The terminal reporter keeps every report to the end; at 100k items their keyword dicts
+    and per-rollout lists are ~60 MB. The properties list is the item's own, so clearing it
+    frees the item's copy too. junitxml reads properties later, so runs with it keep them.
+    """
+    report.keywords = _NO_KEYWORDS
+    report.user_properties.clear()
+
+
+_NO_KEYWORDS: Mapping[str, Any] = MappingProxyType({})
 
 
 def _fmt(reward: float | None) -> str:
@@ -259,11 +274,14 @@ class RolloutReporter:
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         return teststatus(report) if getattr(report, "user_properties", None) else None
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties and report.when == "call":
             self.tally.add(report)
             if self.progress.due(self.tally.items):
                 self._print_progress()
+            if report.passed and not self.config.option.xmlpath:
+                _slim(report)
 
     def _print_progress(self) -> None:
         from .stash import RUN_KEY
