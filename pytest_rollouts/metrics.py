@@ -68,8 +68,14 @@ def _leaves(node: Any) -> Iterator[tuple[str, float]]:
 
 
 def _as_number(value: Any) -> float | None:
-    """A finite float for ints, floats and bools; None for anything else (numeric strings too)."""
-    if not isinstance(value, int | float):
+    """A finite float for ints, floats and bools; None for anything else (numeric strings too).
+
+    Exact type checks first: every number of every row of a run passes through here.
+    """
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is not int and kind is not bool and not isinstance(value, int | float):
         return None
     try:
         number = float(value)
