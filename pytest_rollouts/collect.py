@@ -81,7 +81,7 @@ class DatasetFile(pytest.File):
             if reason:
                 raise self.CollectError(reason)
         run.warm_engine()
-        shown = os.path.relpath(self.path, self.config.invocation_params.dir)
+        shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
         try:
             routing = run.routing_for(self.path)
         except (SuiteError, RoutingError) as exc:
@@ -94,7 +94,7 @@ class DatasetFile(pytest.File):
             if limit is not None and row_index >= limit:
                 break
             try:
-                row = parse_object(line, Path(shown), line_no)
+                row = parse_object(line, shown, line_no)
                 agents = routing.agents_for(row)
             except JsonlError as exc:
                 raise self.CollectError(str(exc)) from None
