@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,6 +95,8 @@ class Dispatcher:
         self._proc = process
         # Requests in flight and the oldest one, as the engine last reported (every 2 s).
         self.in_flight: tuple[int, float | None, list[int] | None] | None = None
+        # Called on each of the engine's progress reports (every 2 s), while pytest waits.
+        self.on_progress: Callable[[], None] | None = None
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
@@ -202,6 +205,8 @@ class Dispatcher:
         kind, *rest = msg
         if kind == "progress":
             self.in_flight = (rest[0], rest[1], rest[2])
+            if self.on_progress is not None:
+                self.on_progress()
             return
         slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)

@@ -6,6 +6,7 @@ xdist workers to the controller, so the same code serves one process or many.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -203,21 +204,24 @@ def score_lines(score: RunScore, sidecar: str) -> list[str]:
 
 @dataclass
 class Progress:
-    """When to print a progress line: every few seconds on a terminal, every 10% or 5 minutes in a log."""
+    """When to show progress: every few seconds on a terminal (one line redrawn in place), every
+    10% or 5 minutes in a log (a plain line each time)."""
 
     tty: bool
     total: int = 0
     last_at: float = field(default_factory=time.monotonic)
     last_done: int = 0
 
-    TTY_EVERY_S = 5.0
+    # A redraw in place costs nothing on screen; a new line (a -v session) is kept rarer.
+    tty_every_s: float = 5.0
+    LIVE_EVERY_S = 2.0
     LOG_EVERY_S = 300.0
     LOG_EVERY_FRACTION = 0.1
 
     def due(self, done: int) -> bool:
         now = time.monotonic()
         if self.tty:
-            ready = now - self.last_at >= self.TTY_EVERY_S
+            ready = now - self.last_at >= self.tty_every_s
         else:
             step = max(1, int(self.total * self.LOG_EVERY_FRACTION))
             ready = now - self.last_at >= self.LOG_EVERY_S or done - self.last_done >= step
@@ -225,6 +229,16 @@ class Progress:
             self.last_at, self.last_done = now, done
             return True
         return False
+
+
+CLEAR_TO_END = "\x1b[K"
+
+
+def _line_start(terminal: Any) -> str:
+    """What pytest wrote at the start of the current line: the dataset's path and a space."""
+    if terminal.currentfspath is None:
+        return ""
+    return os.path.relpath(terminal.currentfspath, terminal.startpath) + " "
 
 
 def progress_line(tally: Tally, total: int, in_flight: tuple[int, float | None, list[int] | None] | None) -> str:
@@ -258,6 +272,7 @@ class RolloutReporter:
         self.score: RunScore | None = None
         self.gate: GateFailure | None = None
         self.progress = Progress(tty=sys.stdout.isatty())
+        self.live = False
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -268,30 +283,62 @@ class RolloutReporter:
         self.progress.total = len(ids)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self) -> None:
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Runs after dispatch started (the plugin's wrapper) and before the loop: the engine's
+        heartbeat drives progress from here on, too."""
+        from .stash import RUN_KEY
+
         self.tally.started_at = time.perf_counter()
+        run = self.config.stash.get(RUN_KEY, None)
+        if run is None:
+            return
+        # One status line redrawn in place replaces pytest's dots, in a session of rollout
+        # items only, on a terminal, without -v (whose one line per item it would garble).
+        self.live = self.progress.tty and run.lean and self.config.get_verbosity() <= 0
+        if self.live:
+            self.progress.tty_every_s = Progress.LIVE_EVERY_S
+        run.on_heartbeat = self._heartbeat
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        return teststatus(report) if getattr(report, "user_properties", None) else None
+        status = teststatus(report) if getattr(report, "user_properties", None) else None
+        if status is not None and self.live:
+            return status[0], "", status[2]
+        return status
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties and report.when == "call":
             self.tally.add(report)
-            if self.progress.due(self.tally.items):
-                self._print_progress()
+            if self.live and self.tally.items == self.progress.total:
+                self._show_progress(final=True)
+            elif self.progress.due(self.tally.items):
+                self._show_progress()
             if report.passed and not self.config.option.xmlpath:
                 _slim(report)
 
-    def _print_progress(self) -> None:
+    def _heartbeat(self) -> None:
+        """The engine reports every 2 s while pytest waits: progress stays live when no item finishes."""
+        if self.progress.due(self.tally.items):
+            self._show_progress()
+
+    def _show_progress(self, *, final: bool = False) -> None:
         from .stash import RUN_KEY
 
         run = self.config.stash.get(RUN_KEY, None)
         line = progress_line(self.tally, self.progress.total, run.in_flight() if run is not None else None)
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is not None:
-            terminal.write_line("")  # the line of dots (or of the last item's word) is still open
-            terminal.write_line(line)
+        if terminal is None:
+            return
+        if self.live:
+            # Straight to the terminal, after the file name pytest put at the start of the line,
+            # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
+            # for pytest's [100%]; the summary section then has the final numbers.
+            shown = "" if final else line
+            sys.stdout.write(f"\r{_line_start(terminal)}{shown}{CLEAR_TO_END}")
+            sys.stdout.flush()
+            return
+        terminal.write_line("")  # the line of dots (or of the last item's word) is still open
+        terminal.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Failure classes alone leave the exit status 0; then score the run and apply the gate."""

@@ -13,7 +13,7 @@ import os
 import subprocess
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +61,8 @@ class RolloutRun:
         self.lean = False
         self._refused = False
         self._stopped = ""
+        # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
+        self.on_heartbeat: Callable[[], None] | None = None
         self._settings: Settings | None = None
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
@@ -399,6 +401,7 @@ class RolloutRun:
             process=self._engine,
         )
         self._engine = None
+        self._dispatcher.on_progress = self._heartbeat
         try:
             self._dispatcher.start()
         except AgentsUnhealthy as exc:
@@ -466,6 +469,10 @@ class RolloutRun:
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener
             hook(item=item, outcomes=outcomes)
         return outcomes
+
+    def _heartbeat(self) -> None:
+        if self.on_heartbeat is not None:
+            self.on_heartbeat()
 
     def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
         """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from pytest_rollouts.metrics import latency_summary
+from pytest_rollouts.report import CLEAR_TO_END
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import Artifacts, keys, pytest_command, run_rollouts
 
 
 def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester) -> None:
@@ -72,3 +77,53 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
     assert any(" in flight, " in line and "oldest in flight: task " in line for line in lines), (
         "once the dispatcher has reported (every 2 s), lines say what is in flight"
     )
+
+
+def _run_on_a_terminal(cwd: Path, *args: str) -> str:
+    """A rollouts session whose stdout is a pseudo-terminal, as on a user's screen; all it wrote."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        pytest_command(*args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=_wide_env()
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the session ended and closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0
+    return b"".join(chunks).decode()
+
+
+def _wide_env() -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "200"}
+
+
+def test_status_line_is_redrawn_in_place_on_a_terminal(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(24))
+    with ScriptedAgent(latency=0.5) as agent:  # about 6 s: at least two redraws, 2 s apart
+        screen = _run_on_a_terminal(pytester.path, agent.url, "--rollouts-parallel=2")
+    redraws = screen.split("\rdata.jsonl rollouts: ")[1:]
+    assert len(redraws) >= 2, screen
+    assert all(CLEAR_TO_END in r for r in redraws), "each redraw clears what the last one left"
+    assert "p50 " in redraws[-1] and "/h" in redraws[-1]
+    last = redraws[-1].split("\n")[0]
+    assert f"\rdata.jsonl {CLEAR_TO_END}" in last and last.rstrip().endswith("[100%]"), (
+        "the last redraw leaves the line to pytest's [100%]"
+    )
+    assert "...." not in screen, "no line of dots: the status line replaces them"
+    assert "24 passed" in screen
+
+
+def test_status_line_stays_live_while_a_slow_rollout_runs(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    with ScriptedAgent(latency=5.0) as agent:
+        screen = _run_on_a_terminal(pytester.path, agent.url)
+    waiting = [r for r in screen.split("\rdata.jsonl rollouts: ")[1:] if r.startswith("0/1 tasks done")]
+    assert waiting, screen
+    assert "oldest in flight: task 0 rollout 0, " in waiting[-1]
