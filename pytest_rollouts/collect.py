@@ -102,7 +102,7 @@ class DatasetFile(pytest.File):
                 raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
-            first_rollout = 0
+            first_rollout, episode = 0, taskset_of(row) is not None
             for agent in agents:
                 # A task that runs on several agents shows which one in its id, joined the way
                 # pytest joins parameter ids, so -k can select it.
@@ -119,7 +119,7 @@ class DatasetFile(pytest.File):
                     agent=agent,
                     first_rollout=first_rollout,
                     repeats=repeats,
-                    episode=taskset_of(row) is not None,
+                    episode=episode,
                 )
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows

@@ -51,11 +51,18 @@ class DispatcherError(RuntimeError):
 
 
 class AgentsUnhealthy(Exception):
-    """Agents failed their health check; nothing was sent to any agent."""
+    """Agents failed their health check; nothing was sent to any agent. The message says what to do."""
 
     def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
+        super().__init__(
+            "\n".join(
+                [
+                    "agents failed their health check; nothing was dispatched:",
+                    *(f"  {line}" for line in lines),
+                    "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
+                ]
+            )
+        )
 
 
 class Dispatcher:

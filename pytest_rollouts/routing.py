@@ -27,7 +27,8 @@ class RoutingError(ValueError):
 
 @dataclass(frozen=True)
 class Discovered:
-    """What a NeMo Gym head server's config says: agent addresses, and the agent of each task source."""
+    """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
+    the agent of each task source."""
 
     agents: Mapping[str, str]
     task_sources: Mapping[str, str]

@@ -406,13 +406,7 @@ class RolloutRun:
             self._dispatcher.start()
         except AgentsUnhealthy as exc:
             self.finish()
-            self._stopped = "\n".join(
-                [
-                    "agents failed their health check; nothing was dispatched:",
-                    *(f"  {line}" for line in exc.lines),
-                    "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
-                ]
-            )
+            self._stopped = str(exc)
             if workerinput is None:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
             # An xdist worker cannot exit on its own; the controller stops the session on this

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,13 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
             raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
         out.append((key.strip(), value.strip()))
     return out
+
+
+def _each(value: Any, parse: Callable[[str], Any]) -> Any:
+    """The items of a repeatable option, parsed; items that already are models pass through."""
+    if isinstance(value, (list, tuple)):
+        return tuple(parse(v) if isinstance(v, str) else v for v in value)
+    return value
 
 
 def _check_url(url: str) -> str:
@@ -197,9 +205,7 @@ class Settings(BaseModel):
     def _parse_headers(cls, value: Any) -> Any:
         if isinstance(value, str):  # from the environment: one header per line
             value = [line for line in value.splitlines() if line.strip()]
-        if isinstance(value, (list, tuple)):
-            return tuple(AgentHeader.parse(v) if isinstance(v, str) else v for v in value)
-        return value
+        return _each(value, AgentHeader.parse)
 
     @field_validator("head_server", mode="before")
     @classmethod
@@ -248,9 +254,7 @@ class Settings(BaseModel):
     @field_validator("agent", mode="before")
     @classmethod
     def _parse_agents(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return tuple(AgentAddress.parse(v) if isinstance(v, str) else v for v in value)
-        return value
+        return _each(value, AgentAddress.parse)
 
     @field_validator("responses_create_params", mode="before")
     @classmethod
