@@ -209,3 +209,33 @@ def test_routing_conflicts_are_usage_errors(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert agent.requests == []
+
+
+def test_each_group_is_scored_by_its_own_server(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _mixed_rows(3, agent="policy"))
+
+    def metrics(value: float):
+        def reply(body: dict) -> dict:
+            return {"agent_metrics": {"mean/reward": value}, "key_metrics": {"mean/reward": value}}
+
+        return reply
+
+    with ScriptedAgent(aggregate=metrics(0.25)) as a, ScriptedAgent() as b:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent=a={a.url}",
+            f"--rollouts-agent=b={b.url}",
+            "--rollouts-fan-out=policy=a,b",
+            "--rollouts-repeats=a=2,b=1",
+        )
+        result.assert_outcomes(passed=6)
+        [body] = a.aggregate_bodies
+    assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in body["verify_responses"]) == [
+        (t, r) for t in range(3) for r in (0, 1)
+    ], "a's server gets a's rows only"
+    assert {r["agent_ref"]["name"] for r in body["verify_responses"]} == {"a"}
+    groups = _metric_groups(pytester)
+    assert groups["a"]["metrics_source"] == "server" and groups["a"]["key_metrics"]["mean/reward"] == 0.25
+    assert groups["b"]["metrics_source"] == "local", "b's server has no /aggregate_metrics"
+    result.stdout.fnmatch_lines(["a: mean reward 0.2500 over 6 rollouts [[]server metrics[]]", "b: mean reward *"])
