@@ -94,23 +94,42 @@ class RolloutRun:
         return ArtifactPaths(self.settings.out)
 
     def warm_engine(self) -> None:
-        """Start the dispatcher process early, so its imports overlap with collection."""
+        """Start the dispatcher process early, so its imports overlap with collection.
+
+        Not for sessions that will run nothing: ``--co``, ``--help``, ``--fixtures``, ``--markers``.
+        """
         from .dispatch import spawn_engine
 
-        if self._engine is None and not self.config.option.collectonly:
+        option = self.config.option
+        informational = ("collectonly", "help", "showfixtures", "show_fixtures_per_test", "markers")
+        if self._engine is None and not any(getattr(option, name, False) for name in informational):
             self._engine = spawn_engine()
 
     def configure(self) -> None:
         """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything.
 
-        A session configured for rollouts also starts its dispatcher process now, so its
-        imports overlap with collection however few rows there are (an xdist controller
-        never dispatches, so it starts none).
+        A session asked for rollouts on the command line also starts its dispatcher process
+        now, so its imports overlap with collection however few rows there are (an xdist
+        controller never dispatches, so it starts none). Others start it at their first dataset.
         """
-        if not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput"):
+        if self._dispatches_here() and self._asked_on_command_line():
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.registry  # noqa: B018 - discovery happens on first use
+
+    def _dispatches_here(self) -> bool:
+        """Not on an xdist controller: its workers dispatch."""
+        return not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput")
+
+    def _asked_on_command_line(self) -> bool:
+        """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
+        may belong to a repository whose everyday test runs collect no dataset."""
+        from .options import OPTIONS
+
+        config = self.config
+        if any(str(arg).split("::")[0].endswith(".jsonl") for arg in config.args):
+            return True
+        return any(config.getoption("rollouts_" + option.name) not in (None, []) for option in OPTIONS)
 
     @property
     def registry(self) -> AgentRegistry:
