@@ -12,7 +12,7 @@ import hashlib
 import os
 from collections import Counter
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,11 @@ class DatasetFile(pytest.File):
 
     sha256 = ""
     rows = 0
+
+    @cached_property
+    def relpath(self) -> str:
+        """The file relative to the rootdir, as pytest shows item locations."""
+        return os.path.relpath(self.path, self.config.rootpath)
 
     def collect(self) -> Iterator[RolloutItem]:
         from .episodes import taskset_of
@@ -187,6 +192,11 @@ class RolloutItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.name
+
+    @property
+    def location(self) -> tuple[str, int | None, str]:  # type: ignore[override]
+        """pytest's ``(relative path, line, name)``, with the path worked out once per file, not per row."""
+        return self.parent.relpath, None, self.name  # type: ignore[union-attr]
 
 
 def _describe(outcome: RolloutOutcome) -> str:
