@@ -62,7 +62,9 @@ class Engine:
     def __init__(self, header: dict[str, Any], columns: dict[str, array], send: Any) -> None:
         self._h = header
         self._col = columns
-        self._send = send
+        self._write = send
+        # Reports completed in one turn of the loop go to pytest in one write (and one read there).
+        self._outbox: list[bytes] = []
         self._agents = [header["urls"][name] + "/run" for name in header["agents"]]
         self._names = header["agents"]
         agent_headers = header.get("headers", {})
@@ -141,6 +143,20 @@ class Engine:
             redact=self._redact,
         )
 
+    def _post(self, data: bytes) -> None:
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(data)
+
+    def _flush(self) -> None:
+        data, self._outbox = b"".join(self._outbox), []
+        self._write(data)
+
+    def _send(self, data: bytes) -> None:
+        """Now, after anything posted: for messages pytest must see before the engine goes on (or away)."""
+        self._outbox.append(data)
+        self._flush()
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -173,13 +189,13 @@ class Engine:
             raise
         except Exception:  # a bug must reach the item, not hang it
             self._pending[slot] = 0
-            self._send(message(["error", slot, traceback.format_exc()]))
+            self._post(message(["error", slot, traceback.format_exc()]))
             return
         outcomes = self._outcomes.setdefault(slot, [])
         outcomes.append(outcome)
         self._pending[slot] -= 1
         if not self._pending[slot]:
-            self._send(message(["done", slot, self._outcomes.pop(slot)]))
+            self._post(message(["done", slot, self._outcomes.pop(slot)]))
 
     def _written_elsewhere(self, position: int) -> list[Any] | None:
         """Under xdist, a task re-queued from a crashed worker may already have rows on disk.
@@ -292,7 +308,7 @@ class Engine:
             oldest = min(since, key=since.__getitem__) if since else None
             age = time.monotonic() - since[oldest] if oldest is not None else None
             where = None if oldest is None else [self._col["task"][oldest], self._col["rollout"][oldest]]
-            self._send(message(["progress", len(since), age, where]))
+            self._post(message(["progress", len(since), age, where]))
 
     async def _sync_periodically(self) -> None:
         """fsync at least once a second: a crash loses at most the last second's rows."""
