@@ -14,11 +14,16 @@ Keys read, all at the top level of that config:
 - ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
   datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
   the one agent that fronts that resources server; an agent's own name resolves to it.
+
+Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
+``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -29,6 +34,8 @@ import yaml
 from .routing import Discovered
 
 CONFIG_PATH = "/global_config_dict_yaml"
+_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+MAX_INTERPOLATION_DEPTH = 10
 
 
 class HeadServerError(Exception):
@@ -66,7 +73,7 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         server = _only_server(entry, "responses_api_agents")
         if server is None or "port" not in server:
             continue
-        agents[str(name)] = f"http://{server.get('host') or '127.0.0.1'}:{server['port']}"
+        agents[str(name)] = _address(config, server, str(name))
         resources = server.get("resources_server")
         if isinstance(resources, Mapping) and resources.get("name"):
             fronts.setdefault(str(resources["name"]), []).append(str(name))
@@ -74,7 +81,7 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
     for name, entry in config.items():
         server = _only_server(entry, "environment_servers")
         if server is not None and "port" in server:
-            agents[str(name)] = f"http://{server.get('host') or '127.0.0.1'}:{server['port']}"
+            agents[str(name)] = _address(config, server, str(name))
     for name, entry in config.items():
         server = _only_server(entry, "resources_servers")
         if server is None:
@@ -86,6 +93,49 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         elif not pins and len(fronts.get(str(name), ())) == 1:
             sources[str(name)] = fronts[str(name)][0]
     return Discovered(agents, sources)
+
+
+def _address(config: Mapping[str, Any], server: Mapping[str, Any], name: str) -> str:
+    host = _resolve(config, server.get("host"), f"{name}: host") or "127.0.0.1"
+    port = _resolve(config, server["port"], f"{name}: port")
+    return f"http://{host}:{port}"
+
+
+def _resolve(config: Mapping[str, Any], value: Any, where: str, depth: int = 0) -> Any:
+    """OmegaConf interpolations left in the YAML: ``${dotted.path}`` and ``${oc.env:VAR[,default]}``.
+
+    ``to_yaml`` keeps interpolations unresolved, and hosts and ports are where configs use
+    them (``${head_server.host}``); anything else is refused by name, never guessed.
+    """
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    if depth > MAX_INTERPOLATION_DEPTH:
+        raise HeadServerError(f"head server config, {where}: interpolation loop in {value!r}")
+
+    def one(match: re.Match[str]) -> str:
+        expression = match[1].strip()
+        if expression.startswith("oc.env:"):
+            var, _, default = expression.removeprefix("oc.env:").partition(",")
+            found: Any = os.environ.get(var.strip(), default.strip() or None)
+        else:
+            found = _lookup(config, expression)
+        if found is None or isinstance(found, (Mapping, list)):
+            raise HeadServerError(
+                f"head server config, {where}: cannot resolve ${{{expression}}} "
+                "(read are ${dotted.path} and ${oc.env:VAR[,default]})"
+            )
+        return str(_resolve(config, found, where, depth + 1))
+
+    return _INTERPOLATION.sub(one, value)
+
+
+def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _only_server(entry: Any, kind: str) -> Mapping[str, Any] | None:

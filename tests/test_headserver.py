@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_rollouts.headserver import config_agents
+from pytest_rollouts.headserver import HeadServerError, config_agents
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
@@ -149,3 +149,18 @@ def test_task_source_resolution_rules() -> None:
     found = config_agents(config)
     assert dict(found.agents) == {"a": "http://h:1", "b": "http://127.0.0.1:2"}
     assert dict(found.task_sources) == {"a": "a", "b": "b", "pinned_rs": "b", "fronted_rs": "a"}
+
+
+def test_interpolated_addresses_are_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OmegaConf's to_yaml keeps ${...} as written; hosts and ports are where configs use them."""
+    monkeypatch.setenv("AGENT_PORT", "12345")
+    monkeypatch.delenv("NO_SUCH_HOST", raising=False)
+    config = {
+        "head_server": {"host": "10.1.2.3", "port": 11000},
+        "a": {"responses_api_agents": {"s": {"host": "${head_server.host}", "port": "${oc.env:AGENT_PORT}"}}},
+        "b": {"responses_api_agents": {"s": {"host": "${oc.env:NO_SUCH_HOST,127.0.0.1}", "port": 7}}},
+    }
+    assert dict(config_agents(config).agents) == {"a": "http://10.1.2.3:12345", "b": "http://127.0.0.1:7"}
+    config["b"]["responses_api_agents"]["s"]["port"] = "${nowhere.port}"
+    with pytest.raises(HeadServerError, match=r"b: port: cannot resolve \$\{nowhere.port\}"):
+        config_agents(config)
