@@ -11,7 +11,7 @@ from __future__ import annotations
 import http.client
 import os
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,9 @@ def score_run(
                 score.metrics, score.source = server, "server"
         if score.source != "server":
             rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
+            ranks = _repeat_ranks(group.expected)
+            if ranks is not None:
+                rows = [MetricRow(r.task, ranks.get((r.task, r.rollout), r.rollout), r.values) for r in rows]
             score.metrics = compute_default_metrics(rows, expected=Counter(task for task, _ in group.expected))
             score.source = "local"
         if perf_summary is not None and not score.metrics.get("perf_summary"):
@@ -124,6 +127,21 @@ def score_run(
     if write_metrics:
         result.metrics_path = _write_metrics(paths.metrics, scores)
     return result
+
+
+def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:
+    """Each rollout's place among its task's rollouts in one group, when that is not its index.
+
+    A fanned-out row continues one task's rollout indices across agents (b runs 2 after a's
+    0 and 1), so within b's group its first rollout of a task is repeat 0, not repeat 2:
+    per-repeat statistics compare like with like. None when every index already is its place.
+    """
+    by_task: defaultdict[int, list[int]] = defaultdict(list)
+    for task, rollout in keys:
+        by_task[task].append(rollout)
+    if all(max(rollouts) == len(rollouts) - 1 for rollouts in by_task.values()):
+        return None
+    return {(task, r): place for task, rollouts in by_task.items() for place, r in enumerate(sorted(rollouts))}
 
 
 def _read_expected(materialized: Path) -> dict[str, _Group]:

@@ -38,6 +38,7 @@ class Redactor:
         values = {v for v in candidates if len(v) >= MIN_SECRET_CHARS}
         # Longest first, so a value that contains another is replaced whole.
         self._values = sorted(values, key=len, reverse=True)
+        self._needles = [orjson.dumps(value)[1:-1] for value in self._values]
 
     def __call__(self, text: str | None) -> str | None:
         if not text or not self._values:
@@ -47,10 +48,23 @@ class Redactor:
         return text
 
     def row(self, row: dict[str, Any]) -> dict[str, Any]:
-        """``row`` with every header value replaced wherever it occurs, e.g. in a reply that echoes it."""
+        """``row`` with every header value replaced in its strings, e.g. in a reply that echoes it.
+
+        Only strings: numbers and keys stay as the agent sent them. A row that holds no value
+        is returned as is, found with one search of its serialized form.
+        """
         if not self._values:
             return row
-        data = original = orjson.dumps(row)
-        for value in self._values:
-            data = data.replace(orjson.dumps(value)[1:-1], REDACTED.encode())
-        return row if data == original else orjson.loads(data)
+        data = orjson.dumps(row)
+        if not any(needle in data for needle in self._needles):
+            return row
+        return self._scrub(row)
+
+    def _scrub(self, node: Any) -> Any:
+        if isinstance(node, str):
+            return self(node)
+        if isinstance(node, dict):
+            return {key: self._scrub(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [self._scrub(value) for value in node]
+        return node

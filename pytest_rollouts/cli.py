@@ -19,11 +19,13 @@ from .auth import headers_for
 from .gate import check_gate
 from .jsonl import JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
+from .options import OPTIONS
 from .report import score_lines
 from .settings import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
+HEADERS_ENV = next(o.env for o in OPTIONS if o.name == "agent_header")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="[AGENT:]NAME=VALUE",
         help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment); "
-        "adds to env ROLLOUTS_AGENT_HEADERS, one per line",
+        f"adds to env {HEADERS_ENV}, one per line",
     )
     args = parser.parse_args(argv)
     return aggregate(args)
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 def aggregate(args: argparse.Namespace) -> int:
     out = ArtifactPaths(args.out.resolve())
     try:
-        headers = _headers([*os.environ.get("ROLLOUTS_AGENT_HEADERS", "").splitlines(), *args.agent_header])
+        headers = _headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE

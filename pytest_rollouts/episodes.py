@@ -32,11 +32,14 @@ def taskset_of(row: Mapping[str, Any]) -> str | None:
 
 
 def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, attempt_index: int) -> bytes:
-    """The request an environment server gets; the rollout id never carries the attempt."""
-    rollout_id = row.get("_ng_rollout_id") or f"{task_index}-{rollout_index}"
+    """The request an environment server gets; the rollout id never carries the attempt.
+
+    The id is this run's own ``<task>-<rollout>``: an id copied from the dataset would be the
+    same for every repeat and fan-out copy of the row.
+    """
     return orjson.dumps(
         {
-            "episode_id": {"rollout_id": rollout_id, "attempt": attempt_index},
+            "episode_id": {"rollout_id": f"{task_index}-{rollout_index}", "attempt": attempt_index},
             "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
         }
     )
@@ -45,12 +48,13 @@ def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, at
 def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
     """An episode reply as the row we store: its ``result``, or its ``failure`` in sidecar terms.
 
-    A reply that is not episode-shaped is returned untouched and handled like any reply.
+    Anything else (not episode-shaped, or neither a result object nor a failure) is an
+    ``environment_server_failed`` that resume retries, never a result without a score.
     """
-    shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
-    if not shaped:
+    if FAILURE_CLASS in reply:  # a failure the server classified itself, as any agent may
         return reply
-    failure = reply.get("failure")
+    shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
+    failure = reply.get("failure") if shaped else None
     if isinstance(failure, Mapping):
         row = {
             TASK_ID: task_id,
@@ -63,7 +67,7 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
             if key in failure:
                 row[f"_ng_failure_{key}"] = failure[key]
         return row
-    result = reply.get("result")
+    result = reply.get("result") if shaped else None
     if isinstance(result, Mapping):
         return {**result, TASK_ID: task_id}
     return {
@@ -71,5 +75,6 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
         FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
         TERMINAL: False,
         "_ng_failure_type": "InvalidEpisodeReply",
-        "_ng_failure_message": "episode reply has neither a result object nor a failure",
+        "_ng_failure_message": "not an episode reply: no episode_id and task_id objects with a result object "
+        "or a failure",
     }

@@ -26,6 +26,8 @@ HEALTH_PATH = "/health"
 TIMEOUT_S = 10.0
 HEALTHY_WORDS = frozenset({"ok", "healthy", "pass", "passed", "up", "ready", "true"})
 SHOWN_BODY_CHARS = 300
+# A reply listing many checks must be read whole to be judged; only its start is shown.
+MAX_JUDGED_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ async def _check(
 ) -> str | None:
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as resp:
-            body = await resp.content.read(4 * SHOWN_BODY_CHARS)
+            body = await resp.content.read(MAX_JUDGED_BYTES)
             return judge(resp.status, body, ignored)
     except TimeoutError:
         return f"no reply within {TIMEOUT_S:g}s"

@@ -46,10 +46,11 @@ class RunManifest(BaseModel):
 
 def differences(recorded: RunManifest, current: RunManifest) -> list[str]:
     """What changed since the recorded run, in words a user can act on."""
+    names = dict.fromkeys([*current.shape, *recorded.shape])  # an option dropped since is a change too
     found = [
-        f"{name}: recorded {recorded.shape.get(name)!r}, now {value!r}"
-        for name, value in current.shape.items()
-        if recorded.shape.get(name) != value
+        f"{name}: recorded {recorded.shape.get(name)!r}, now {current.shape.get(name)!r}"
+        for name in names
+        if recorded.shape.get(name) != current.shape.get(name)
     ]
     for now in current.datasets:
         then = recorded.entry(now.path)

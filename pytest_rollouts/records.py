@@ -29,10 +29,11 @@ def routing_identity(row: Mapping[str, Any]) -> str:
 
     A materialized row, its result and its sidecar row all carry the same one.
     """
+    server = row.get(ENVIRONMENT_SERVER)
+    if server:  # an episode row may still carry its dataset's agent_ref: the stamp is what ran it
+        return str(server)
     ref = row.get("agent_ref")
-    if isinstance(ref, Mapping) and ref.get("name"):
-        return str(ref["name"])
-    return str(row.get(ENVIRONMENT_SERVER) or "")
+    return str(ref["name"]) if isinstance(ref, Mapping) and ref.get("name") else ""
 
 
 @dataclass(slots=True)

@@ -317,8 +317,11 @@ class RolloutReporter:
                 _slim(report)
 
     def _heartbeat(self) -> None:
-        """The engine reports every 2 s while pytest waits: progress stays live when no item finishes."""
-        if self.progress.due(self.tally.items):
+        """The engine reports every 2 s while pytest waits: progress stays live when no item finishes.
+
+        Not with -v: pytest has half-written the item's line, which a progress line would split.
+        """
+        if (self.live or self.config.get_verbosity() <= 0) and self.progress.due(self.tally.items):
             self._show_progress()
 
     def _show_progress(self, *, final: bool = False) -> None:

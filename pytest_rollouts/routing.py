@@ -63,13 +63,17 @@ class Routing:
     tasksets: Mapping[str, str] = field(default_factory=dict)
     agent_map: Mapping[str, str] = field(default_factory=dict)
     fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The map and fan-out keys some row matched, shared run-wide: one that none matched is a typo.
+    used: set[str] = field(default_factory=set)
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = _routing_key(row)
         if key in self.fan_out:
             agents = self.fan_out[key]
+            self.used.add(key)
         elif key in self.agent_map:
             agents = (self.agent_map[key],)
+            self.used.add(key)
         elif kind == "taskset":
             agents = (self.tasksets.get(key, key),)
             if agents[0] not in self.known:
@@ -132,6 +136,7 @@ class AgentRegistry:
         self._cli_default = settings.default_agent_url
         self._cli_named = dict(settings.named_agent_urls)
         self._head = discovered or Discovered({}, {})
+        self.used_keys: set[str] = set()
         self._fixed = {**self._head.agents, **self._cli_named}
         self._endpoints: dict[str, Endpoint] = {name: Endpoint(name, url=url) for name, url in self._fixed.items()}
         if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
@@ -157,6 +162,7 @@ class AgentRegistry:
             tasksets=suite.config.tasksets if suite else {},
             agent_map=self._settings.agent_map,
             fan_out=self._settings.fan_out,
+            used=self.used_keys,
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:
@@ -176,6 +182,10 @@ class AgentRegistry:
                 f"{suite.path}: agent {name!r} is declared with a different address elsewhere "
                 f"({_describe(existing)} vs {_describe(endpoint)})"
             )
+
+    def unused_keys(self) -> list[str]:
+        """``--rollouts-agent-map``/``--rollouts-fan-out`` keys that no collected row matched."""
+        return sorted((set(self._settings.agent_map) | set(self._settings.fan_out)) - self.used_keys)
 
     def knows(self, name: str) -> bool:
         return name in self._endpoints

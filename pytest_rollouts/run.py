@@ -182,6 +182,16 @@ class RolloutRun:
         if not files:
             return
         self._check_named_agents()
+        unused = self.registry.unused_keys()
+        if unused:
+            warnings.warn(
+                RolloutsWarning(
+                    f"no collected row is keyed {', '.join(map(repr, unused))} "
+                    "(--rollouts-agent-map / --rollouts-fan-out): a typo? Keys are agent names, task "
+                    "sources, tasksets or _default"
+                ),
+                stacklevel=1,
+            )
         paths = self.paths
         self.resuming = self._wants_resume(paths)
         try:
@@ -260,13 +270,14 @@ class RolloutRun:
         s = self.settings
         return {
             "repeats": s.repeats,
-            "agent_map": s.agent_map,
-            "fan_out": {key: list(agents) for key, agents in s.fan_out.items()},
             "limit": s.limit,
             "interleave_repeats": s.interleave_repeats,
             "repeats_add_seed": s.repeats_add_seed,
             "responses_create_params": s.responses_create_params,
             "shard": None if s.shard is None else f"{s.shard[0]}/{s.shard[1]}",
+            # Only when used, so runs recorded before routing options existed still resume.
+            **({"agent_map": s.agent_map} if s.agent_map else {}),
+            **({"fan_out": {key: list(agents) for key, agents in s.fan_out.items()}} if s.fan_out else {}),
         }
 
     def _relative(self, path: Path) -> str:

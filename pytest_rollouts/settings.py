@@ -161,8 +161,11 @@ class Settings(BaseModel):
                 if not str(count).strip().isdigit() or int(count) < 1:
                     raise ValueError(f"repeats for {key!r} must be a whole number >= 1, got {count!r}")
             return {str(k): int(v) for k, v in value.items()}
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError("must be N or AGENT=N[,AGENT=N...] (e.g. 4, or judge=3,_default=1)") from None
         if isinstance(value, int) and value < 1:
             raise ValueError("must be >= 1")
         return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -81,3 +82,35 @@ def test_agent_map_routes_a_taskset(pytester: pytest.Pytester) -> None:
         )
         result.assert_outcomes(passed=2)
         assert len(env.requests) == 3
+
+
+def test_episode_rows_keep_their_server_as_identity_on_resume(pytester: pytest.Pytester) -> None:
+    """A taskset row routes by its taskset even when the dataset gave it an agent_ref."""
+    rows = _episode_rows()
+    for row in rows:
+        row["agent_ref"] = {"name": "policy"}
+    write_rows(pytester.path / "data.jsonl", rows)
+
+    answered: list[str] = []
+
+    def flaky(body: dict[str, Any], seen: int) -> Reply:
+        answered.append(body["task"]["task_id"]["id"])
+        if answered.count("q2") == 1 and answered[-1] == "q2":
+            return Reply(json={"unexpected": True})  # not an episode reply: retried next time
+        return Reply(
+            json={"episode_id": body["episode_id"], "task_id": body["task"]["task_id"], "result": {"reward": 1.0}}
+        )
+
+    args = ("data.jsonl", "--rollouts-agent-map=math_v1=env", "--rollouts-agent=policy=http://127.0.0.1:9")
+    with ScriptedAgent(behaviour=flaky) as env:
+        first = run_rollouts(pytester, *args, f"--rollouts-agent=env={env.url}", "--rollouts-health-ignore=policy")
+        assert first.parseoutcomes().get("environment_server_failed") == 1
+        [failure] = Artifacts(pytester.path).failures
+        assert failure["_ng_failure_type"] == "InvalidEpisodeReply" and not failure["_ng_failure_terminal"]
+        again = run_rollouts(
+            pytester, *args, f"--rollouts-agent=env={env.url}", "--rollouts-health-ignore=policy", "--rollouts-resume"
+        )
+        again.assert_outcomes(passed=3)
+        assert [r["task"]["task_id"]["id"] for r in env.requests] == ["q0", "q1", "q2", "q2"]
+    entries = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    assert [e["agent_ref"]["name"] for e in entries] == ["env"]

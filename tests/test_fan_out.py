@@ -87,6 +87,29 @@ def test_fan_out_copies_rows_with_continuing_rollout_indices(pytester: pytest.Py
     groups = _metric_groups(pytester)
     assert set(groups) == {"a", "b"}
     assert groups["a"]["coverage"]["expected"] == 6 and groups["b"]["coverage"]["expected"] == 3
+    [b_repeat] = groups["b"]["repeat_level_metrics"]
+    assert (b_repeat["_ng_rollout_index"], b_repeat["sample_count"], b_repeat["missing_count"]) == (0, 3, 0), (
+        "b's one rollout per task (index 2) is its repeat 0"
+    )
+
+
+def test_unmatched_map_key_is_warned_about(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-map=mth=default", "-W", "default"
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*no collected row is keyed 'mth'*a typo?*"])
+
+
+def test_resume_refuses_when_the_fan_out_was_dropped(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        agents = (f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}", f"--rollouts-agent=policy={a.url}")
+        run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-fan-out=policy=a,b").assert_outcomes(passed=4)
+        again = run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-resume")
+        assert again.ret == pytest.ExitCode.USAGE_ERROR
+        again.stderr.fnmatch_lines(["*fan_out: recorded {'policy': [[]'a', 'b'[]]}, now None*"])
 
 
 def test_fanned_out_item_can_be_selected_by_agent(pytester: pytest.Pytester) -> None:

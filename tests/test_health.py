@@ -6,6 +6,8 @@ import socket
 
 import pytest
 
+from pytest_rollouts.auth import Redactor
+
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import Artifacts, run_rollouts
@@ -186,3 +188,26 @@ def test_headers_from_the_environment_add_to_the_command_line(
     result.assert_outcomes(passed=1)
     [run] = [h for h in agent.headers if "X-Cli" in h][-1:]
     assert (run["X-Env-Key"], run["X-Scoped"], run["X-Cli"]) == ("from-env", "scoped", "from-cli")
+
+
+def test_redaction_touches_strings_only() -> None:
+    redact = Redactor({"a": {"X-Key": "12345678", "Authorization": "Bearer sk-abcdefgh"}})
+    row = {"n": 12345678, "s": "id 12345678 and sk-abcdefgh", "l": [{"t": "Bearer sk-abcdefgh"}], "ok": "x"}
+    assert redact.row(row) == {
+        "n": 12345678,
+        "s": "id [redacted] and [redacted]",
+        "l": [{"t": "[redacted]"}],
+        "ok": "x",
+    }
+    clean = {"reward": 1.0}
+    assert redact.row(clean) is clean
+
+
+def test_a_long_health_reply_is_read_whole(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    checks = {f"check_{i:03d}": "ok" for i in range(200)} | {"zz_gpu": "fail"}
+    with ScriptedAgent(health=Reply(json={"status": "ok", "checks": checks})) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        assert result.ret == UNHEALTHY_EXIT
+        result.stdout.fnmatch_lines(["*failing checks zz_gpu:*"])
+        assert agent.requests == []

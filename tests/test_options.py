@@ -15,6 +15,8 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
     ("arg", "words"),
     [
         ("--rollouts-repeats=0", "--rollouts-repeats: must be >= 1 (got '0')"),
+        ("--rollouts-repeats=-1", "--rollouts-repeats: must be >= 1 (got '-1')"),
+        ("--rollouts-repeats=many", "--rollouts-repeats: must be N or AGENT=N"),
         ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
         (
             "--rollouts-responses-create-params=[1]",
