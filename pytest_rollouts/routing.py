@@ -68,6 +68,10 @@ class Routing:
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = _routing_key(row)
+        unrouted = key not in self.fan_out and key not in self.agent_map
+        if kind == "default" and unrouted and self.default is not None:
+            # The default agent's rows map and fan out under its name too, as if they named it.
+            key, kind = self.default, "agent"
         if key in self.fan_out:
             agents = self.fan_out[key]
             self.used.add(key)

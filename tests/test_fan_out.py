@@ -262,3 +262,17 @@ def test_each_group_is_scored_by_its_own_server(pytester: pytest.Pytester) -> No
     assert groups["a"]["metrics_source"] == "server" and groups["a"]["key_metrics"]["mean/reward"] == 0.25
     assert groups["b"]["metrics_source"] == "local", "b's server has no /aggregate_metrics"
     result.stdout.fnmatch_lines(["a: mean reward 0.2500 over 6 rollouts [[]server metrics[]]", "b: mean reward *"])
+
+
+def test_the_default_agents_rows_map_under_its_name(pytester: pytest.Pytester) -> None:
+    """Rows without agent_ref go to the suite's default agent; mapping that agent's name moves them."""
+    write_rows(pytester.path / "suite" / "data.jsonl", tasks(2))
+    with ScriptedAgent() as main, ScriptedAgent() as other:
+        (pytester.path / "suite" / "rollouts.toml").write_text(
+            f'datasets = ["data.jsonl"]\nagent = "main"\n[agents.main]\nurl = "{main.url}"\n'
+        )
+        result = run_rollouts(
+            pytester, "suite", f"--rollouts-agent=other={other.url}", "--rollouts-agent-map=main=other", "-W", "error"
+        )
+        result.assert_outcomes(passed=2)
+        assert main.requests == [] and sorted(other.keys()) == [(0, 0), (1, 0)]
