@@ -303,10 +303,16 @@ def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> d
 def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
     """One task across its repeats: which tasks are flaky, which never arrived."""
     entry: dict[str, Any] = {"_ng_task_index": task}
-    columns = _columns(rows)
-    for field in fields:
-        if field in columns:
-            entry.update(_summary(field, columns[field]))
+    if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
+        values = rows[0].values
+        for field in fields:
+            if field in values:
+                entry.update(_summary(field, (values[field],)))
+    else:
+        columns = _columns(rows)
+        for field in fields:
+            if field in columns:
+                entry.update(_summary(field, columns[field]))
     entry["num_rollouts"] = len(rows)
     entry["expected_num_rollouts"] = expected
     entry["missing_num_rollouts"] = max(0, expected - len(rows))
