@@ -50,15 +50,19 @@ class Redactor:
     def row(self, row: dict[str, Any]) -> dict[str, Any]:
         """``row`` with every header value replaced in its strings, e.g. in a reply that echoes it.
 
-        Only strings: numbers and keys stay as the agent sent them. A row that holds no value
-        is returned as is, found with one search of its serialized form.
+        Only strings: numbers and keys stay as the agent sent them.
         """
-        if not self._values:
-            return row
-        data = orjson.dumps(row)
-        if not any(needle in data for needle in self._needles):
-            return row
-        return self._scrub(row)
+        return self._scrub(row) if self._holds_secret(orjson.dumps(row)) else row
+
+    def line(self, row: dict[str, Any]) -> bytes:
+        """``row`` as the JSONL line to append, scrubbed like ``row``: serialized once when it holds no value."""
+        data = orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+        if self._holds_secret(data):
+            data = orjson.dumps(self._scrub(row), option=orjson.OPT_APPEND_NEWLINE)
+        return data
+
+    def _holds_secret(self, data: bytes) -> bool:
+        return any(needle in data for needle in self._needles)
 
     def _scrub(self, node: Any) -> Any:
         if isinstance(node, str):

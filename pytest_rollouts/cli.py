@@ -21,7 +21,7 @@ from .jsonl import JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .options import OPTIONS
 from .report import score_lines
-from .settings import AgentHeader
+from .settings import parse_agent_headers
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 def aggregate(args: argparse.Namespace) -> int:
     out = ArtifactPaths(args.out.resolve())
     try:
-        headers = _headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
+        headers = parse_agent_headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -104,10 +104,6 @@ def aggregate(args: argparse.Namespace) -> int:
         print(gate.message, file=sys.stderr)
         return gate.exit_code
     return 0
-
-
-def _headers(lines: list[str]) -> list[AgentHeader]:
-    return [AgentHeader.parse(line) for line in lines if line.strip()]
 
 
 if __name__ == "__main__":

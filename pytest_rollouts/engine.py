@@ -67,9 +67,9 @@ class Engine:
         self._outbox: list[bytes] = []
         self._agents = [header["urls"][name] + "/run" for name in header["agents"]]
         self._names = header["agents"]
-        agent_headers = header.get("headers", {})
-        self._headers = [{**JSON_HEADERS, **agent_headers.get(name, {})} for name in self._names]
-        self._redact = Redactor(agent_headers)
+        self._agent_headers: dict[str, dict[str, str]] = header.get("headers", {})
+        self._headers = [{**JSON_HEADERS, **self._agent_headers.get(name, {})} for name in self._names]
+        self._redact = Redactor(self._agent_headers)
         count = len(columns["slot"])
         self._admitted = bytearray(count)
         self._by_slot: dict[int, list[int]] = {}
@@ -133,11 +133,10 @@ class Engine:
         health = self._h.get("health")
         if not health:
             return []
-        urls = {name: url.removesuffix("/run") for name, url in zip(self._names, self._agents, strict=True)}
         return await check_agents(
             self._session,
-            urls,
-            self._h.get("headers", {}),
+            {name: self._h["urls"][name] for name in self._names},
+            self._agent_headers,
             workers=health["workers"],
             ignored=frozenset(health["ignored"]),
             redact=self._redact,
@@ -288,7 +287,7 @@ class Engine:
                 attempt.elapsed,
                 attempts,
             ]
-        self._outputs.append(self._redact.row(success_row(reply, stamps, attempt.elapsed)))
+        self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
         return [rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts]

@@ -85,7 +85,11 @@ class JsonlAppender:
         self._lock = threading.Lock()
 
     def append(self, row: dict[str, Any]) -> None:
-        data = memoryview(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+        self.append_line(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+
+    def append_line(self, line: bytes) -> None:
+        """One already-serialized row, newline included."""
+        data = memoryview(line)
         while data:
             data = data[os.write(self._fd, data) :]
         self._dirty = True

@@ -327,17 +327,16 @@ class RolloutReporter:
     def _show_progress(self, *, final: bool = False) -> None:
         from .stash import RUN_KEY
 
-        run = self.config.stash.get(RUN_KEY, None)
-        line = progress_line(self.tally, self.progress.total, run.in_flight() if run is not None else None)
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is None:
             return
+        run = self.config.stash.get(RUN_KEY, None)
+        line = "" if final else progress_line(self.tally, self.progress.total, run and run.in_flight())
         if self.live:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
             # for pytest's [100%]; the summary section then has the final numbers.
-            shown = "" if final else line
-            sys.stdout.write(f"\r{_line_start(terminal)}{shown}{CLEAR_TO_END}")
+            sys.stdout.write(f"\r{_line_start(terminal)}{line}{CLEAR_TO_END}")
             sys.stdout.flush()
             return
         terminal.write_line("")  # the line of dots (or of the last item's word) is still open

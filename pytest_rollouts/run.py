@@ -201,7 +201,7 @@ class RolloutRun:
         next_task = recorded.next_task() if recorded else 0
         entries = []
         for dataset, agents in files.items():
-            name = self._relative(dataset.path)
+            name = Path(dataset.relpath).as_posix()
             known = recorded.entry(name) if recorded else None
             first = known.first_task if known else next_task
             next_task = max(next_task, first + dataset.rows)
@@ -279,9 +279,6 @@ class RolloutRun:
             **({"agent_map": s.agent_map} if s.agent_map else {}),
             **({"fan_out": {key: list(agents) for key, agents in s.fan_out.items()}} if s.fan_out else {}),
         }
-
-    def _relative(self, path: Path) -> str:
-        return Path(os.path.relpath(path, self.config.rootpath)).as_posix()
 
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: set up the files and decide exactly what will be sent."""

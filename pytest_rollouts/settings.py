@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,11 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
             raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
         out.append((key.strip(), value.strip()))
     return out
+
+
+def parse_agent_headers(specs: Iterable[str]) -> tuple[AgentHeader, ...]:
+    """Header specs, one per item or line (the option, its env variable, the aggregate CLI); blank ones skipped."""
+    return tuple(AgentHeader.parse(spec) for spec in specs if spec.strip())
 
 
 def _each(value: Any, parse: Callable[[str], Any]) -> Any:
@@ -207,8 +212,10 @@ class Settings(BaseModel):
     @classmethod
     def _parse_headers(cls, value: Any) -> Any:
         if isinstance(value, str):  # from the environment: one header per line
-            value = [line for line in value.splitlines() if line.strip()]
-        return _each(value, AgentHeader.parse)
+            value = value.splitlines()
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return parse_agent_headers(value)
+        return value
 
     @field_validator("head_server", mode="before")
     @classmethod
@@ -311,8 +318,7 @@ def _raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
     from_env = os.environ.get(option.env) if option.env else None
     if value not in (None, []):
         if option.repeatable and from_env:  # a repeatable option adds to its variable's lines
-            lines = [line for line in from_env.splitlines() if line.strip()]
-            return [*lines, *value], f"{option.cli} and env {option.env}"
+            return [*from_env.splitlines(), *value], f"{option.cli} and env {option.env}"
         return value, option.cli
     if from_env:
         return from_env, f"env {option.env}"

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from .agents import ScriptedAgent
+from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import Artifacts, keys, run_rollouts
 
@@ -20,62 +20,50 @@ def _mixed_rows(n: int, agent: str | None = None) -> list[dict]:
     return rows
 
 
+def fan_out_run(pytester: pytest.Pytester, a: ScriptedAgent, b: ScriptedAgent, *args: str) -> pytest.RunResult:
+    """A run of data.jsonl whose rows, all naming agent 'policy', fan out to agents a and b."""
+    agents = (f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}")
+    return run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-fan-out=policy=a,b", *args)
+
+
 def _metric_groups(pytester: pytest.Pytester) -> dict[str, dict]:
     entries = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     return {entry["agent_ref"]["name"]: entry for entry in entries}
 
 
-def test_agent_map_moves_rows_to_another_agent(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("mapping", "expected"),
+    [
+        ("judge=other", {"default": [(1, 0), (3, 0)], "judge": [], "other": [(0, 0), (2, 0)]}),
+        ("_default=other", {"default": [], "judge": [(0, 0), (2, 0)], "other": [(1, 0), (3, 0)]}),
+    ],
+    ids=["named-agent", "rows-naming-none"],
+)
+def test_agent_map_moves_rows_to_another_agent(
+    pytester: pytest.Pytester, mapping: str, expected: dict[str, list[tuple[int, int]]]
+) -> None:
     rows = tasks(4)
-    rows[1]["agent_ref"] = rows[3]["agent_ref"] = {"name": "judge"}
-    write_rows(pytester.path / "data.jsonl", rows)
-    with ScriptedAgent() as default, ScriptedAgent() as judge, ScriptedAgent() as judge_v2:
-        result = run_rollouts(
-            pytester,
-            "data.jsonl",
-            f"--rollouts-agent={default.url}",
-            f"--rollouts-agent=judge={judge.url}",
-            f"--rollouts-agent=judge_v2={judge_v2.url}",
-            "--rollouts-agent-map=judge=judge_v2",
-        )
-        result.assert_outcomes(passed=4)
-        assert judge.requests == []
-        assert sorted(judge_v2.keys()) == [(1, 0), (3, 0)]
-        assert all(r["agent_ref"] == {"name": "judge_v2"} for r in judge_v2.requests)
-        assert sorted(default.keys()) == [(0, 0), (2, 0)]
-
-
-def test_agent_map_default_routes_rows_that_name_no_agent(pytester: pytest.Pytester) -> None:
-    rows = tasks(3)
-    rows[0]["agent_ref"] = {"name": "judge"}
+    rows[0]["agent_ref"] = rows[2]["agent_ref"] = {"name": "judge"}
     write_rows(pytester.path / "data.jsonl", rows)
     with ScriptedAgent() as default, ScriptedAgent() as judge, ScriptedAgent() as other:
+        servers = {"default": default, "judge": judge, "other": other}
         result = run_rollouts(
             pytester,
             "data.jsonl",
             f"--rollouts-agent={default.url}",
             f"--rollouts-agent=judge={judge.url}",
             f"--rollouts-agent=other={other.url}",
-            "--rollouts-agent-map=_default=other",
+            f"--rollouts-agent-map={mapping}",
         )
-        result.assert_outcomes(passed=3)
-        assert default.requests == []
-        assert sorted(other.keys()) == [(1, 0), (2, 0)]
-        assert judge.keys() == [(0, 0)]
+        result.assert_outcomes(passed=4)
+        assert {name: sorted(server.keys()) for name, server in servers.items()} == expected
+        assert all(r["agent_ref"] == {"name": name} for name, server in servers.items() for r in server.requests)
 
 
 def test_fan_out_copies_rows_with_continuing_rollout_indices(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", _mixed_rows(3, agent="policy"))
     with ScriptedAgent() as a, ScriptedAgent() as b:
-        result = run_rollouts(
-            pytester,
-            "data.jsonl",
-            "-v",
-            f"--rollouts-agent=a={a.url}",
-            f"--rollouts-agent=b={b.url}",
-            "--rollouts-fan-out=policy=a,b",
-            "--rollouts-repeats=a=2,_default=1",
-        )
+        result = fan_out_run(pytester, a, b, "-v", "--rollouts-repeats=a=2,_default=1")
         result.assert_outcomes(passed=6)
         result.stdout.fnmatch_lines(["*data.jsonl::task[[]0-a[]] PASSED*", "*data.jsonl::task[[]0-b[]] PASSED*"])
         assert sorted(a.keys()) == [(t, r) for t in range(3) for r in (0, 1)]
@@ -105,8 +93,8 @@ def test_unmatched_map_key_is_warned_about(pytester: pytest.Pytester, agent: Scr
 def test_resume_refuses_when_the_fan_out_was_dropped(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
     with ScriptedAgent() as a, ScriptedAgent() as b:
+        fan_out_run(pytester, a, b, f"--rollouts-agent=policy={a.url}").assert_outcomes(passed=4)
         agents = (f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}", f"--rollouts-agent=policy={a.url}")
-        run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-fan-out=policy=a,b").assert_outcomes(passed=4)
         again = run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-resume")
         assert again.ret == pytest.ExitCode.USAGE_ERROR
         again.stderr.fnmatch_lines(["*fan_out: recorded {'policy': [[]'a', 'b'[]]}, now None*"])
@@ -115,15 +103,7 @@ def test_resume_refuses_when_the_fan_out_was_dropped(pytester: pytest.Pytester) 
 def test_fanned_out_item_can_be_selected_by_agent(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
     with ScriptedAgent() as a, ScriptedAgent() as b:
-        result = run_rollouts(
-            pytester,
-            "data.jsonl",
-            f"--rollouts-agent=a={a.url}",
-            f"--rollouts-agent=b={b.url}",
-            "--rollouts-fan-out=policy=a,b",
-            "-k",
-            "b",
-        )
+        result = fan_out_run(pytester, a, b, "-k", "b")
         result.assert_outcomes(passed=2, deselected=2)
         assert a.requests == []
         assert sorted(b.keys()) == [(0, 1), (1, 1)]
@@ -131,25 +111,16 @@ def test_fanned_out_item_can_be_selected_by_agent(pytester: pytest.Pytester) -> 
 
 def test_resume_after_fan_out_runs_only_the_failed_agent(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
-    args = ["data.jsonl", "--rollouts-fan-out=policy=a,b", "--rollouts-retries=0"]
-    with ScriptedAgent() as a, ScriptedAgent(behaviour=lambda row, seen: _broken()) as b:
-        first = run_rollouts(pytester, *args, f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}")
+    with ScriptedAgent() as a, ScriptedAgent(behaviour=lambda row, seen: Reply(status=500, json={"detail": "x"})) as b:
+        first = fan_out_run(pytester, a, b, "--rollouts-retries=0")
         first.assert_outcomes(passed=2, failed=0)
         assert first.parseoutcomes().get("agent_run_error") == 2
     with ScriptedAgent() as a, ScriptedAgent() as b:
-        again = run_rollouts(
-            pytester, *args, "--rollouts-resume", f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}"
-        )
+        again = fan_out_run(pytester, a, b, "--rollouts-retries=0", "--rollouts-resume")
         again.assert_outcomes(passed=4)
         assert a.requests == []
         assert sorted(b.keys()) == [(0, 1), (1, 1)]
         assert all(r["_ng_attempt_index"] == 1 for r in b.requests)
-
-
-def _broken():
-    from .agents import Reply
-
-    return Reply(status=500, json={"detail": "boom"})
 
 
 def test_per_agent_repeats_follow_each_rows_agent(pytester: pytest.Pytester) -> None:
@@ -244,14 +215,7 @@ def test_each_group_is_scored_by_its_own_server(pytester: pytest.Pytester) -> No
         return reply
 
     with ScriptedAgent(aggregate=metrics(0.25)) as a, ScriptedAgent() as b:
-        result = run_rollouts(
-            pytester,
-            "data.jsonl",
-            f"--rollouts-agent=a={a.url}",
-            f"--rollouts-agent=b={b.url}",
-            "--rollouts-fan-out=policy=a,b",
-            "--rollouts-repeats=a=2,b=1",
-        )
+        result = fan_out_run(pytester, a, b, "--rollouts-repeats=a=2,b=1")
         result.assert_outcomes(passed=6)
         [body] = a.aggregate_bodies
     assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in body["verify_responses"]) == [
