@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import select
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .records import routing_identity
 from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
+BODY_CHUNK_BYTES = 1 << 16
 
 
 class MetricsServerError(RuntimeError):
@@ -229,7 +231,7 @@ def _server_metrics(
         connection.request(
             "POST",
             parts.path.rstrip("/") + "/aggregate_metrics",
-            body=_verify_responses(paths.out, group, added),
+            body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
             headers={**headers, "Content-Type": "application/json"},
             encode_chunked=True,
         )
@@ -262,6 +264,31 @@ def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> 
                 row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
             yield (b"," if position else b"") + orjson.dumps(row)
     yield b"]}"
+
+
+def _batches(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Pieces joined into chunks of about ``BODY_CHUNK_BYTES``: one send (and chunk header) each, not one per row."""
+    batch: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece)
+        if size >= BODY_CHUNK_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+def _until_answered(chunks: Iterator[bytes], connection: http.client.HTTPConnection) -> Iterator[bytes]:
+    """The body, cut short once the server has replied: a server that answers before reading it
+    (404 or 405 where it has no ``/aggregate_metrics``, 401, 413) will not read the rest, and at
+    100k rows sending it anyway costs seconds. The reply it sent is what ``getresponse`` reads."""
+    for chunk in chunks:
+        sock = connection.sock
+        if sock is not None and select.select([sock], [], [], 0)[0]:
+            return
+        yield chunk
 
 
 def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:

@@ -425,6 +425,10 @@ def main() -> None:
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
     stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
     asyncio.run(_serve(stdin, stdout))
+    # Every artifact is written, fsynced and closed, and pytest was told so: tearing the
+    # interpreter down would only keep it waiting (0.1 s at 10k rollouts).
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

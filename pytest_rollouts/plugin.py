@@ -120,6 +120,22 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     return True
 
 
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtestloop")
+def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
+    """A session of rollout items only, in one process, runs them without the per-item protocol hook.
+
+    xdist workers keep their own loop, and anything pytest's loop would refuse to run
+    (collection errors, ``--co``) is left to it.
+    """
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is None or not run.lean or hasattr(session.config, "workerinput") or not _will_run(session):
+        return None
+    from .protocol import run_items
+
+    run_items(session)
+    return True
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     run = session.config.stash.get(RUN_KEY, None)

@@ -29,3 +29,19 @@ def run_lean(item: pytest.Item) -> None:
         report = ihook.pytest_runtest_makereport(item=item, call=call)
         ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+def run_items(session: pytest.Session) -> None:
+    """pytest's run loop, minus the ``pytest_runtest_protocol`` hook call around each item.
+
+    Its wrappers (warnings capture, assertion-rewriting and faulthandler set-up) guard
+    test code, which a rollout item does not run: per item they cost about as much as
+    the protocol itself. ``-x``, ``--maxfail`` and ``--sw`` still stop the loop, through
+    the session flags they set from the reports.
+    """
+    for item in session.items:
+        run_lean(item)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)

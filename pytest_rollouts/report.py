@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,9 @@ ELAPSED = "rollouts_elapsed"
 CACHED = "rollouts_cached"
 FAILURES = "rollouts_failures"
 SHOWN_FAILURES = 10
+# A passed rollout item while the loop runs: no letter, and no reward list formatted for a
+# word only -v shows (one is needed all the same: pytest counts progress by items with one).
+QUIET_PASSED = ("passed", "", "PASSED")
 
 
 def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
@@ -272,6 +275,10 @@ class RolloutReporter:
         self.score: RunScore | None = None
         self.gate: GateFailure | None = None
         self.progress = Progress(tty=sys.stdout.isatty())
+        # Without -v, a session of rollout items only shows no letter per item: its progress
+        # lines say more, and at 100k items a log of dots says nothing. On a terminal the
+        # status line is redrawn in place (live); in a log it is a line every 10% or 5 minutes.
+        self.quiet = False
         self.live = False
 
     @pytest.hookimpl(trylast=True)
@@ -282,26 +289,36 @@ class RolloutReporter:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.progress.total = len(ids)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Runs after dispatch started (the plugin's wrapper) and before the loop: the engine's
-        heartbeat drives progress from here on, too."""
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """Inside the plugin's wrapper, so after dispatch started, and before any loop runs an
+        item: the engine's heartbeat drives progress from here on, too."""
+        self._watch()
+        try:
+            return (yield)
+        finally:
+            self.quiet = False  # summaries after the loop (-rA) ask again, and show the words
+
+    def _watch(self) -> None:
         from .stash import RUN_KEY
 
         self.tally.started_at = time.perf_counter()
         run = self.config.stash.get(RUN_KEY, None)
         if run is None:
             return
-        # One status line redrawn in place replaces pytest's dots, in a session of rollout
-        # items only, on a terminal, without -v (whose one line per item it would garble).
-        self.live = self.progress.tty and run.lean and self.config.get_verbosity() <= 0
+        self.quiet = run.lean and self.config.get_verbosity() <= 0
+        self.live = self.quiet and self.progress.tty
         if self.live:
             self.progress.tty_every_s = Progress.LIVE_EVERY_S
         run.on_heartbeat = self._heartbeat
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        status = teststatus(report) if getattr(report, "user_properties", None) else None
-        if status is not None and self.live:
+        if not getattr(report, "user_properties", None):
+            return None
+        if self.quiet and report.passed and report.when == "call":
+            return QUIET_PASSED
+        status = teststatus(report)
+        if status is not None and self.quiet:
             return status[0], "", status[2]
         return status
 
@@ -339,7 +356,6 @@ class RolloutReporter:
             sys.stdout.write(f"\r{_line_start(terminal)}{line}{CLEAR_TO_END}")
             sys.stdout.flush()
             return
-        terminal.write_line("")  # the line of dots (or of the last item's word) is still open
         terminal.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

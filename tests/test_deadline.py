@@ -77,6 +77,8 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
     assert any(" in flight, " in line and "oldest in flight: task " in line for line in lines), (
         "once the dispatcher has reported (every 2 s), lines say what is in flight"
     )
+    assert not any(line.startswith("data.jsonl .") for line in result.stdout.lines), "no dots: the lines replace them"
+    assert any(line.rstrip().endswith("[100%]") for line in result.stdout.lines)
 
 
 def _run_on_a_terminal(cwd: Path, *args: str) -> str:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import socket
+import threading
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from pytest_rollouts.accounting import ScoringPolicy, account
+from pytest_rollouts.aggregate import score_run
+from pytest_rollouts.artifacts import ArtifactPaths
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -202,3 +208,57 @@ def test_no_aggregate_skips_metrics_but_keeps_the_gate(pytester: pytest.Pytester
     assert result.ret == 0
     assert not (pytester.path / "out" / "r_aggregate_metrics.json").exists()
     result.stdout.fnmatch_lines(["mean reward 0.5000 over 2 rollouts reported this session"])
+
+
+class AnswersAtOnce:
+    """A server that replies 404 as soon as it has a request's headers, then only counts what else arrives.
+
+    Raw sockets, because what is measured is how much of the body the client still sends
+    after the reply, which an HTTP framework would read (or refuse) on its own terms.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.body_bytes = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            self.body_bytes = len(received.split(b"\r\n\r\n", 1)[1])
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            conn.settimeout(5)
+            while data := conn.recv(65536):
+                self.body_bytes += len(data)
+
+    def close(self) -> None:
+        self._thread.join(timeout=10)
+        self._listener.close()
+
+
+def test_metrics_body_stops_once_the_server_has_answered(tmp_path: Path) -> None:
+    """A server without /aggregate_metrics answers 404 at once; the rest of a big body is not sent."""
+    out = tmp_path / "r.jsonl"
+    paths = ArtifactPaths(out)
+    rows = 3000
+    with open(paths.materialized, "wb") as materialized, open(out, "wb") as outputs:
+        for task in range(rows):
+            stamps = {"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0}
+            materialized.write(orjson.dumps({"question": task, **stamps}) + b"\n")
+            # Top-level fields are sent as they are: about 3 MB of body in all.
+            outputs.write(orjson.dumps({"reward": 1.0, "transcript": "x" * 1000, **stamps}) + b"\n")
+    paths.failures.touch()
+    server = AnswersAtOnce()
+    try:
+        score = score_run(paths, ScoringPolicy(), agent_url=lambda name: server.url, write_metrics=True, timeout=10)
+    finally:
+        server.close()
+    [group] = score.groups
+    assert group.source == "local" and group.mean_reward == 1.0
+    # It typically gets the chunked body's end and at most a chunk; never half of it.
+    assert server.body_bytes < rows * 1000 / 2, server.body_bytes
