@@ -27,6 +27,7 @@ import sys
 import time
 import traceback
 from array import array
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -419,12 +420,26 @@ async def _serve(stdin: Any, stdout: Any) -> None:
     writer.close()
 
 
+def _runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop where it installs (Linux, macOS), asyncio's own loop elsewhere.
+
+    Against a fast agent this process's CPU is what bounds throughput, and the same
+    aiohttp work costs about 15-20% less of it on uvloop (10k rollouts: 4.2-4.9 s
+    instead of 5.0-5.7 s, measured A/B in one sitting).
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
 def main() -> None:
     # Ctrl-C reaches the whole process group; pytest decides when dispatch stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
     stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
-    asyncio.run(_serve(stdin, stdout))
+    _runner()(_serve(stdin, stdout))
     # Every artifact is written, fsynced and closed, and pytest was told so: tearing the
     # interpreter down would only keep it waiting (0.1 s at 10k rollouts).
     sys.stderr.flush()

@@ -11,6 +11,8 @@ junitxml is on, since that is where it records an item's properties.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -18,8 +20,9 @@ def _nothing() -> None:
     """Teardown of a rollout item: there are no fixtures to run."""
 
 
-def run_lean(item: pytest.Item) -> None:
-    ihook = item.ihook
+def run_lean(item: pytest.Item, ihook: Any = None) -> None:
+    """``ihook``: the item's hook relay, when the caller already has its file's."""
+    ihook = ihook or item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     phases = [("call", item.runtest)]
     if item.config.option.xmlpath:
@@ -39,8 +42,12 @@ def run_items(session: pytest.Session) -> None:
     the protocol itself. ``-x``, ``--maxfail`` and ``--sw`` still stop the loop, through
     the session flags they set from the reports.
     """
+    parent, ihook = None, None
     for item in session.items:
-        run_lean(item)
+        # Every item of a file has its file's hook relay; working it out costs a conftest lookup.
+        if item.parent is not parent:
+            parent, ihook = item.parent, item.ihook
+        run_lean(item, ihook)
         if session.shouldfail:
             raise session.Failed(session.shouldfail)
         if session.shouldstop:

@@ -44,9 +44,9 @@ def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequenc
     cached = sum(o.cached for o in outcomes)
     if cached:
         user_properties.append((CACHED, cached))
-    failures = Counter(o.failure_class for o in outcomes if o.failure_class is not None)
-    if failures:
-        user_properties.append((FAILURES, dict(failures)))
+    failed = [o.failure_class for o in outcomes if o.failure_class is not None]
+    if failed:
+        user_properties.append((FAILURES, dict(Counter(failed))))
 
 
 def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
