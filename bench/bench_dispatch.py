@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,8 +85,8 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
-def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, Measurement]:
-    """Best (lowest-wall) measurement of each variant over ``repeat`` alternating runs."""
+def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, list[Measurement]]:
+    """Every measurement of each variant, over ``repeat`` alternating runs (plain, then plugin)."""
     base = work / str(rows)
     base.mkdir()
     data = base / "data.jsonl"
@@ -114,24 +115,33 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     # PYTHONDONTWRITEBYTECODE, which would charge recompiling pytest to every run).
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     envs = {"plain": base_env, "plugin": {**base_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
-    best: dict[str, Measurement] = {}
+    runs: dict[str, list[Measurement]] = {variant: [] for variant in commands}
     for _ in range(repeat):
         for variant, argv in commands.items():
             result = measure(argv, base, base / f"{variant}.log", envs[variant])
             written = count_lines(outs[variant])
             if written != rows:
                 raise SystemExit(f"{variant} wrote {written} lines for {rows} rows")
-            if variant not in best or result.wall_s < best[variant].wall_s:
-                best[variant] = result
-    return best
+            runs[variant].append(result)
+    return runs
 
 
-def report(rows: int, best: dict[str, Measurement], parallel: int, latency: float) -> None:
-    print(f"{'rows':>7}  {'variant':<7}  {'wall_s':>8}  {'peak_rss_MB':>11}")
+def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency: float) -> None:
+    """Best of each variant, and (with --repeat > 1) the median of the ratios of back-to-back pairs.
+
+    On a shared machine one lucky run of either variant swings the best-of ratio; a pair
+    shares its minute of load, so the median pair is the steadier figure.
+    """
+    best = {variant: min(ms, key=lambda m: m.wall_s) for variant, ms in runs.items()}
+    print(f"{'rows':>7}  {'variant':<7}  {'wall_s':>8}  {'peak_rss_MB':>11}  all walls")
     for variant, m in best.items():
-        print(f"{rows:>7}  {variant:<7}  {m.wall_s:>8.3f}  {m.peak_rss_mb:>11.1f}")
+        walls = " ".join(f"{r.wall_s:.2f}" for r in runs[variant])
+        print(f"{rows:>7}  {variant:<7}  {m.wall_s:>8.3f}  {m.peak_rss_mb:>11.1f}  {walls}")
     ratio = best["plugin"].wall_s / best["plain"].wall_s
-    print(f"ratio plugin/plain wall = {ratio:.2f}  (rows={rows}, parallel={parallel}, latency={latency:g})")
+    print(f"ratio plugin/plain wall = {ratio:.2f}  (best of each; rows={rows}, parallel={parallel}, latency={latency:g})")
+    if len(runs["plain"]) > 1:
+        pairs = [b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True)]
+        print(f"ratio plugin/plain wall = {statistics.median(pairs):.2f}  (median of {len(pairs)} back-to-back pairs)")
     if latency > 0:
         print(f"ideal rows*latency/parallel = {rows * latency / parallel:.3f} s")
     print(flush=True)
