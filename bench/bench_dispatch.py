@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,12 @@ HOST = "127.0.0.1"
 
 @dataclass(frozen=True)
 class Measurement:
+    """``startup_s``: launch to the agent's first ``/run``; ``span_s``: that to its last reply."""
+
     wall_s: float
     peak_rss_mb: float
+    startup_s: float
+    span_s: float
 
 
 def write_dataset(path: Path, rows: int) -> None:
@@ -66,10 +71,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None) -> Measurement:
+def timeline(url: str) -> dict[str, float]:
+    """The agent's first-request and last-reply times since the previous call (and a reset)."""
+    with urllib.request.urlopen(f"{url}/timeline", timeout=10) as reply:
+        return orjson.loads(reply.read())
+
+
+def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None, url: str) -> Measurement:
     """Run ``argv`` to completion; fail loudly, with its log, unless it exits 0."""
+    timeline(url)
     with open(log, "wb") as sink:
-        started = time.perf_counter()
+        launched, started = time.time(), time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
@@ -77,7 +89,8 @@ def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None) -
     if code != 0:
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"{argv[1:3]} exited {code}; log {log}:\n{tail}")
-    return Measurement(wall, usage.ru_maxrss / 1024)
+    seen = timeline(url)
+    return Measurement(wall, usage.ru_maxrss / 1024, seen["first"] - launched, seen["last"] - seen["first"])
 
 
 def count_lines(path: Path) -> int:
@@ -118,7 +131,7 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     runs: dict[str, list[Measurement]] = {variant: [] for variant in commands}
     for _ in range(repeat):
         for variant, argv in commands.items():
-            result = measure(argv, base, base / f"{variant}.log", envs[variant])
+            result = measure(argv, base, base / f"{variant}.log", envs[variant], url)
             written = count_lines(outs[variant])
             if written != rows:
                 raise SystemExit(f"{variant} wrote {written} lines for {rows} rows")
@@ -142,8 +155,15 @@ def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency
     if len(runs["plain"]) > 1:
         pairs = [b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True)]
         print(f"ratio plugin/plain wall = {statistics.median(pairs):.2f}  (median of {len(pairs)} back-to-back pairs)")
+    for variant, m in best.items():
+        print(
+            f"{variant}: first /run {m.startup_s:.2f} s after launch, last reply {m.span_s:.2f} s after that, "
+            f"exit {m.wall_s - m.startup_s - m.span_s:.2f} s after that (its best run)"
+        )
     if latency > 0:
-        print(f"ideal rows*latency/parallel = {rows * latency / parallel:.3f} s")
+        ideal = rows * latency / parallel
+        span = best["plugin"].span_s
+        print(f"ideal rows*latency/parallel = {ideal:.3f} s; plugin dispatch span = {span / ideal:.2f} x ideal")
     print(flush=True)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -19,8 +20,29 @@ from aiohttp import web
 HOST = "127.0.0.1"
 
 
+class Timeline:
+    """When the first ``/run`` of a measured run arrived and its last reply went out (wall clock).
+
+    ``GET /timeline`` returns both and starts over, so the benchmark can split a run's
+    wall time into startup, dispatch and tail.
+    """
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def take(self) -> dict[str, float | None]:
+        taken = {"first": self.first, "last": self.last}
+        self.first = self.last = None
+        return taken
+
+
 def make_app(latency: float) -> web.Application:
+    timeline = Timeline()
+
     async def run(request: web.Request) -> web.Response:
+        if timeline.first is None:
+            timeline.first = time.time()
         row: dict[str, Any] = orjson.loads(await request.read())
         if latency > 0:
             await asyncio.sleep(latency)
@@ -33,7 +55,11 @@ def make_app(latency: float) -> web.Application:
             },
             "reward": 1.0 if row.get("_ng_task_index", 0) % 2 == 0 else 0.0,
         }
+        timeline.last = time.time()
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
+
+    async def take_timeline(_: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(timeline.take()), content_type="application/json")
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")
@@ -41,6 +67,7 @@ def make_app(latency: float) -> web.Application:
     app = web.Application()
     app.router.add_post("/run", run)
     app.router.add_get("/health", health)
+    app.router.add_get("/timeline", take_timeline)
     return app
 
 
