@@ -90,9 +90,14 @@ def score_run(
     write_metrics: bool,
     timeout: float,
     perf_summary: dict[str, Any] | None = None,
+    expected: Mapping[str, Mapping[Key, int]] | None = None,
 ) -> RunScore:
-    """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none."""
-    groups = _read_expected(paths.materialized)
+    """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
+
+    ``expected``: each group's keys and where their rows sit in the materialized file, from a
+    session that has just written or read that file; otherwise the file is read again.
+    """
+    groups = _read_expected(paths.materialized) if expected is None else _expected_groups(expected)
     by_key = {key: name for name, group in groups.items() for key in group.expected}
     _read_outputs(paths.out, groups, by_key)
     latest = _latest_failures(paths.failures)
@@ -150,6 +155,13 @@ def _read_expected(materialized: Path) -> dict[str, _Group]:
     groups: dict[str, _Group] = defaultdict(_Group)
     for _, offset, _, row in artifact_rows(materialized):
         groups[routing_identity(row)].expected[key_of(row)] = offset
+    return groups
+
+
+def _expected_groups(expected: Mapping[str, Mapping[Key, int]]) -> dict[str, _Group]:
+    groups: dict[str, _Group] = defaultdict(_Group)
+    for name, keys in expected.items():
+        groups[name].expected = dict(keys)
     return groups
 
 

@@ -30,6 +30,7 @@ from .resume import KeyHistory, Verdict, decide, histories, key_of
 from .stash import RUN_ID, RUN_KEY
 
 if TYPE_CHECKING:
+    from .accounting import Key
     from .aggregate import RunScore
     from .dispatch import Dispatcher, PlannedRollout
     from .embedded import EmbeddedServers
@@ -52,6 +53,8 @@ class Plan:
     rollouts: list[PlannedRollout]
     slots: int
     prior: dict[int, list[RolloutOutcome]] = field(default_factory=dict)
+    # Every materialized row by routing identity and key, and its offset: what scoring counts against.
+    expected: dict[str, dict[Key, int]] = field(default_factory=dict)
 
 
 class RolloutRun:
@@ -67,6 +70,7 @@ class RolloutRun:
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
         self._plan: Plan | None = None
+        self._expected: dict[str, dict[Key, int]] | None = None
         self._dispatcher: Dispatcher | None = None
         self._servers: list[EmbeddedServers] = []
         self._urls: dict[str, str] = {}
@@ -313,6 +317,7 @@ class RolloutRun:
         private = path.with_name(f".{path.name}.{os.getpid()}")
         rollouts: list[PlannedRollout] = []
         row: dict[str, Any] = {}
+        expected: dict[str, dict[Key, int]] = {}
         last_position = -1
         offset = 0
         with LineReader() as reader, open(private, "wb") as out:
@@ -322,18 +327,18 @@ class RolloutRun:
                 if position != last_position:
                     row = parse_object(reader.read(item.path, item.offset), item.path, 0)
                     last_position = position
-                line = orjson.dumps(
-                    materialize_row(
-                        row,
-                        task_index=item.task_index,
-                        rollout_index=rollout_index,
-                        agent=item.agent,
-                        create_params=settings.responses_create_params,
-                        add_seed=settings.repeats_add_seed,
-                        episode=item.episode,
-                    )
+                materialized = materialize_row(
+                    row,
+                    task_index=item.task_index,
+                    rollout_index=rollout_index,
+                    agent=item.agent,
+                    create_params=settings.responses_create_params,
+                    add_seed=settings.repeats_add_seed,
+                    episode=item.episode,
                 )
+                line = orjson.dumps(materialized)
                 out.write(line + b"\n")
+                expected.setdefault(routing_identity(materialized), {})[(item.task_index, rollout_index)] = offset
                 rollouts.append(
                     PlannedRollout(
                         item.slot, item.task_index, rollout_index, item.agent, offset, len(line), episode=item.episode
@@ -343,7 +348,7 @@ class RolloutRun:
             out.flush()
             os.fsync(out.fileno())
         os.replace(private, path)
-        return Plan(rollouts, len(items))
+        return Plan(rollouts, len(items), expected=expected)
 
     def _plan_resume(self, items: list[RolloutItem], paths: ArtifactPaths) -> Plan:
         """Re-run what the recorded materialized set still lacks; settle the rest from disk."""
@@ -368,6 +373,7 @@ class RolloutRun:
                 f"cannot resume: a row of {paths.materialized} lacks its stamps ({exc!r})"
             ) from None
         for entry, key, agent in recorded:
+            plan.expected.setdefault(agent, {})[key] = entry.offset
             slot = slots.get((key[0], agent))
             if slot is None:
                 continue
@@ -405,6 +411,7 @@ class RolloutRun:
         plan, self._plan = self._plan, None
         if plan is None:
             return
+        self._expected = plan.expected
         # Items and collection state live until the end; keeping them out of the cyclic
         # collector's reach saves its passes over them during the run.
         gc.freeze()
@@ -532,6 +539,7 @@ class RolloutRun:
                 write_metrics=not settings.no_aggregate,
                 timeout=settings.timeout,
                 perf_summary=perf_summary,
+                expected=self._expected,
             )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None
