@@ -39,8 +39,8 @@ def run_items(session: pytest.Session) -> None:
 
     Its wrappers (warnings capture, assertion-rewriting and faulthandler set-up) guard
     test code, which a rollout item does not run: per item they cost about as much as
-    the protocol itself. ``-x``, ``--maxfail`` and ``--sw`` still stop the loop, through
-    the session flags they set from the reports.
+    the protocol itself. ``-x`` and ``--maxfail`` still stop the loop, through the session
+    flags they set from the reports.
     """
     parent, ihook = None, None
     for item in session.items:
