@@ -13,7 +13,7 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -21,6 +21,8 @@ from typing import Any, overload
 Z_95 = 1.96
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", "elapsed_seconds"})
+# What JSON gives that is never a number: skipped before any closer look, as most fields are.
+_NEVER_NUMBERS = frozenset({str, list, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,26 +47,28 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for key, value in row.items():
+        if type(value) in _NEVER_NUMBERS or key.startswith("_ng_") or key in _NOT_METRICS:
+            continue
         number = _as_number(value)
-        if number is not None and not key.startswith("_ng_") and key not in _NOT_METRICS:
+        if number is not None:
             out[key] = number
     response = row.get("response")
     if isinstance(response, Mapping):
-        for key, number in _leaves(response.get("usage")):
-            out.setdefault(key, number)
+        _add_leaves(response.get("usage"), out)
     return out
 
 
-def _leaves(node: Any) -> Iterator[tuple[str, float]]:
-    """Numeric leaves of nested mappings, in document order (lists hold no named leaves)."""
+def _add_leaves(node: Any, out: dict[str, float]) -> None:
+    """Numeric leaves of nested mappings, in document order (lists hold no named leaves), each
+    unless ``out`` already has its name."""
     if not isinstance(node, Mapping):
         return
     for key, value in node.items():
-        number = _as_number(value)
+        number = None if type(value) in _NEVER_NUMBERS else _as_number(value)
         if number is not None:
-            yield key, number
+            out.setdefault(key, number)
         else:
-            yield from _leaves(value)
+            _add_leaves(value, out)
 
 
 def _as_number(value: Any) -> float | None:
