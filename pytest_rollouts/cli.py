@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .accounting import ScoringPolicy
 from .aggregate import score_run
+from .collector import paced
 from .artifacts import ArtifactPaths
 from .auth import headers_for
 from .gate import check_gate
@@ -75,14 +76,15 @@ def aggregate(args: argparse.Namespace) -> int:
             args.count_missing_as_zero,
         )
         urls = dict(a.split("=", 1) for a in args.agent)
-        score = score_run(
-            out,
-            policy,
-            agent_url=urls.get,
-            agent_headers=lambda name: headers_for(headers, name),
-            write_metrics=True,
-            timeout=3600.0,
-        )
+        with paced():
+            score = score_run(
+                out,
+                policy,
+                agent_url=urls.get,
+                agent_headers=lambda name: headers_for(headers, name),
+                write_metrics=True,
+                timeout=3600.0,
+            )
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN

@@ -8,18 +8,17 @@ materialized.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .collector import lasting
 from .jsonl import JsonlError, parse_object, scan_lines
 from .records import CANCELLED, dominant_class
 from .stash import DIST
@@ -94,7 +93,7 @@ class DatasetFile(pytest.File):
             routing = run.routing_for(self.path)
         except (SuiteError, RoutingError) as exc:
             raise self.CollectError(str(exc)) from None
-        with _lasting():
+        with lasting():
             yield from self._items(run.settings, routing, shown)
 
     def _items(self, settings: Settings, routing: Routing, shown: Path) -> Iterator[RolloutItem]:
@@ -137,21 +136,6 @@ class DatasetFile(pytest.File):
                 )
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
-
-
-@contextmanager
-def _lasting() -> Iterator[None]:
-    """For objects that live as long as the session, such as items: the cyclic collector could
-    free none of them, yet collecting 10k rows set off two full passes over all of them (0.15 s).
-    Frozen afterwards, they stay out of later passes too."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 class RolloutFailed(Exception):

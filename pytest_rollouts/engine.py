@@ -19,7 +19,6 @@ not yet consumed), and at most ``parallel`` requests are in flight.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
 import signal
@@ -37,6 +36,7 @@ import orjson
 
 from .auth import Redactor
 from .client import JSON_HEADERS, Attempt, post_run
+from .collector import pace_process
 from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
@@ -56,7 +56,6 @@ from .records import (
 MAX_BACKOFF_S = 60.0
 SYNC_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0
-GC_YOUNG_THRESHOLD = 10_000
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
 COLUMN_TYPES = {"agent": "H", "episode": "B"}
 
@@ -417,22 +416,10 @@ async def _serve(stdin: Any, stdout: Any) -> None:
     loop = asyncio.get_running_loop()
     writer, _ = await loop.connect_write_pipe(asyncio.Protocol, stdout)
     engine = Engine(header, columns, writer.write)
-    _pace_collector()
+    pace_process()
     await loop.connect_read_pipe(lambda: _Input(engine), stdin)
     await engine.run()
     writer.close()
-
-
-def _pace_collector() -> None:
-    """Keep the cyclic garbage collector out of the way of dispatch.
-
-    The plan's structures and every imported module live as long as this process, so they
-    are frozen out of its passes. Dispatch makes objects that reference counting frees
-    as they go, yet at the default pace (a pass every 700 net allocations) the collector
-    took 0.4-0.8 s of the 4.3 s this process spends on 10k rollouts; at this pace, about 1 ms.
-    """
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _runner() -> Callable[[Coroutine[Any, Any, None]], None]:

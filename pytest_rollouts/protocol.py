@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from .collector import paced
+
 
 def _nothing() -> None:
     """Teardown of a rollout item: there are no fixtures to run."""
@@ -43,12 +45,13 @@ def run_items(session: pytest.Session) -> None:
     flags they set from the reports.
     """
     parent, ihook = None, None
-    for item in session.items:
-        # Every item of a file has its file's hook relay; working it out costs a conftest lookup.
-        if item.parent is not parent:
-            parent, ihook = item.parent, item.ihook
-        run_lean(item, ihook)
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
+    with paced():
+        for item in session.items:
+            # Every item of a file has its file's hook relay; working it out costs a conftest lookup.
+            if item.parent is not parent:
+                parent, ihook = item.parent, item.ihook
+            run_lean(item, ihook)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)

@@ -525,22 +525,24 @@ class RolloutRun:
         from .accounting import ScoringPolicy
         from .aggregate import score_run
         from .auth import headers_for
+        from .collector import paced
 
         paths, settings = self.paths, self.settings
         if not paths.materialized.exists():
             return None
         policy = ScoringPolicy(settings.count_as_zero, settings.count_missing_as_zero)
         try:
-            return score_run(
-                paths,
-                policy,
-                agent_url=self._metrics_url,
-                agent_headers=lambda name: headers_for(settings.agent_header, name),
-                write_metrics=not settings.no_aggregate,
-                timeout=settings.timeout,
-                perf_summary=perf_summary,
-                expected=self._expected,
-            )
+            with paced():
+                return score_run(
+                    paths,
+                    policy,
+                    agent_url=self._metrics_url,
+                    agent_headers=lambda name: headers_for(settings.agent_header, name),
+                    write_metrics=not settings.no_aggregate,
+                    timeout=settings.timeout,
+                    perf_summary=perf_summary,
+                    expected=self._expected,
+                )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None
 

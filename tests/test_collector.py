@@ -1,0 +1,32 @@
+"""The collector's pace is changed only for the work that asks, and always put back."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pytest_rollouts.collector import YOUNG_THRESHOLD, lasting, paced
+
+
+def test_paced_slows_the_young_passes_and_restores_them_even_on_error() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), paced():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:])
+        raise RuntimeError
+    assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_lasting_pauses_then_freezes_and_leaves_the_collector_as_it_was(enabled: bool) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with lasting():
+            assert not gc.isenabled()
+            kept = [[] for _ in range(100)]
+            frozen_before = gc.get_freeze_count()
+        assert gc.isenabled() is enabled
+        assert gc.get_freeze_count() >= frozen_before + len(kept), "what was made inside is frozen"
+    finally:
+        (gc.enable if was else gc.disable)()
