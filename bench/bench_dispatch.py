@@ -151,7 +151,8 @@ def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency
         walls = " ".join(f"{r.wall_s:.2f}" for r in runs[variant])
         print(f"{rows:>7}  {variant:<7}  {m.wall_s:>8.3f}  {m.peak_rss_mb:>11.1f}  {walls}")
     ratio = best["plugin"].wall_s / best["plain"].wall_s
-    print(f"ratio plugin/plain wall = {ratio:.2f}  (best of each; rows={rows}, parallel={parallel}, latency={latency:g})")
+    shape = f"rows={rows}, parallel={parallel}, latency={latency:g}"
+    print(f"ratio plugin/plain wall = {ratio:.2f}  (best of each; {shape})")
     if len(runs["plain"]) > 1:
         pairs = [b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True)]
         print(f"ratio plugin/plain wall = {statistics.median(pairs):.2f}  (median of {len(pairs)} back-to-back pairs)")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from .accounting import ScoringPolicy
 from .aggregate import score_run
-from .collector import paced
 from .artifacts import ArtifactPaths
 from .auth import headers_for
+from .collector import paced
 from .gate import check_gate
 from .jsonl import JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged

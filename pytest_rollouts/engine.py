@@ -426,7 +426,7 @@ def _runner() -> Callable[[Coroutine[Any, Any, None]], None]:
     """uvloop where it installs (Linux, macOS), asyncio's own loop elsewhere.
 
     Against a fast agent this process's CPU is what bounds throughput, and the same
-    aiohttp work costs about 15-20% less of it on uvloop (10k rollouts: 4.2-4.9 s
+    aiohttp work costs about 15-20% less of it on uvloop (10k rollouts: 4.1-4.9 s
     instead of 5.0-5.7 s, measured A/B in one sitting).
     """
     try:

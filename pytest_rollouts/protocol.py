@@ -11,9 +11,8 @@ junitxml is on, since that is where it records an item's properties.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from pluggy import HookRelay
 
 from .collector import paced
 
@@ -22,7 +21,7 @@ def _nothing() -> None:
     """Teardown of a rollout item: there are no fixtures to run."""
 
 
-def run_lean(item: pytest.Item, ihook: Any = None) -> None:
+def run_lean(item: pytest.Item, ihook: HookRelay | None = None) -> None:
     """``ihook``: the item's hook relay, when the caller already has its file's."""
     ihook = ihook or item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
