@@ -280,6 +280,8 @@ class RolloutReporter:
         # status line is redrawn in place (live); in a log it is a line every 10% or 5 minutes.
         self.quiet = False
         self.live = False
+        # The dataset pytest had named when the last progress line was written in a log.
+        self.progress_after: object = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -355,6 +357,13 @@ class RolloutReporter:
             # for pytest's [100%]; the summary section then has the final numbers.
             sys.stdout.write(f"\r{_line_start(terminal)}{line}{CLEAR_TO_END}")
             sys.stdout.flush()
+            return
+        if self.quiet:
+            # Whole lines below the dataset's name, which pytest (unlike after write_line) then
+            # does not write again: the line is only open when pytest has just named a dataset.
+            named = terminal.currentfspath is not None and terminal.currentfspath != self.progress_after
+            terminal.write(("\n" if named else "") + line + "\n", flush=True)
+            self.progress_after = terminal.currentfspath
             return
         terminal.write_line(line)
 

@@ -78,7 +78,10 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
         "once the dispatcher has reported (every 2 s), lines say what is in flight"
     )
     assert not any(line.startswith("data.jsonl .") for line in result.stdout.lines), "no dots: the lines replace them"
-    assert any(line.rstrip().endswith("[100%]") for line in result.stdout.lines)
+    assert sum(line.startswith("data.jsonl") for line in result.stdout.lines) == 1, "the name is written once"
+    start = result.stdout.lines.index(lines[0])
+    assert result.stdout.lines[start : start + len(lines)] == lines, "one line after another, no blank ones"
+    assert result.stdout.lines[start + len(lines)].strip() == "[100%]", "pytest's [100%] follows"
 
 
 def _run_on_a_terminal(cwd: Path, *args: str) -> str:
