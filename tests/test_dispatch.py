@@ -94,7 +94,9 @@ def test_fresh_run_replaces_artifacts(pytester: pytest.Pytester, agent: Scripted
 def test_exitfirst_stops_dispatch_and_leaves_whole_lines(pytester: pytest.Pytester) -> None:
     def first_fails(row: dict[str, Any], seen: int) -> Reply:
         if row["_ng_task_index"] == 0:
-            return Reply(status=500)
+            # Late enough that all 8 are in flight when -x stops the run: pytest now reaches
+            # the first item before the dispatcher has started all of them.
+            return Reply(status=500, delay=0.5)
         return Reply(delay=30.0, json={"reward": 1.0})
 
     write_rows(pytester.path / "data.jsonl", tasks(30))
