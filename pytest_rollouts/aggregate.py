@@ -90,12 +90,13 @@ def score_run(
     write_metrics: bool,
     timeout: float,
     perf_summary: dict[str, Any] | None = None,
-    expected: Mapping[str, Mapping[Key, int]] | None = None,
+    expected: Mapping[str, dict[Key, int]] | None = None,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
     ``expected``: each group's keys and where their rows sit in the materialized file, from a
-    session that has just written or read that file; otherwise the file is read again.
+    session that has just written or read that file (its dicts are taken over, not copied);
+    otherwise the file is read again.
     """
     groups = _read_expected(paths.materialized) if expected is None else _expected_groups(expected)
     by_key = {key: name for name, group in groups.items() for key in group.expected}
@@ -158,10 +159,10 @@ def _read_expected(materialized: Path) -> dict[str, _Group]:
     return groups
 
 
-def _expected_groups(expected: Mapping[str, Mapping[Key, int]]) -> dict[str, _Group]:
+def _expected_groups(expected: Mapping[str, dict[Key, int]]) -> dict[str, _Group]:
     groups: dict[str, _Group] = defaultdict(_Group)
     for name, keys in expected.items():
-        groups[name].expected = dict(keys)
+        groups[name].expected = keys
     return groups
 
 

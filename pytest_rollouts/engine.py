@@ -426,8 +426,8 @@ def _runner() -> Callable[[Coroutine[Any, Any, None]], None]:
     """uvloop where it installs (Linux, macOS), asyncio's own loop elsewhere.
 
     Against a fast agent this process's CPU is what bounds throughput, and the same
-    aiohttp work costs about 15-20% less of it on uvloop (10k rollouts: 4.1-4.9 s
-    instead of 5.0-5.7 s, measured A/B in one sitting).
+    aiohttp work costs 10-25% less of it on uvloop (10k rollouts, four A/B pairs in one
+    sitting: 4.1-4.9 s instead of 5.0-5.7 s).
     """
     try:
         import uvloop

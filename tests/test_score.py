@@ -262,3 +262,19 @@ def test_metrics_body_stops_once_the_server_has_answered(tmp_path: Path) -> None
     assert group.source == "local" and group.mean_reward == 1.0
     # It typically gets the chunked body's end and at most a chunk; never half of it.
     assert server.body_bytes < rows * 1000 / 2, server.body_bytes
+
+
+def test_session_scores_against_the_same_rows_the_files_hold(pytester: pytest.Pytester) -> None:
+    """The dispatching session counts against the materialized rows it holds (written, or read on
+    resume) instead of reading them again; scoring from the files alone must agree, group by group."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    paths = ArtifactPaths(pytester.path / "out" / "r.jsonl")
+    with ScriptedAgent(mixed) as agent:
+        agents = [f"--rollouts-agent={name}{agent.url}" for name in ("", "a=", "b=")]
+        args = ("data.jsonl", *agents, "--rollouts-repeats=2", "--rollouts-fan-out=_default=a,b")
+        for extra in ((), ("--rollouts-resume",)):
+            run_rollouts(pytester, *args, *extra)
+            session = {e["agent_ref"]["name"]: e["coverage"] for e in metrics_file(pytester)}
+            from_files = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=10)
+            assert {g.agent: g.coverage.as_dict() for g in from_files.groups} == session
+            assert set(session) == {"a", "b"}
