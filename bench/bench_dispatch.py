@@ -6,6 +6,10 @@ same noisy machine at the same time. Wall time and peak RSS come from ``os.wait4
 each child (``ru_maxrss`` is KiB on Linux), not ``RUSAGE_CHILDREN``, which would mix
 the children together. Every run must write exactly one output line per row.
 
+Without ``--rows`` it measures every speed target of the issue in one run (about three
+minutes) and ends with a table of figure, limit and verdict:
+
+    python bench/bench_dispatch.py
     python bench/bench_dispatch.py --rows 2000,10000 --repeat 3 --latency 0.05
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -154,8 +159,8 @@ def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency
     shape = f"rows={rows}, parallel={parallel}, latency={latency:g}"
     print(f"ratio plugin/plain wall = {ratio:.2f}  (best of each; {shape})")
     if len(runs["plain"]) > 1:
-        pairs = [b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True)]
-        print(f"ratio plugin/plain wall = {statistics.median(pairs):.2f}  (median of {len(pairs)} back-to-back pairs)")
+        pairs = len(runs["plain"])
+        print(f"ratio plugin/plain wall = {median_pair_ratio(runs):.2f}  (median of {pairs} back-to-back pairs)")
     for variant, m in best.items():
         print(
             f"{variant}: first /run {m.startup_s:.2f} s after launch, last reply {m.span_s:.2f} s after that, "
@@ -168,23 +173,109 @@ def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency
     print(flush=True)
 
 
+@dataclass(frozen=True)
+class Target:
+    what: str
+    figure: float
+    limit: float
+    unit: str = ""
+
+    def line(self) -> str:
+        verdict = "met" if self.figure <= self.limit else "NOT MET"
+        return f"{self.what:<58} {self.figure:>8.2f}{self.unit:<3} <= {self.limit:g}{self.unit:<3} {verdict}"
+
+
+def median_pair_ratio(runs: dict[str, list[Measurement]]) -> float:
+    return statistics.median(b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True))
+
+
+def plugin_import_ms(work: Path) -> float:
+    """What importing the plugin costs a pytest session that collects no dataset (``-X importtime``):
+    the cumulative time of each import of one of its modules not made by another of them."""
+    empty = work / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    argv = [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "pytest_rollouts.plugin", str(empty)]
+    result = subprocess.run(argv, cwd=empty, env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True)
+    total_us, seen, ancestors = 0, False, []  # the import chain of the line at hand, outermost first
+    # Children are printed before their parent, so read the lines bottom up.
+    for line in reversed(result.stderr.decode().splitlines()):
+        match = re.match(r"import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)", line)
+        if match is None:
+            continue
+        cumulative, depth, name = int(match[1]), len(match[2]) // 2, match[3]
+        del ancestors[depth:]
+        if name.startswith("pytest_rollouts") and not any(a.startswith("pytest_rollouts") for a in ancestors):
+            total_us, seen = total_us + cumulative, True
+        ancestors.append(name)
+    if not seen:
+        raise SystemExit(f"the plugin was not imported by {argv}:\n{result.stderr.decode()[-2000:]}")
+    return total_us / 1000
+
+
+def measure_targets(work: Path) -> list[Target]:
+    """Each target as the issue words it, measured here and now against its baseline."""
+    agent, url = start_agent(0.0)
+    try:
+        single = bench_rows(work, url, 1, 64, 5)
+        report(1, single, 64, 0.0)
+        ten_k = bench_rows(work, url, 10_000, 64, 3)
+        report(10_000, ten_k, 64, 0.0)
+        hundred_k = bench_rows(work, url, 100_000, 64, 1)
+        report(100_000, hundred_k, 64, 0.0)
+    finally:
+        stop(agent)
+    agent, url = start_agent(0.05)
+    try:
+        slow = bench_rows(work, url, 2000, 64, 3)
+        report(2000, slow, 64, 0.05)
+    finally:
+        stop(agent)
+    ideal = 2000 * 0.05 / 64
+    fastest = min(slow["plugin"], key=lambda m: m.wall_s)
+    overhead = statistics.median(
+        b.startup_s - a.startup_s for a, b in zip(single["plain"], single["plugin"], strict=True)
+    )
+    return [
+        Target("10k rows: wall, plugin / plain (median of 3 pairs)", median_pair_ratio(ten_k), 1.5, "x"),
+        Target("100k rows: wall, plugin / plain", median_pair_ratio(hundred_k), 1.6, "x"),
+        Target("100k rows: plugin peak RSS", hundred_k["plugin"][0].peak_rss_mb, 500, "MB"),
+        Target(
+            "2000 rows at 50 ms: wall after the first /run / ideal",
+            (fastest.wall_s - fastest.startup_s) / ideal,
+            1.3,
+            "x",
+        ),
+        Target("1 row: launch to first /run, plugin minus plain (median)", overhead, 0.5, "s"),
+        Target("importing the plugin in a session without datasets", plugin_import_ms(work), 20, "ms"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="10000", help="comma-separated row counts")
+    parser.add_argument("--rows", help="comma-separated row counts (default: every target of the issue)")
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.0, help="agent seconds per /run")
     parser.add_argument("--repeat", type=int, default=1, help="alternating runs per variant; best wall wins")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (datasets, outputs, logs)")
     args = parser.parse_args()
-    row_counts = [int(n) for n in args.rows.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
-    agent, url = start_agent(args.latency)
     try:
-        for rows in row_counts:
-            report(rows, bench_rows(work, url, rows, args.parallel, args.repeat), args.parallel, args.latency)
+        if args.rows is None:
+            targets = measure_targets(work)
+            print("targets (2-core machine; figures from this run):")
+            for target in targets:
+                print("  " + target.line())
+        else:
+            agent, url = start_agent(args.latency)
+            try:
+                for rows in (int(n) for n in args.rows.split(",")):
+                    runs = bench_rows(work, url, rows, args.parallel, args.repeat)
+                    report(rows, runs, args.parallel, args.latency)
+            finally:
+                stop(agent)
     finally:
-        stop(agent)
         if args.keep:
             print(f"kept {work}")
         else:

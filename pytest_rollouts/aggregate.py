@@ -9,6 +9,7 @@ and a group's ``/aggregate_metrics`` request body is streamed from the files in
 from __future__ import annotations
 
 import http.client
+import io
 import os
 import select
 from collections import Counter, defaultdict
@@ -30,6 +31,8 @@ from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 BODY_CHUNK_BYTES = 1 << 16
+# Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
+READ_CHUNK_BYTES = 1 << 20
 
 
 class MetricsServerError(RuntimeError):
@@ -90,17 +93,16 @@ def score_run(
     write_metrics: bool,
     timeout: float,
     perf_summary: dict[str, Any] | None = None,
-    expected: Mapping[str, dict[Key, int]] | None = None,
+    outputs: OutputScan | None = None,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
-    ``expected``: each group's keys and where their rows sit in the materialized file, from a
-    session that has just written or read that file (its dicts are taken over, not copied);
-    otherwise the file is read again.
+    ``outputs``: the dispatching session's scan of the output file, already part-read
+    while it waited on the dispatcher; otherwise both files are read from the start.
     """
-    groups = _read_expected(paths.materialized) if expected is None else _expected_groups(expected)
-    by_key = {key: name for name, group in groups.items() for key in group.expected}
-    _read_outputs(paths.out, groups, by_key)
+    scan = outputs if outputs is not None else OutputScan.of_files(paths)
+    scan.advance()
+    groups = scan.groups
     latest = _latest_failures(paths.failures)
     scores = []
     total = Coverage()
@@ -152,31 +154,74 @@ def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:
     return {(task, r): place for task, rollouts in by_task.items() for place, r in enumerate(sorted(rollouts))}
 
 
-def _read_expected(materialized: Path) -> dict[str, _Group]:
-    groups: dict[str, _Group] = defaultdict(_Group)
-    for _, offset, _, row in artifact_rows(materialized):
-        groups[routing_identity(row)].expected[key_of(row)] = offset
-    return groups
+class OutputScan:
+    """The output file read into each group's tallies as it grows: whole lines only, each once.
 
+    Scoring needs every output row parsed. A dispatching session has pytest idle while it
+    waits on its dispatcher, so it reads the rows already written then (``advance`` with a
+    budget), and only the last ones are left for the end of the run, where every second
+    is waited for. Reading is in file order either way, so the tallies are the same.
+    """
 
-def _expected_groups(expected: Mapping[str, dict[Key, int]]) -> dict[str, _Group]:
-    groups: dict[str, _Group] = defaultdict(_Group)
-    for name, keys in expected.items():
-        groups[name].expected = keys
-    return groups
+    def __init__(self, path: Path, groups: Mapping[str, _Group]) -> None:
+        self.path = path
+        self.groups = groups
+        self._by_key = {key: name for name, group in groups.items() for key in group.expected}
+        self._offset = 0
+        self._line_no = 0
 
+    @classmethod
+    def of_files(cls, paths: ArtifactPaths) -> OutputScan:
+        groups: dict[str, _Group] = defaultdict(_Group)
+        for _, offset, _, row in artifact_rows(paths.materialized):
+            groups[routing_identity(row)].expected[key_of(row)] = offset
+        return cls(paths.out, groups)
 
-def _read_outputs(out: Path, groups: Mapping[str, _Group], by_key: Mapping[Key, str]) -> None:
-    for _, offset, _, row in artifact_rows(out):
+    @classmethod
+    def of_expected(cls, paths: ArtifactPaths, expected: Mapping[str, dict[Key, int]]) -> OutputScan:
+        """From a session that has just written or read the materialized file: each group's keys
+        and where their rows sit there (the dicts are taken over, not copied)."""
+        groups: dict[str, _Group] = defaultdict(_Group)
+        for name, keys in expected.items():
+            groups[name].expected = keys
+        return cls(paths.out, groups)
+
+    def advance(self, budget: int | None = None) -> bool:
+        """Take in the whole lines written since the last call: about ``budget`` bytes of them,
+        or all. True when the budget ran out first, so more is probably waiting."""
+        if budget is not None:
+            return self._read(budget)
+        while self._read(READ_CHUNK_BYTES):
+            pass
+        return False
+
+    def _read(self, budget: int) -> bool:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read(budget)
+                if not data.endswith(b"\n"):
+                    data += handle.readline()  # the rest of a line the budget cut
+        except FileNotFoundError:
+            return False
+        end = data.rfind(b"\n") + 1
+        for line in io.BytesIO(data[:end]):
+            self._line_no += 1
+            if line.strip():
+                self._add(parse_object(line, self.path, self._line_no), self._offset)
+            self._offset += len(line)
+        return end > 0 and len(data) >= budget
+
+    def _add(self, row: dict[str, Any], offset: int) -> None:
         key = key_of(row)
-        name = by_key.get(key)
-        group = groups.get(name) if name is not None else None
+        name = self._by_key.get(key)
+        group = self.groups.get(name) if name is not None else None
         if group is None or key in group.completed:
-            continue
+            return
         group.completed.add(key)
         if row.get("mask_sample"):
             group.masked.add(key)
-            continue
+            return
         group.rows.append(MetricRow(key[0], key[1], numeric_fields(row)))
         group.fields.update(row)
         group.output_offsets[key] = offset

@@ -21,7 +21,8 @@ import pytest
 from .collector import lasting
 from .jsonl import JsonlError, parse_object, scan_lines
 from .records import CANCELLED, dominant_class
-from .stash import DIST
+from .report import record_outcomes
+from .stash import DIST, RUN_KEY
 
 if TYPE_CHECKING:
     from .records import RolloutOutcome
@@ -178,10 +179,8 @@ class RolloutItem(pytest.Item):
         self.slot = -1
 
     def runtest(self) -> None:
-        from .report import record_outcomes
-        from .run import RolloutRun
-
-        outcomes = RolloutRun.get(self.config).wait(self)
+        # The run is in the stash from configuration or collection on; no import per item.
+        outcomes = self.config.stash[RUN_KEY].wait(self)
         if not outcomes:
             pytest.skip("not part of the recorded materialized set this run resumes")
         record_outcomes(self.user_properties, outcomes)

@@ -9,9 +9,11 @@ ends when its input closes, so a dead pytest leaves nothing running.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from array import array
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .auth import headers_for
-from .frames import ChannelClosed, frame, message, read_frame, write_all
+from .frames import ChannelClosed, FrameBuffer, frame, message, write_all
 from .records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
 CLOSE_TIMEOUT_S = 60.0
+READ_BYTES = 1 << 16
 
 
 @dataclass(slots=True)
@@ -104,6 +107,12 @@ class Dispatcher:
         self.in_flight: tuple[int, float | None, list[int] | None] | None = None
         # Called on each of the engine's progress reports (every 2 s), while pytest waits.
         self.on_progress: Callable[[], None] | None = None
+        # Work for the moments pytest would otherwise block on the engine, called only while
+        # no message is there to read, and again while it returns True (more work waiting).
+        self.on_idle: Callable[[], bool] | None = None
+        # Messages received and not handled yet: the engine writes many per read.
+        self._received = FrameBuffer()
+        self._inbox: deque[bytes] = deque()
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
@@ -228,7 +237,7 @@ class Dispatcher:
     def _read(self) -> list[Any]:
         assert self._proc is not None
         try:
-            return self._read_from(self._proc)
+            return self._read_from(self._proc, self.on_idle)
         except ChannelClosed:
             raise DispatcherError(f"the dispatcher process exited (code {self._proc.poll()})") from None
 
@@ -237,10 +246,18 @@ class Dispatcher:
         assert proc.stdin is not None
         write_all(proc.stdin.fileno(), data)
 
-    @staticmethod
-    def _read_from(proc: subprocess.Popen[bytes]) -> list[Any]:
+    def _read_from(self, proc: subprocess.Popen[bytes], idle: Callable[[], bool] | None = None) -> list[Any]:
+        """The engine's next message; ``idle`` work fills the wait while none has arrived."""
         assert proc.stdout is not None
-        return orjson.loads(read_frame(proc.stdout))
+        fd = proc.stdout.fileno()
+        while not self._inbox:
+            if idle is not None and not select.select([fd], [], [], 0)[0] and idle():
+                continue
+            data = os.read(fd, READ_BYTES)
+            if not data:
+                raise ChannelClosed("the dispatcher channel closed")
+            self._inbox.extend(self._received.feed(data))
+        return orjson.loads(self._inbox.popleft())
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
@@ -251,7 +268,8 @@ def spawn_engine() -> subprocess.Popen[bytes]:
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
     command = [sys.executable, "-m", "pytest_rollouts.engine"]
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    # Unbuffered: pytest reads the engine's messages with ``os.read`` and frames them itself.
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:

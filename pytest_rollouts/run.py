@@ -9,8 +9,10 @@ never build it. Its life follows pytest's: ``number_tasks`` at collection,
 from __future__ import annotations
 
 import gc
+import math
 import os
 import subprocess
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,7 +33,7 @@ from .stash import RUN_ID, RUN_KEY
 
 if TYPE_CHECKING:
     from .accounting import Key
-    from .aggregate import RunScore
+    from .aggregate import OutputScan, RunScore
     from .dispatch import Dispatcher, PlannedRollout
     from .embedded import EmbeddedServers
     from .manifest import RunManifest
@@ -40,6 +42,11 @@ if TYPE_CHECKING:
 
 
 HEAD_SERVER_TIMEOUT_S = 10.0
+# While pytest waits on the dispatcher it reads the outputs for scoring in pieces this
+# small (a few ms each: a result it waits on is never held up for long), and once caught
+# up it looks again only after a pause (a look costs syscalls; rows come by hundreds).
+READ_AHEAD_BYTES = 1 << 16
+READ_AHEAD_PAUSE_S = 0.1
 
 
 class RolloutsWarning(pytest.PytestWarning):
@@ -70,7 +77,8 @@ class RolloutRun:
         self._registry: AgentRegistry | None = None
         self._manifest: RunManifest | None = None
         self._plan: Plan | None = None
-        self._expected: dict[str, dict[Key, int]] | None = None
+        self._outputs: OutputScan | None = None
+        self._read_ahead_after = 0.0
         self._dispatcher: Dispatcher | None = None
         self._servers: list[EmbeddedServers] = []
         self._urls: dict[str, str] = {}
@@ -411,7 +419,6 @@ class RolloutRun:
         plan, self._plan = self._plan, None
         if plan is None:
             return
-        self._expected = plan.expected
         # Items and collection state live until the end; keeping them out of the cyclic
         # collector's reach saves its passes over them during the run.
         gc.freeze()
@@ -436,6 +443,11 @@ class RolloutRun:
         )
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat
+        if workerinput is None:  # xdist workers never score; their controller does
+            from .aggregate import OutputScan
+
+            self._outputs = OutputScan.of_expected(paths, plan.expected)
+            self._dispatcher.on_idle = self._read_ahead
         try:
             self._dispatcher.start()
         except AgentsUnhealthy as exc:
@@ -498,6 +510,20 @@ class RolloutRun:
             hook(item=item, outcomes=outcomes)
         return outcomes
 
+    def _read_ahead(self) -> bool:
+        """pytest would block on the dispatcher: read the outputs written so far, for scoring."""
+        now = time.monotonic()
+        if self._outputs is None or now < self._read_ahead_after:
+            return False
+        try:
+            more = self._outputs.advance(READ_AHEAD_BYTES)
+        except JsonlError:
+            self._read_ahead_after = math.inf  # scoring reports it, naming file and line
+            return False
+        if not more:
+            self._read_ahead_after = now + READ_AHEAD_PAUSE_S
+        return more
+
     def _heartbeat(self) -> None:
         if self.on_heartbeat is not None:
             self.on_heartbeat()
@@ -541,7 +567,7 @@ class RolloutRun:
                     write_metrics=not settings.no_aggregate,
                     timeout=settings.timeout,
                     perf_summary=perf_summary,
-                    expected=self._expected,
+                    outputs=self._outputs,
                 )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None

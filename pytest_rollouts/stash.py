@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    pass
+    from .run import RolloutRun
 
-RUN_KEY = pytest.StashKey["RolloutRun"]()
-RUN_ID_KEY = pytest.StashKey[str]()
+RUN_KEY: pytest.StashKey[RolloutRun] = pytest.StashKey()
+RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
 
 # The ``workerinput`` key under which the xdist controller hands every worker the same run id.
 RUN_ID = "rollouts_run_id"

@@ -9,7 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+
+from pytest_rollouts.dispatch import Dispatcher, PlannedRollout
+from pytest_rollouts.settings import Settings
 
 from .agents import Reply, ScriptedAgent
 from .conftest import read_rows, tasks, write_rows
@@ -185,3 +189,41 @@ def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pyteste
     rows = read_rows(out)
     assert 8 <= len(rows) < 200
     assert len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == len(rows)
+
+
+def test_idle_work_runs_only_while_pytest_waits_on_the_engine(tmp_path: Path) -> None:
+    """``on_idle`` fills pytest's waits (called again at once while it says more is waiting) and
+    changes nothing in what is dispatched or reported."""
+    bodies = tmp_path / "m.jsonl"
+    rows = [orjson.dumps({"answer": i % 2, "expected_answer": 0, "_ng_task_index": i}) for i in range(6)]
+    bodies.write_bytes(b"".join(row + b"\n" for row in rows))
+    offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
+    plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
+    settings = Settings.model_validate({"no_health_check": True})
+    rewards: list[list[float | None]] = []
+    calls: list[int] = []  # how many tasks pytest had received at each call
+
+    def idle() -> bool:
+        calls.append(len(rewards))
+        return len(calls) <= 3  # the first three say more is waiting
+
+    with ScriptedAgent(latency=0.1) as agent:
+        dispatcher = Dispatcher(
+            plan,
+            len(plan),
+            {"a": agent.url},
+            (bodies, tmp_path / "r.jsonl", tmp_path / "f.jsonl"),
+            settings,
+            parallel=2,
+        )
+        dispatcher.on_idle = idle
+        dispatcher.start()
+        try:
+            for slot in range(len(plan)):
+                rewards.append([o.reward for o in dispatcher.wait(slot)])
+        finally:
+            dispatcher.close()
+    assert rewards == [[1.0], [0.0], [1.0], [0.0], [1.0], [0.0]]
+    # Chained while waiting on the first task (its result is 0.1 s away), then called on later waits.
+    assert calls[:4] == [0, 0, 0, 0] and max(calls) > 0, calls
+    assert len(read_rows(tmp_path / "r.jsonl")) == 6

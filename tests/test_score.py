@@ -13,8 +13,9 @@ import orjson
 import pytest
 
 from pytest_rollouts.accounting import ScoringPolicy, account
-from pytest_rollouts.aggregate import score_run
+from pytest_rollouts.aggregate import OutputScan, score_run
 from pytest_rollouts.artifacts import ArtifactPaths
+from pytest_rollouts.jsonl import JsonlError
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -278,3 +279,64 @@ def test_session_scores_against_the_same_rows_the_files_hold(pytester: pytest.Py
             from_files = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=10)
             assert {g.agent: g.coverage.as_dict() for g in from_files.groups} == session
             assert set(session) == {"a", "b"}
+
+
+def _scan_state(scan: OutputScan) -> dict[str, Any]:
+    return {
+        name: (g.completed, g.masked, [(r.task, r.rollout, dict(r.values)) for r in g.rows], g.output_offsets, g.fields)
+        for name, g in scan.groups.items()
+    }
+
+
+def test_output_scan_read_as_the_file_grows_equals_one_read(tmp_path: Path) -> None:
+    """Read in small pieces while rows are still being appended (a piece boundary inside a line,
+    a line longer than a piece, a line half-written), the tallies equal one read of the whole file."""
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    stamps = [
+        {"agent_ref": {"name": "a" if task % 2 else "b"}, "_ng_task_index": task, "_ng_rollout_index": 0}
+        for task in range(40)
+    ]
+    paths.materialized.write_bytes(b"".join(orjson.dumps({"q": s["_ng_task_index"], **s}) + b"\n" for s in stamps))
+    lines = [
+        orjson.dumps(
+            {"reward": s["_ng_task_index"] % 3 / 2, "pad": "x" * (300 if s["_ng_task_index"] == 7 else 5), **s}
+        )
+        + b"\n"
+        for s in stamps
+    ]
+    lines[5] = orjson.dumps({"mask_sample": True, **stamps[5]}) + b"\n"
+    lines.insert(9, b"\n")  # a blank line: skipped, still counted for line numbers
+    lines.insert(12, lines[11])  # a duplicate: the first row wins
+    data = b"".join(lines)
+    growing = OutputScan.of_files(paths)
+    for cut in (0, 150, 151, 1000, 1400, len(data) - 7):  # the last cut leaves a half-written line
+        paths.out.write_bytes(data[:cut])
+        while growing.advance(64):
+            pass
+        whole_lines = ArtifactPaths(tmp_path / "so_far" / "r.jsonl")
+        whole_lines.out.parent.mkdir(exist_ok=True)
+        whole_lines.materialized.write_bytes(paths.materialized.read_bytes())
+        whole_lines.out.write_bytes(data[: data.rfind(b"\n", 0, cut) + 1])
+        so_far = OutputScan.of_files(whole_lines)
+        so_far.advance()
+        assert _scan_state(growing) == _scan_state(so_far), cut
+    paths.out.write_bytes(data)
+    growing.advance()
+    whole = OutputScan.of_files(paths)
+    whole.advance()
+    assert _scan_state(growing) == _scan_state(whole)
+    assert sum(len(g.completed) for g in whole.groups.values()) == 40
+    assert whole.groups["a"].masked == {(5, 0)}
+
+
+def test_output_scan_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    paths.materialized.write_bytes(
+        orjson.dumps({"agent_ref": {"name": "a"}, "_ng_task_index": 0, "_ng_rollout_index": 0}) + b"\n"
+    )
+    paths.out.write_bytes(
+        b"\n" + orjson.dumps({"reward": 1.0, "_ng_task_index": 0, "_ng_rollout_index": 0}) + b"\n[1]\n"
+    )
+    scan = OutputScan.of_files(paths)
+    with pytest.raises(JsonlError, match=r"r\.jsonl:3: expected a JSON object"):
+        scan.advance()
