@@ -517,8 +517,8 @@ class RolloutRun:
             return False
         try:
             more = self._outputs.advance(READ_AHEAD_BYTES)
-        except JsonlError:
-            self._read_ahead_after = math.inf  # scoring reports it, naming file and line
+        except (JsonlError, OSError):
+            self._read_ahead_after = math.inf  # scoring reads again and reports it, naming the file
             return False
         if not more:
             self._read_ahead_after = now + READ_AHEAD_PAUSE_S
