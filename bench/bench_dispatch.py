@@ -254,11 +254,14 @@ def measure_targets(work: Path) -> list[Target]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", help="comma-separated row counts (default: every target of the issue)")
-    parser.add_argument("--parallel", type=int, default=64)
-    parser.add_argument("--latency", type=float, default=0.0, help="agent seconds per /run")
-    parser.add_argument("--repeat", type=int, default=1, help="alternating runs per variant; best wall wins")
+    parser.add_argument("--parallel", type=int, help="requests in flight (default 64; with --rows)")
+    parser.add_argument("--latency", type=float, help="agent seconds per /run (default 0; with --rows)")
+    parser.add_argument("--repeat", type=int, help="alternating runs per variant (default 1; with --rows)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (datasets, outputs, logs)")
     args = parser.parse_args()
+    shape = {"parallel": args.parallel, "latency": args.latency, "repeat": args.repeat}
+    if args.rows is None and any(value is not None for value in shape.values()):
+        parser.error("--parallel, --latency and --repeat shape a --rows run; the targets run fixes its own")
 
     work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
     try:
@@ -268,11 +271,12 @@ def main() -> None:
             for target in targets:
                 print("  " + target.line())
         else:
-            agent, url = start_agent(args.latency)
+            parallel, latency, repeat = args.parallel or 64, args.latency or 0.0, args.repeat or 1
+            agent, url = start_agent(latency)
             try:
                 for rows in (int(n) for n in args.rows.split(",")):
-                    runs = bench_rows(work, url, rows, args.parallel, args.repeat)
-                    report(rows, runs, args.parallel, args.latency)
+                    runs = bench_rows(work, url, rows, parallel, repeat)
+                    report(rows, runs, parallel, latency)
             finally:
                 stop(agent)
     finally:

@@ -24,7 +24,7 @@ import orjson
 from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
-from .jsonl import LineReader, object_from, parse_object
+from .jsonl import LineReader, object_from, parse_object, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .records import routing_identity
 from .resume import key_of
@@ -196,21 +196,18 @@ class OutputScan:
         return False
 
     def _read(self, budget: int) -> bool:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read(budget)
-                if not data.endswith(b"\n"):
-                    data += handle.readline()  # the rest of a line the budget cut
-        except FileNotFoundError:
-            return False
-        end = data.rfind(b"\n") + 1
-        for line in io.BytesIO(data[:end]):
-            self._line_no += 1
+        data = whole_lines(self.path, self._offset, budget)
+        for line in io.BytesIO(data):
             if line.strip():
-                self._add(parse_object(line, self.path, self._line_no), self._offset)
+                self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
+            self._line_no += 1
             self._offset += len(line)
-        return end > 0 and len(data) >= budget
+        return len(data) >= budget
+
+    def restarted(self) -> OutputScan:
+        """The same scan from the first row: after a read broken off part-way (a bad row, a
+        signal), whose tallies may hold half a row."""
+        return OutputScan(self.path, {name: _Group(expected=group.expected) for name, group in self.groups.items()})
 
     def _add(self, row: dict[str, Any], offset: int) -> None:
         key = key_of(row)

@@ -113,6 +113,9 @@ class Dispatcher:
         # Messages received and not handled yet: the engine writes many per read.
         self._received = FrameBuffer()
         self._inbox: deque[bytes] = deque()
+        # Tells whether a message is there to read without blocking; without ``poll`` (Windows)
+        # there is no idle work.
+        self._poller: Any = None
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
@@ -251,13 +254,21 @@ class Dispatcher:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         while not self._inbox:
-            if idle is not None and not select.select([fd], [], [], 0)[0] and idle():
+            if idle is not None and self._nothing_to_read(fd) and idle():
                 continue
             data = os.read(fd, READ_BYTES)
             if not data:
                 raise ChannelClosed("the dispatcher channel closed")
             self._inbox.extend(self._received.feed(data))
         return orjson.loads(self._inbox.popleft())
+
+    def _nothing_to_read(self, fd: int) -> bool:
+        if self._poller is None:
+            if not hasattr(select, "poll"):
+                return False
+            self._poller = select.poll()
+            self._poller.register(fd, select.POLLIN)
+        return not self._poller.poll(0)
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
@@ -268,7 +279,8 @@ def spawn_engine() -> subprocess.Popen[bytes]:
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
     command = [sys.executable, "-m", "pytest_rollouts.engine"]
-    # Unbuffered: pytest reads the engine's messages with ``os.read`` and frames them itself.
+    # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
+    # frames them itself, so a buffer in front of it would only go unused.
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
 
 

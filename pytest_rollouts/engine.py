@@ -40,7 +40,7 @@ from .collector import pace_process
 from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
-from .jsonl import JsonlAppender
+from .jsonl import JsonlAppender, whole_lines
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import (
     CANCELLED,
@@ -247,13 +247,16 @@ class Engine:
                     attempt = await post_run(self._session, url, body, self._timeout, headers)
                 finally:
                     del self._in_flight_since[position]
-            # Replies come in bursts (a wave of requests started together). Yielding once lets
-            # the requests waiting on the semaphore go out before this one's row and report
-            # are written: 2000 rollouts at 50 ms, dispatch span 1.81-1.88 s -> 1.77-1.78 s.
-            await asyncio.sleep(0)
             if episode is not None and attempt.reply is not None:
                 attempt.reply = episode_reply(attempt.reply, episode["task_id"])
-            outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
+            try:
+                # Replies come in bursts (a wave of requests started together). Yielding once
+                # lets the requests waiting on the semaphore go out before this one's row and
+                # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
+                await asyncio.sleep(0)
+            finally:
+                # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
+                outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
             if outcome is not None:
                 return outcome
             failure = attempt.failure
@@ -370,15 +373,12 @@ class SharedOutput:
         self.rewards: dict[tuple[int, int], float | None] = {}
 
     def refresh(self) -> None:
-        with open(self._path, "rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read()
-        end = data.rfind(b"\n") + 1
-        for line in data[:end].splitlines():
+        data = whole_lines(self._path, self._offset)
+        for line in data.splitlines():
             if line.strip():
                 row = orjson.loads(line)
                 self.rewards[(row[TASK_INDEX], row[ROLLOUT_INDEX])] = reward_of(row)
-        self._offset += end
+        self._offset += len(data)
 
 
 def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:

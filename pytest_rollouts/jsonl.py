@@ -47,6 +47,20 @@ def scan_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
             offset += len(line)
 
 
+def whole_lines(path: Path, offset: int, budget: int = -1) -> bytes:
+    """The whole lines of a file others are appending to, from ``offset`` on: about ``budget``
+    bytes of them (all when negative), never a line still being written. ``b""`` if no file."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(budget)
+            if budget >= 0 and not data.endswith(b"\n"):
+                data += handle.readline()  # the rest of a line the budget cut
+    except FileNotFoundError:
+        return b""
+    return data[: data.rfind(b"\n") + 1]
+
+
 class LineReader:
     """Reads single lines by byte offset from several files, keeping each file open once."""
 

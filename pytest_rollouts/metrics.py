@@ -310,10 +310,8 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
         values = rows[0].values
         for field in fields:
-            x = values.get(field)
-            if x is not None:
-                mean_, median_, std_, min_, max_ = _names(field)
-                entry[mean_], entry[median_], entry[std_], entry[min_], entry[max_] = x, x, 0.0, x, x
+            if field in values:
+                entry.update(_summary(field, (values[field],)))
     else:
         columns = _columns(rows)
         for field in fields:

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 HEAD_SERVER_TIMEOUT_S = 10.0
 # While pytest waits on the dispatcher it reads the outputs for scoring in pieces this
-# small (a few ms each: a result it waits on is never held up for long), and once caught
-# up it looks again only after a pause (a look costs syscalls; rows come by hundreds).
+# small (a few ms each, longer only for a row of several MB), and once caught up it looks
+# again only after a pause (a look costs syscalls; rows come by hundreds).
 READ_AHEAD_BYTES = 1 << 16
 READ_AHEAD_PAUSE_S = 0.1
 
@@ -517,9 +517,13 @@ class RolloutRun:
             return False
         try:
             more = self._outputs.advance(READ_AHEAD_BYTES)
-        except (JsonlError, OSError):
-            self._read_ahead_after = math.inf  # scoring reads again and reports it, naming the file
-            return False
+        except BaseException as exc:
+            # Broken off part-way: scoring starts over from the first row (and reports a bad one).
+            self._outputs = self._outputs.restarted()
+            self._read_ahead_after = math.inf
+            if isinstance(exc, JsonlError | OSError):
+                return False
+            raise
         if not more:
             self._read_ahead_after = now + READ_AHEAD_PAUSE_S
         return more

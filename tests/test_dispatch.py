@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +193,7 @@ def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pyteste
     assert len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == len(rows)
 
 
-def test_idle_work_runs_only_while_pytest_waits_on_the_engine(tmp_path: Path) -> None:
+def test_idle_work_fills_the_waits_on_the_engine(tmp_path: Path) -> None:
     """``on_idle`` fills pytest's waits (called again at once while it says more is waiting) and
     changes nothing in what is dispatched or reported."""
     bodies = tmp_path / "m.jsonl"
@@ -227,3 +229,55 @@ def test_idle_work_runs_only_while_pytest_waits_on_the_engine(tmp_path: Path) ->
     # Chained while waiting on the first task (its result is 0.1 s away), then called on later waits.
     assert calls[:4] == [0, 0, 0, 0] and max(calls) > 0, calls
     assert len(read_rows(tmp_path / "r.jsonl")) == 6
+
+
+@pytest.mark.asyncio
+async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C, -x or the end of the run cancels rollouts; one whose reply has come is still
+    written (the dispatcher yields between the reply and the row)."""
+    from pytest_rollouts import engine as engine_module
+
+    body = orjson.dumps({"answer": 0, "expected_answer": 0, "_ng_task_index": 0})
+    (tmp_path / "m.jsonl").write_bytes(body + b"\n")
+    replied = asyncio.Event()
+    real_post_run = engine_module.post_run
+
+    async def post_run(*args: Any, **kwargs: Any) -> Any:
+        attempt = await real_post_run(*args, **kwargs)
+        replied.set()  # wakes the test only after the rollout has gone on to its next await
+        return attempt
+
+    monkeypatch.setattr(engine_module, "post_run", post_run)
+    with ScriptedAgent() as agent:
+        header = {
+            "urls": {"a": agent.url},
+            "agents": ["a"],
+            "bodies": str(tmp_path / "m.jsonl"),
+            "out": str(tmp_path / "r.jsonl"),
+            "failures": str(tmp_path / "f.jsonl"),
+            "timeout": 10.0,
+            "parallel": 1,
+            "limit": 1,
+            "retries": 0,
+            "retry_backoff": 0.0,
+            "max_attempts": 1,
+            "budget": None,
+            "margin": None,
+        }
+        values = {"slot": 0, "task": 0, "rollout": 0, "offset": 0, "length": len(body), "first_attempt": 0}
+        columns = {
+            name: array(engine_module.COLUMN_TYPES.get(name, "q"), [values.get(name, 0)])
+            for name in engine_module.COLUMNS
+        }
+        sent: list[bytes] = []
+        engine = engine_module.Engine(header, columns, sent.append)
+        running = asyncio.create_task(engine.run())
+        await replied.wait()
+        [rollout] = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Engine._run"]  # type: ignore[union-attr]
+        rollout.cancel()
+        engine.input_closed()
+        await running
+    assert rollout.cancelled()
+    assert [row["_ng_task_index"] for row in read_rows(tmp_path / "r.jsonl")] == [0]

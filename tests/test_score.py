@@ -16,6 +16,7 @@ from pytest_rollouts.accounting import ScoringPolicy, account
 from pytest_rollouts.aggregate import OutputScan, score_run
 from pytest_rollouts.artifacts import ArtifactPaths
 from pytest_rollouts.jsonl import JsonlError
+from pytest_rollouts.metrics import numeric_fields
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -340,3 +341,38 @@ def test_output_scan_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> Non
     scan = OutputScan.of_files(paths)
     with pytest.raises(JsonlError, match=r"r\.jsonl:3: expected a JSON object"):
         scan.advance()
+
+
+def test_a_scan_broken_off_starts_over_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-ahead interrupted inside a row (a signal, a bad line) may leave half a row in the
+    tallies; the restarted scan counts every row once and names a bad line by its own number."""
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    stamps = [{"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(4)]
+    paths.materialized.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in stamps))
+    paths.out.write_bytes(b"".join(orjson.dumps({"reward": 1.0, **s}) + b"\n" for s in stamps))
+    calls = []
+
+    def interrupted(row: dict[str, Any]) -> dict[str, float]:
+        calls.append(row)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return numeric_fields(row)
+
+    monkeypatch.setattr("pytest_rollouts.aggregate.numeric_fields", interrupted)
+    broken = OutputScan.of_files(paths)
+    with pytest.raises(KeyboardInterrupt):
+        broken.advance()
+    monkeypatch.undo()
+    restarted = broken.restarted()
+    restarted.advance()
+    whole = OutputScan.of_files(paths)
+    whole.advance()
+    assert _scan_state(restarted) == _scan_state(whole)
+    assert len(whole.groups["a"].rows) == 4
+
+    with open(paths.out, "ab") as out:
+        out.write(b"[1]\n")
+    with pytest.raises(JsonlError, match=r"r\.jsonl:5: expected a JSON object"):
+        whole.advance(8)
+    with pytest.raises(JsonlError, match=r"r\.jsonl:5: expected a JSON object"):
+        whole.restarted().advance()
