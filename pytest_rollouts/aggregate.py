@@ -163,28 +163,21 @@ class OutputScan:
     is waited for. Reading is in file order either way, so the tallies are the same.
     """
 
-    def __init__(self, path: Path, groups: Mapping[str, _Group]) -> None:
+    def __init__(self, path: Path, expected: Mapping[str, dict[Key, int]]) -> None:
+        """``expected``: each group's keys and where their rows sit in the materialized file
+        (a dispatching session's dicts are taken over, not copied)."""
         self.path = path
-        self.groups = groups
-        self._by_key = {key: name for name, group in groups.items() for key in group.expected}
+        self.groups = {name: _Group(expected=keys) for name, keys in expected.items()}
+        self._by_key = {key: name for name, keys in expected.items() for key in keys}
         self._offset = 0
         self._line_no = 0
 
     @classmethod
     def of_files(cls, paths: ArtifactPaths) -> OutputScan:
-        groups: dict[str, _Group] = defaultdict(_Group)
+        expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
         for _, offset, _, row in artifact_rows(paths.materialized):
-            groups[routing_identity(row)].expected[key_of(row)] = offset
-        return cls(paths.out, groups)
-
-    @classmethod
-    def of_expected(cls, paths: ArtifactPaths, expected: Mapping[str, dict[Key, int]]) -> OutputScan:
-        """From a session that has just written or read the materialized file: each group's keys
-        and where their rows sit there (the dicts are taken over, not copied)."""
-        groups: dict[str, _Group] = defaultdict(_Group)
-        for name, keys in expected.items():
-            groups[name].expected = keys
-        return cls(paths.out, groups)
+            expected[routing_identity(row)][key_of(row)] = offset
+        return cls(paths.out, expected)
 
     def advance(self, budget: int | None = None) -> bool:
         """Take in the whole lines written since the last call: about ``budget`` bytes of them,
@@ -207,7 +200,7 @@ class OutputScan:
     def restarted(self) -> OutputScan:
         """The same scan from the first row: after a read broken off part-way (a bad row, a
         signal), whose tallies may hold half a row."""
-        return OutputScan(self.path, {name: _Group(expected=group.expected) for name, group in self.groups.items()})
+        return OutputScan(self.path, {name: group.expected for name, group in self.groups.items()})
 
     def _add(self, row: dict[str, Any], offset: int) -> None:
         key = key_of(row)

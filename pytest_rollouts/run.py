@@ -446,7 +446,7 @@ class RolloutRun:
         if workerinput is None:  # xdist workers never score; their controller does
             from .aggregate import OutputScan
 
-            self._outputs = OutputScan.of_expected(paths, plan.expected)
+            self._outputs = OutputScan(paths.out, plan.expected)
             self._dispatcher.on_idle = self._read_ahead
         try:
             self._dispatcher.start()
