@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,26 +56,25 @@ def write_dataset(path: Path, rows: int) -> None:
             out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
 
 
-def start_agent(latency: float) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the agent and read its ``PORT <n>`` line; the caller must stop it."""
+@contextmanager
+def agent(latency: float) -> Iterator[str]:
+    """The agent in its own process, while the block runs; yields its base URL."""
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "zero_latency_agent.py"), "--latency", str(latency)], stdout=subprocess.PIPE
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode().split()
-    if len(line) != 2 or line[0] != "PORT":
-        stop(proc)
-        raise SystemExit(f"agent did not report its port (got {line!r})")
-    return proc, f"http://{HOST}:{line[1]}"
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode().split()
+        if len(line) != 2 or line[0] != "PORT":
+            raise SystemExit(f"agent did not report its port (got {line!r})")
+        yield f"http://{HOST}:{line[1]}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def timeline(url: str) -> dict[str, float]:
@@ -215,22 +216,16 @@ def plugin_import_ms(work: Path) -> float:
 
 def measure_targets(work: Path) -> list[Target]:
     """Each target as the issue words it, measured here and now against its baseline."""
-    agent, url = start_agent(0.0)
-    try:
+    with agent(0.0) as url:
         single = bench_rows(work, url, 1, 64, 5)
         report(1, single, 64, 0.0)
         ten_k = bench_rows(work, url, 10_000, 64, 5)
         report(10_000, ten_k, 64, 0.0)
         hundred_k = bench_rows(work, url, 100_000, 64, 2)
         report(100_000, hundred_k, 64, 0.0)
-    finally:
-        stop(agent)
-    agent, url = start_agent(0.05)
-    try:
+    with agent(0.05) as url:
         slow = bench_rows(work, url, 2000, 64, 3)
         report(2000, slow, 64, 0.05)
-    finally:
-        stop(agent)
     ideal = 2000 * 0.05 / 64
     fastest = min(slow["plugin"], key=lambda m: m.wall_s)
     overhead = statistics.median(
@@ -259,8 +254,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, help="alternating runs per variant (default 1; with --rows)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (datasets, outputs, logs)")
     args = parser.parse_args()
-    shape = {"parallel": args.parallel, "latency": args.latency, "repeat": args.repeat}
-    if args.rows is None and any(value is not None for value in shape.values()):
+    if args.rows is None and (args.parallel, args.latency, args.repeat) != (None, None, None):
         parser.error("--parallel, --latency and --repeat shape a --rows run; the targets run fixes its own")
 
     work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
@@ -272,13 +266,9 @@ def main() -> None:
                 print("  " + target.line())
         else:
             parallel, latency, repeat = args.parallel or 64, args.latency or 0.0, args.repeat or 1
-            agent, url = start_agent(latency)
-            try:
+            with agent(latency) as url:
                 for rows in (int(n) for n in args.rows.split(",")):
-                    runs = bench_rows(work, url, rows, parallel, repeat)
-                    report(rows, runs, parallel, latency)
-            finally:
-                stop(agent)
+                    report(rows, bench_rows(work, url, rows, parallel, repeat), parallel, latency)
     finally:
         if args.keep:
             print(f"kept {work}")

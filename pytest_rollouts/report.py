@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .stash import RUN_KEY
+
 if TYPE_CHECKING:
     from .aggregate import RunScore
     from .gate import GateFailure
@@ -302,8 +304,6 @@ class RolloutReporter:
             self.quiet = False  # summaries after the loop (-rA) ask again, and show the words
 
     def _watch(self) -> None:
-        from .stash import RUN_KEY
-
         self.tally.started_at = time.perf_counter()
         run = self.config.stash.get(RUN_KEY, None)
         if run is None:
@@ -344,8 +344,6 @@ class RolloutReporter:
             self._show_progress()
 
     def _show_progress(self, *, final: bool = False) -> None:
-        from .stash import RUN_KEY
-
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is None:
             return
@@ -369,8 +367,6 @@ class RolloutReporter:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Failure classes alone leave the exit status 0; then score the run and apply the gate."""
-        from .stash import RUN_KEY
-
         if (
             self.tally.failed_items
             and session.exitstatus == pytest.ExitCode.TESTS_FAILED

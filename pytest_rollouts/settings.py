@@ -81,9 +81,10 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def parse_agent_headers(specs: Iterable[str]) -> tuple[AgentHeader, ...]:
-    """Header specs, one per item or line (the option, its env variable, the aggregate CLI); blank ones skipped."""
-    return tuple(AgentHeader.parse(spec) for spec in specs if spec.strip())
+def parse_agent_headers(specs: Iterable[str | AgentHeader]) -> tuple[AgentHeader, ...]:
+    """Header specs, one per item or line (the option, its env variable, the aggregate CLI); blank
+    ones skipped, parsed ones kept."""
+    return tuple(_each([s for s in specs if not isinstance(s, str) or s.strip()], AgentHeader.parse))
 
 
 def _each(value: Any, parse: Callable[[str], Any]) -> Any:
@@ -213,9 +214,7 @@ class Settings(BaseModel):
     def _parse_headers(cls, value: Any) -> Any:
         if isinstance(value, str):  # from the environment: one header per line
             value = value.splitlines()
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return parse_agent_headers(value)
-        return value
+        return parse_agent_headers(value) if isinstance(value, (list, tuple)) else value
 
     @field_validator("head_server", mode="before")
     @classmethod

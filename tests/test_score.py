@@ -328,6 +328,10 @@ def test_output_scan_read_as_the_file_grows_equals_one_read(tmp_path: Path) -> N
     assert _scan_state(growing) == _scan_state(whole)
     assert sum(len(g.completed) for g in whole.groups.values()) == 40
     assert whole.groups["a"].masked == {(5, 0)}
+    # Worked out from the rows themselves: each agent's unmasked tasks in file order, with rewards.
+    for name in ("a", "b"):
+        wanted = [(t, t % 3 / 2) for t in range(40) if (t % 2 == 1) == (name == "a") and t != 5]
+        assert [(r.task, r.values["reward"]) for r in whole.groups[name].rows] == wanted
 
 
 def test_output_scan_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
