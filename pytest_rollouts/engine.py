@@ -230,11 +230,9 @@ class Engine:
         first = col["first_attempt"][position]
         # In-run retries and earlier runs' attempts share one cap per rollout.
         last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
+        # The last attempt's outcome while a retry may follow: kept if the budget refuses the retry.
+        failed: list[Any] | None = None
         for attempt_index in range(first, last + 1):
-            if attempt_index == first and self._deadline is not None:
-                drained = self._deadline.refuse()
-                if drained:
-                    return [rollout_index, None, CANCELLED, drained, 0.0, 0]
             if attempt_index:
                 stamps[ATTEMPT_INDEX] = attempt_index
             if episode is not None:
@@ -242,11 +240,21 @@ class Engine:
             elif attempt_index:
                 body = _with_attempt_index(body, attempt_index)
             async with self._in_flight:
-                self._in_flight_since[position] = time.monotonic()
-                try:
-                    attempt = await post_run(self._session, url, body, self._timeout, headers)
-                finally:
-                    del self._in_flight_since[position]
+                # Asked once a request may go out, not at admission: an admitted rollout can wait
+                # behind ``parallel`` others for longer than the whole budget.
+                drained = self._deadline.refuse() if self._deadline is not None else ""
+                if not drained:
+                    self._in_flight_since[position] = time.monotonic()
+                    try:
+                        attempt = await post_run(self._session, url, body, self._timeout, headers)
+                    finally:
+                        del self._in_flight_since[position]
+            if drained:
+                if failed is None:
+                    return [rollout_index, None, CANCELLED, drained, 0.0, 0]
+                # Its failure row is in the sidecar, so resume retries it.
+                failed[3] += f"; not retried, {drained}"
+                return failed
             if episode is not None and attempt.reply is not None:
                 attempt.reply = episode_reply(attempt.reply, episode["task_id"])
             try:
@@ -261,15 +269,9 @@ class Engine:
                 return outcome
             failure = attempt.failure
             assert failure is not None
+            failed = [rollout_index, None, failure.failure_class, _detail(attempt), attempt.elapsed, attempt_index + 1]
             if not failure.retryable or attempt_index == last:
-                return [
-                    rollout_index,
-                    None,
-                    failure.failure_class,
-                    _detail(attempt),
-                    attempt.elapsed,
-                    attempt_index + 1,
-                ]
+                return failed
             await asyncio.sleep(self._backoff(attempt_index, failure.retry_after))
         raise AssertionError("unreachable: the last attempt always returns")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ class ScriptedAgent:
         self.headers: list[dict[str, str]] = []
         self.aggregate_bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
+        # When each /run arrived (time.monotonic), in arrival order.
+        self.arrivals: list[float] = []
         self.in_flight = 0
         self.peak_in_flight = 0
         self.completed = 0
@@ -120,6 +123,7 @@ class ScriptedAgent:
         seen = self._seen[key]
         self._seen[key] += 1
         self.requests.append(row)
+        self.arrivals.append(time.monotonic())
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:

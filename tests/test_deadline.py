@@ -13,26 +13,59 @@ import pytest
 from pytest_rollouts.metrics import latency_summary
 from pytest_rollouts.report import CLEAR_TO_END
 
-from .agents import ScriptedAgent
+from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
 from .helpers import Artifacts, keys, pytest_command, run_rollouts
 
 
-def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester) -> None:
-    write_rows(pytester.path / "data.jsonl", tasks(40))
+@pytest.mark.parametrize(
+    "shape",
+    [("--rollouts-parallel=2",), ("--rollouts-parallel=1", "--rollouts-repeats=3", "--rollouts-max-resident=1")],
+    ids=["queued-behind-parallel", "repeats-admitted-together"],
+)
+def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester, shape: tuple[str, ...]) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(20))
+    budget, margin = 1.2, 0.3
     with ScriptedAgent(latency=0.2) as agent:
-        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
-        first = run_rollouts(pytester, *common, "--rollouts-dispatch-budget=1.0", "--rollouts-drain-margin=0.1", "-rs")
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", *shape)
+        first = run_rollouts(
+            pytester, *common, f"--rollouts-dispatch-budget={budget}", f"--rollouts-drain-margin={margin}", "-rs"
+        )
         outcomes = first.parseoutcomes()
-        assert 0 < outcomes["passed"] < 40 and outcomes["passed"] + outcomes["skipped"] == 40
+        assert 0 < outcomes["passed"] < 20 and outcomes["passed"] + outcomes["skipped"] == 20
         first.stdout.fnmatch_lines(["*rollouts not started, dispatch budget: *--rollouts-resume runs them*"])
+        # Admitted rollouts queue behind --rollouts-parallel (and an item's repeats are admitted
+        # together): the budget must stop them when their request would go out. The clock starts
+        # before the first request, so every request starts within budget - margin of the first.
+        started = agent.arrivals[-1] - agent.arrivals[0]
+        assert started <= budget, f"a request started {started:.2f}s after the first, past the {budget}s budget"
         artifacts = Artifacts(pytester.path)
         done = keys(artifacts.rows)
-        assert len(done) == outcomes["passed"] and artifacts.failures == [], "drained rollouts are written nowhere"
+        assert artifacts.failures == [], "drained rollouts are written nowhere"
         assert len(agent.requests) == len(done), "drained rollouts were never sent"
         second = run_rollouts(pytester, *common, "--rollouts-resume")
-        second.assert_outcomes(passed=40)
-        assert sorted(keys(Artifacts(pytester.path).rows)) == [(t, 0) for t in range(40)]
+        second.assert_outcomes(passed=20)
+        repeats = 3 if "--rollouts-repeats=3" in shape else 1
+        final = keys(Artifacts(pytester.path).rows)
+        assert sorted(final) == [(t, r) for t in range(20) for r in range(repeats)], "each rollout once"
+
+
+def test_budget_refuses_a_retry_that_would_start_too_late(pytester: pytest.Pytester) -> None:
+    """A retry is a new request: after the budget it is not sent, and the failure it would
+    have retried stands (its sidecar row makes the next resume retry it)."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    with ScriptedAgent(lambda row, seen: Reply(status=502) if seen == 0 else verifier(row, seen)) as agent:
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}")
+        first = run_rollouts(
+            pytester, *common, "--rollouts-dispatch-budget=0.5", "--rollouts-retry-backoff=1.5", "--rollouts-retries=2"
+        )
+        assert first.parseoutcomes() == {"agent_request_failed": 1}
+        first.stdout.fnmatch_lines(["*agent_request_failed*; not retried, dispatch budget: *"])
+        assert len(agent.requests) == 1
+        assert [f["_ng_failure_class"] for f in Artifacts(pytester.path).failures] == ["agent_request_failed"]
+        second = run_rollouts(pytester, *common, "--rollouts-resume")
+        second.assert_outcomes(passed=1)
+        assert [r.get("_ng_attempt_index") for r in agent.requests] == [None, 1]
 
 
 def test_latency_and_throughput_are_reported(pytester: pytest.Pytester) -> None:
