@@ -12,6 +12,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -103,9 +104,10 @@ class Dispatcher:
         self._freed_sent = 0
         self._claimed_rollouts = 0
         self._proc = process
-        # Requests in flight and the oldest one, as the engine last reported (every 2 s).
-        self.in_flight: tuple[int, float | None, list[int] | None] | None = None
-        # Called on each of the engine's progress reports (every 2 s), while pytest waits.
+        # Requests in flight, the oldest one's age and key, and when pytest read that: the engine
+        # reports it ahead of each batch of results, and every 2 s while none comes.
+        self._in_flight: tuple[int, float | None, list[int] | None, float] | None = None
+        # Called on each of the engine's progress reports, while pytest waits or reads results.
         self.on_progress: Callable[[], None] | None = None
         # Work for the moments pytest would otherwise block on the engine, called only while
         # no message is there to read, and again while it returns True (more work waiting).
@@ -191,6 +193,14 @@ class Dispatcher:
             self._claimed_rollouts += sum(self._planned[slot] for slot in fresh)
             self._write(b"".join(message(["claim", slot]) for slot in fresh))
 
+    @property
+    def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
+        """As the engine last reported, the oldest request's age brought up to now."""
+        if self._in_flight is None:
+            return None
+        count, age, where, read_at = self._in_flight
+        return count, None if age is None else age + time.monotonic() - read_at, where
+
     def _surely_admitted(self, slot: int) -> bool:
         """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.
 
@@ -223,7 +233,7 @@ class Dispatcher:
     def _store(self, msg: list[Any]) -> None:
         kind, *rest = msg
         if kind == "progress":
-            self.in_flight = (rest[0], rest[1], rest[2])
+            self._in_flight = (rest[0], rest[1], rest[2], time.monotonic())
             if self.on_progress is not None:
                 self.on_progress()
             return

@@ -146,8 +146,18 @@ class Engine:
 
     def _post(self, data: bytes) -> None:
         if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush_reports)
         self._outbox.append(data)
+
+    def _flush_reports(self) -> None:
+        if self._outbox:
+            self._flush_with_progress()
+
+    def _flush_with_progress(self) -> None:
+        """What is in flight now goes ahead of the reports: pytest reads it first, so the
+        progress it shows next to a finished task never names that task's rollouts."""
+        self._outbox.insert(0, self._progress())
+        self._flush()
 
     def _flush(self) -> None:
         data, self._outbox = b"".join(self._outbox), []
@@ -311,14 +321,23 @@ class Engine:
         return min(delay, MAX_BACKOFF_S)
 
     async def _report_progress(self) -> None:
-        """What only this process knows, for pytest's progress line: requests in flight, the oldest."""
+        """A heartbeat for pytest's progress line while no report comes (a slow rollout)."""
         while True:
             await asyncio.sleep(PROGRESS_INTERVAL_S)
-            since = self._in_flight_since
-            oldest = min(since, key=since.__getitem__) if since else None
-            age = time.monotonic() - since[oldest] if oldest is not None else None
-            where = None if oldest is None else [self._col["task"][oldest], self._col["rollout"][oldest]]
-            self._post(message(["progress", len(since), age, where]))
+            self._flush_with_progress()
+
+    def _progress(self) -> bytes:
+        """What only this process knows: requests in flight, and the oldest one's age and key.
+
+        Requests enter ``_in_flight_since`` as they start and leave as they end, so the first
+        entry is the oldest.
+        """
+        since = self._in_flight_since
+        oldest = next(iter(since), None)
+        if oldest is None:
+            return message(["progress", 0, None, None])
+        where = [self._col["task"][oldest], self._col["rollout"][oldest]]
+        return message(["progress", len(since), time.monotonic() - since[oldest], where])
 
     async def _sync_periodically(self) -> None:
         """fsync at least once a second: a crash loses at most the last second's rows."""

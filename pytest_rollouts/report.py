@@ -135,7 +135,8 @@ class Tally:
         by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
         lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
         elapsed = max(self.last_at - self.started_at, 1e-9)
-        lines.append(f"{total / elapsed:.1f} rollouts/s, {self.per_hour:.0f} rollouts/hour ({total} in {elapsed:.2f}s)")
+        ran = len(self.durations)
+        lines.append(f"{ran / elapsed:.1f} rollouts/s, {self.per_hour():.0f} rollouts/hour ({ran} ran in {elapsed:.2f}s)")
         from .metrics import latency_summary
 
         latency = latency_summary(self.durations)
@@ -152,15 +153,16 @@ class Tally:
                 lines.append(f"  ... and {self.failed_items - len(self.examples)} more (see the failures sidecar)")
         return lines
 
-    @property
-    def per_hour(self) -> float:
-        """Rollouts sent this session per hour of dispatch (cached ones cost nothing, so they do not count)."""
-        return 3600 * len(self.durations) / max(self.last_at - self.started_at, 1e-9)
+    def per_hour(self, now: float | None = None) -> float:
+        """Rollouts sent this session per hour of dispatch, up to the last report or ``now``
+        (``time.perf_counter``). Cached and drained ones were not sent, so they do not count."""
+        end = self.last_at if now is None else now
+        return 3600 * len(self.durations) / max(end - self.started_at, 1e-9)
 
     def perf_summary(self) -> dict[str, float | int | None]:
         from .metrics import latency_summary
 
-        return {**latency_summary(self.durations), "rollouts_per_hour": self.per_hour}
+        return {**latency_summary(self.durations), "rollouts_per_hour": self.per_hour()}
 
     def mean_line(self) -> list[str]:
         """Used only when no metrics were computed (``--rollouts-no-aggregate``)."""
@@ -253,7 +255,8 @@ def progress_line(tally: Tally, total: int, in_flight: tuple[int, float | None, 
     parts = [f"rollouts: {tally.items}/{total} tasks done"]
     if in_flight is not None:
         parts.append(f"{in_flight[0]} in flight")
-    parts.append(f"{tally.per_hour:.0f}/h")
+    # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
+    parts.append(f"{tally.per_hour(time.perf_counter()):.0f}/h")
     if latency["count"]:
         parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
     if tally.failures:

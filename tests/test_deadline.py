@@ -6,12 +6,13 @@ import json
 import os
 import pty
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from pytest_rollouts.metrics import latency_summary
-from pytest_rollouts.report import CLEAR_TO_END
+from pytest_rollouts.report import CLEAR_TO_END, Tally, progress_line
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -41,6 +42,10 @@ def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester, sh
         assert started <= budget, f"a request started {started:.2f}s after the first, past the {budget}s budget"
         artifacts = Artifacts(pytester.path)
         done = keys(artifacts.rows)
+        [rate] = [line for line in first.stdout.lines if " rollouts/hour (" in line]
+        per_s, per_hour, ran = float(rate.split()[0]), float(rate.split()[2]), int(rate.split("(")[1].split()[0])
+        assert ran == len(done), f"the rate counts rollouts that ran, not drained ones: {rate}"
+        assert per_s * 3600 == pytest.approx(per_hour, rel=0.05, abs=360), rate
         assert artifacts.failures == [], "drained rollouts are written nowhere"
         assert len(agent.requests) == len(done), "drained rollouts were never sent"
         second = run_rollouts(pytester, *common, "--rollouts-resume")
@@ -81,6 +86,14 @@ def test_latency_and_throughput_are_reported(pytester: pytest.Pytester) -> None:
     assert perf["rollouts_per_hour"] > 0
 
 
+def test_progress_rate_counts_up_to_now() -> None:
+    """A line written while one slow rollout holds the run up shows the rate falling."""
+    now = time.perf_counter()
+    tally = Tally(started_at=now - 100, last_at=now - 90, durations=[1.0] * 10)
+    assert tally.per_hour() == pytest.approx(3600.0)
+    assert ", 360/h" in progress_line(tally, 20, None)
+
+
 def test_latency_summary() -> None:
     assert latency_summary([]) == {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
     summary = latency_summary([float(x) for x in range(1, 102)])
@@ -107,9 +120,12 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
     lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
     assert 5 <= len(lines) <= 10, lines
     assert lines[0].startswith("rollouts: 3/30 tasks done, ")
-    assert any(" in flight, " in line and "oldest in flight: task " in line for line in lines), (
-        "once the dispatcher has reported (every 2 s), lines say what is in flight"
-    )
+    assert all(" in flight, " in line for line in lines), "the dispatcher reports what is in flight with its results"
+    for line in lines:
+        done = int(line.split("/")[0].removeprefix("rollouts: "))
+        if "oldest in flight: task " in line:
+            oldest = int(line.split("oldest in flight: task ")[1].split()[0])
+            assert oldest >= done, f"tasks 0-{done - 1} are done, yet the line names task {oldest}: {line}"
     assert not any(line.startswith("data.jsonl .") for line in result.stdout.lines), "no dots: the lines replace them"
     assert sum(line.startswith("data.jsonl") for line in result.stdout.lines) == 1, "the name is written once"
     start = result.stdout.lines.index(lines[0])
