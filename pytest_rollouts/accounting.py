@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .records import CANCELLED
+
 Key = tuple[int, int]
 NO_ROW = "no row"
 MASKED = "mask_sample"
@@ -97,8 +99,13 @@ def account(
     masked: set[Key],
     latest_failure_class: Mapping[Key, str],
     policy: ScoringPolicy,
+    drained: frozenset[Key] = frozenset(),
 ) -> Accounting:
-    """Sort every expected key into scored, counted as zero, imputed as zero, or missing (by class)."""
+    """Sort every expected key into scored, counted as zero, imputed as zero, or missing (by class).
+
+    ``drained``: keys this session's dispatch budget did not start. They leave no row, so
+    only the session can tell them (class ``cancelled``) from rows that went missing.
+    """
     coverage = Coverage()
     counted: list[Key] = []
     imputed: list[Key] = []
@@ -119,7 +126,7 @@ def account(
         elif policy.count_missing_as_zero:
             imputed.append(key)
         else:
-            coverage.missing_by_class[NO_ROW] += 1
+            coverage.missing_by_class[CANCELLED if key in drained else NO_ROW] += 1
     coverage.counted_as_zero = len(counted)
     coverage.imputed_zero = len(imputed)
     return Accounting(coverage, counted, imputed)

@@ -94,11 +94,13 @@ def score_run(
     timeout: float,
     perf_summary: dict[str, Any] | None = None,
     outputs: OutputScan | None = None,
+    drained: frozenset[Key] = frozenset(),
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
     ``outputs``: the dispatching session's scan of the output file, already part-read
     while it waited on the dispatcher; otherwise both files are read from the start.
+    ``drained``: the keys this session's dispatch budget did not start (see ``account``).
     """
     scan = outputs if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
@@ -108,7 +110,7 @@ def score_run(
     total = Coverage()
     for name, group in sorted(groups.items()):
         accounting = account(
-            group.expected, group.completed, group.masked, {k: c for k, (c, _) in latest.items()}, policy
+            group.expected, group.completed, group.masked, {k: c for k, (c, _) in latest.items()}, policy, drained
         )
         total += accounting.coverage
         score = GroupScore(name, accounting.coverage)

@@ -183,7 +183,7 @@ class RolloutItem(pytest.Item):
         outcomes = self.config.stash[RUN_KEY].wait(self)
         if not outcomes:
             pytest.skip("not part of the recorded materialized set this run resumes")
-        record_outcomes(self.user_properties, outcomes)
+        record_outcomes(self.user_properties, outcomes, self.task_index)
         failed = [o for o in outcomes if not o.scored]
         drained = [o for o in failed if o.failure_class == CANCELLED]
         if drained and len(drained) == len(failed):

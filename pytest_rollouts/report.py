@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .records import CANCELLED, RolloutOutcome, dominant_class
 from .stash import RUN_KEY
 
 if TYPE_CHECKING:
     from .aggregate import RunScore
     from .gate import GateFailure
-    from .records import RolloutOutcome
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
@@ -33,13 +33,18 @@ REWARDS = "rollouts_rewards"
 ELAPSED = "rollouts_elapsed"
 CACHED = "rollouts_cached"
 FAILURES = "rollouts_failures"
+# [task, rollout] of each rollout the dispatch budget did not start: written nowhere, so the
+# score learns them from the reports alone.
+DRAINED = "rollouts_drained"
 SHOWN_FAILURES = 10
 # A passed rollout item while the loop runs: no letter, and no reward list formatted for a
 # word only -v shows (one is needed all the same: pytest counts progress by items with one).
 QUIET_PASSED = ("passed", "", "PASSED")
 
 
-def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome]) -> None:
+def record_outcomes(
+    user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome], task_index: int
+) -> None:
     """Put an item's rollout results where reports (and junitxml) carry them."""
     user_properties.append((REWARDS, [o.reward for o in outcomes]))
     user_properties.append((ELAPSED, [round(o.elapsed, 6) for o in outcomes if o.attempts and not o.cached]))
@@ -49,12 +54,15 @@ def record_outcomes(user_properties: list[tuple[str, object]], outcomes: Sequenc
     failed = [o.failure_class for o in outcomes if o.failure_class is not None]
     if failed:
         user_properties.append((FAILURES, dict(Counter(failed))))
+    drained = [[task_index, o.rollout_index] for o in outcomes if o.failure_class == CANCELLED]
+    if drained:
+        user_properties.append((DRAINED, drained))
 
 
 def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
     if report.when != "call" or not report.user_properties:
         return None
-    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED, ELAPSED)}
+    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED, ELAPSED, DRAINED)}
     return props or None
 
 
@@ -64,8 +72,6 @@ def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
     if props is None:
         return None
     if report.failed and FAILURES in props:
-        from .records import dominant_class
-
         category = dominant_class(props[FAILURES])
         if category in PYTEST_CATEGORIES:
             category = "rollout_" + category
@@ -109,6 +115,7 @@ class Tally:
     failed_items: int = 0
     examples: list[str] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
+    drained: set[tuple[int, int]] = field(default_factory=set)
 
     def add(self, report: pytest.TestReport) -> None:
         props = rollout_properties(report)
@@ -121,6 +128,7 @@ class Tally:
                 self.reward_sum += reward
                 self.rewarded += 1
         self.durations.extend(props.get(ELAPSED, ()))
+        self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)
         self.scored += len(props.get(REWARDS, ())) - sum(failures.values())
@@ -136,7 +144,9 @@ class Tally:
         lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
         elapsed = max(self.last_at - self.started_at, 1e-9)
         ran = len(self.durations)
-        lines.append(f"{ran / elapsed:.1f} rollouts/s, {self.per_hour():.0f} rollouts/hour ({ran} ran in {elapsed:.2f}s)")
+        lines.append(
+            f"{ran / elapsed:.1f} rollouts/s, {self.per_hour():.0f} rollouts/hour ({ran} ran in {elapsed:.2f}s)"
+        )
         from .metrics import latency_summary
 
         latency = latency_summary(self.durations)
@@ -339,7 +349,8 @@ class RolloutReporter:
                 _slim(report)
 
     def _heartbeat(self) -> None:
-        """The engine reports every 2 s while pytest waits: progress stays live when no item finishes.
+        """The engine reports what is in flight with its results and every 2 s while pytest waits:
+        progress stays live when no item finishes.
 
         Not with -v: pytest has half-written the item's line, which a progress line would split.
         """
@@ -366,6 +377,10 @@ class RolloutReporter:
             terminal.write(("\n" if named else "") + line + "\n", flush=True)
             self.progress_after = terminal.currentfspath
             return
+        terminal.ensure_newline()
+        if self.config.get_terminal_writer().width_of_current_line:
+            # Letters with no file name before them (xdist's), which write_line would not end.
+            terminal.write("\n")
         terminal.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -390,7 +405,9 @@ class RolloutReporter:
 
         run = RolloutRun.get(self.config)
         try:
-            self.score = run.score(self.tally.perf_summary() if self.tally.items else None)
+            self.score = run.score(
+                self.tally.perf_summary() if self.tally.items else None, frozenset(self.tally.drained)
+            )
         finally:
             run.close()
         if self.score is None:

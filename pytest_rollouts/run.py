@@ -550,7 +550,9 @@ class RolloutRun:
         if dispatcher is not None:
             dispatcher.close()
 
-    def score(self, perf_summary: dict[str, Any] | None = None) -> RunScore | None:
+    def score(
+        self, perf_summary: dict[str, Any] | None = None, drained: frozenset[tuple[int, int]] = frozenset()
+    ) -> RunScore | None:
         """Coverage and metrics from the files on disk, once per run (never on an xdist worker)."""
         from .accounting import ScoringPolicy
         from .aggregate import score_run
@@ -572,6 +574,7 @@ class RolloutRun:
                     timeout=settings.timeout,
                     perf_summary=perf_summary,
                     outputs=self._outputs,
+                    drained=drained,
                 )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None

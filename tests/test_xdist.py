@@ -53,6 +53,10 @@ def test_parallel_is_the_total_and_windows_stay_full(pytester: pytest.Pytester) 
         result = run_n(pytester, agent, 2, "--rollouts-parallel=8")
         result.assert_outcomes(passed=60)
         assert agent.peak_in_flight == 8
+    progress = [line for line in result.stdout.lines if "rollouts: " in line and " tasks done" in line]
+    assert progress and all(line.startswith("rollouts: ") for line in progress), (
+        "progress lines start a line of their own, not after the letters xdist writes"
+    )
 
 
 @pytest.mark.parametrize("dist", ["worksteal", "each", "loadfile"])
