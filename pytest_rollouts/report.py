@@ -347,6 +347,10 @@ class RolloutReporter:
                 self._show_progress()
             if report.passed and not self.config.option.xmlpath:
                 _slim(report)
+            elif report.skipped and isinstance(report.longrepr, tuple) and rollout_properties(report):
+                # pytest names where the skip was raised (in this plugin); the place to look is the dataset.
+                where = str(self.config.rootpath / report.location[0])
+                report.longrepr = (where, None, report.longrepr[2])
 
     def _heartbeat(self) -> None:
         """The engine reports what is in flight with its results and every 2 s while pytest waits:

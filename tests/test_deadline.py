@@ -34,7 +34,9 @@ def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester, sh
         )
         outcomes = first.parseoutcomes()
         assert 0 < outcomes["passed"] < 20 and outcomes["passed"] + outcomes["skipped"] == 20
-        first.stdout.fnmatch_lines(["*rollouts not started, dispatch budget: *--rollouts-resume runs them*"])
+        first.stdout.fnmatch_lines(
+            ["SKIPPED * data.jsonl: * rollouts not started, dispatch budget: *--rollouts-resume runs them"]
+        )
         # Admitted rollouts queue behind --rollouts-parallel (and an item's repeats are admitted
         # together): the budget must stop them when their request would go out. The clock starts
         # before the first request, so every request starts within budget - margin of the first.
