@@ -98,7 +98,36 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
         problems.append(f"{len(doubled)} rollout keys are in more than one shard: {shown}" + _more(doubled))
     if merged is not None:
         problems += _missing(merged, owners.keys())
+    problems += _stray_rows(shards, keys_by_shard)
     return merged, problems
+
+
+def _stray_rows(shards: list[Shard], keys_by_shard: dict[str, list[Key]]) -> list[str]:
+    """Result rows twice, or of keys their shard never materialized (a file edited or appended to
+    by hand): the merged file is what is kept and scored, so it must hold each key once."""
+    seen: dict[Key, str] = {}
+    doubled: list[str] = []
+    foreign: list[str] = []
+    for shard in shards:
+        own = set(keys_by_shard[shard.name])
+        _refuse_torn(shard.paths.out)
+        for row in read_rows(shard.paths.out):
+            key = key_of(row)
+            if key not in own:
+                foreign.append(f"{key} in {shard.name}")
+            elif key in seen:
+                doubled.append(f"{key} in {shard.name}")
+            else:
+                seen[key] = shard.name
+    problems = []
+    if doubled:
+        problems.append(f"{len(doubled)} result rows repeat a key: {'; '.join(doubled[:SHOWN])}" + _more(doubled))
+    if foreign:
+        shown = "; ".join(foreign[:SHOWN])
+        problems.append(
+            f"{len(foreign)} result rows are of keys their shard never materialized: {shown}" + _more(foreign)
+        )
+    return problems
 
 
 def _unsharded(manifest: RunManifest) -> RunManifest:
@@ -159,7 +188,7 @@ def _missing(manifest: RunManifest, found: Collection[Key]) -> list[str]:
     return problems
 
 
-def _more(items: list[Key]) -> str:
+def _more(items: list[Key] | list[str]) -> str:
     return f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else ""
 
 
@@ -181,11 +210,16 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
 
 
 def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:
+    _refuse_torn(path)
+    if path.exists():
+        with open(path, "rb") as handle:
+            shutil.copyfileobj(handle, sink)
+
+
+def _refuse_torn(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb") as handle:
         handle.seek(-1, os.SEEK_END)
         if handle.read(1) != b"\n":
             raise MergeError(f"{path}: the last line is cut short; resume that shard first (it repairs it)")
-        handle.seek(0)
-        shutil.copyfileobj(handle, sink)

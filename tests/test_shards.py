@@ -77,6 +77,27 @@ def test_a_doubled_shard_is_named(sharded: Path) -> None:
     assert "rollout keys are in more than one shard" in result.stderr
 
 
+@pytest.mark.parametrize("stray", ["repeated", "never-materialized"])
+def test_a_result_row_twice_or_of_no_materialized_key_is_refused(sharded: Path, stray: str) -> None:
+    """The merged file is what is kept and scored: a row repeated (in one shard or another) or of
+    a key its shard never materialized would make it disagree with the score."""
+    shard = sharded / "shards" / "shard-2.jsonl"
+    # Its own row again, or another shard's row (a key shard 2 never materialized).
+    source = shard if stray == "repeated" else sharded / "shards" / "shard-0.jsonl"
+    row = json.loads(source.read_text().splitlines()[0])
+    row["reward"] = 1.0 - row["reward"]
+    with open(shard, "a") as out:
+        out.write(json.dumps(row) + "\n")
+    result = aggregate(sharded, "--input", "shards/shard-*.jsonl", "--out", "m/r.jsonl")
+    assert result.returncode == 8, result.stdout
+    key = f"({row['_ng_task_index']}, {row['_ng_rollout_index']}) in {shard}"
+    if stray == "repeated":
+        assert f"1 result rows repeat a key: {key}" in result.stderr
+    else:
+        assert f"1 result rows are of keys their shard never materialized: {key}" in result.stderr
+    assert not (sharded / "m" / "r.jsonl").exists(), "nothing is written"
+
+
 def test_a_shard_of_another_run_is_refused(sharded: Path, pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     run_rollouts(
         pytester,
