@@ -45,9 +45,9 @@ from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import (
     CANCELLED,
     ENVIRONMENT_SERVER,
-    FAILURE_CLASS,
     NO_PERSIST,
     agent_failure_row,
+    failure_class_of,
     failure_row,
     reward_of,
     success_row,
@@ -294,7 +294,8 @@ class Engine:
             attempt.failure.body = self._redact(attempt.failure.body)
             self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
             return None
-        if FAILURE_CLASS in reply:
+        failure_class = failure_class_of(reply)
+        if failure_class is not None:
             row = self._redact.row(
                 agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
             )
@@ -303,7 +304,7 @@ class Engine:
             return [
                 rollout_index,
                 None,
-                str(reply[FAILURE_CLASS]),
+                failure_class,
                 row["_ng_failure_message"],
                 attempt.elapsed,
                 attempts,

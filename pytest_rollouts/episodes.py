@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .records import FAILURE_CLASS, TERMINAL
+from .records import FAILURE_CLASS, TERMINAL, failure_class_of
 
 TASK_ID = "_ng_task_id"
 ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
@@ -51,7 +51,7 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
     Anything else (not episode-shaped, or neither a result object nor a failure) is an
     ``environment_server_failed`` that resume retries, never a result without a score.
     """
-    if FAILURE_CLASS in reply:  # a failure the server classified itself, as any agent may
+    if failure_class_of(reply) is not None:  # a failure the server classified itself, as any agent may
         return reply
     shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
     failure = reply.get("failure") if shaped else None

@@ -68,8 +68,25 @@ def agent_failure_row(
     row.setdefault("_ng_failure_message", str(reply.get("failure_reason") or ""))
     row.setdefault("_ng_failure_http_status", http_status)
     row.setdefault("_ng_failure_response_body", None)
-    row[TERMINAL] = bool(reply.get(TERMINAL)) or reply[FAILURE_CLASS] in ALWAYS_TERMINAL
+    if reply[FAILURE_CLASS] in ALWAYS_TERMINAL:
+        row[TERMINAL] = True
+    else:
+        row.setdefault(TERMINAL, False)
     return row
+
+
+def failure_class_of(reply: Mapping[str, Any]) -> str | None:
+    """The failure class an agent put on its reply, if it put one (a non-empty string).
+
+    An agent may send the key on every reply, null on success: that is a result, not a failure.
+    """
+    value = reply.get(FAILURE_CLASS)
+    return value if isinstance(value, str) and value else None
+
+
+def marked_terminal(row: Mapping[str, Any]) -> bool:
+    """Only a real ``true``: the flag is stored as the agent returned it, whatever its type."""
+    return row.get(TERMINAL) is True
 
 
 def dominant_class(counts: Mapping[str, int]) -> str:

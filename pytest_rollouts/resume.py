@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
-from .records import ALWAYS_TERMINAL, ELAPSED, TERMINAL, reward_of
+from .records import ALWAYS_TERMINAL, ELAPSED, marked_terminal, reward_of
 
 Key = tuple[int, int]
 RETRYABLE_WITH_OPT_IN = "timeout_exceeded"
@@ -50,7 +50,7 @@ class Histories:
         history = self._get(row)
         history.failures += 1
         history.latest_class = str(row.get("_ng_failure_class"))
-        history.latest_terminal = bool(row.get(TERMINAL))
+        history.latest_terminal = marked_terminal(row)
         history.latest_message = str(row.get("_ng_failure_message") or "")
 
     def _get(self, row: dict[str, Any]) -> KeyHistory:

@@ -147,6 +147,32 @@ def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytes
     assert len(agent.requests) == 3, "agent-classified failures are not retried in-run"
 
 
+def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pytester: pytest.Pytester) -> None:
+    """Agents that send the class key on every reply (null or "" on success) return results; an
+    agent's terminal flag is stored as returned, and only a real true stops resume retrying."""
+
+    def replies(row: dict[str, Any], seen: int) -> Reply:
+        task = row["_ng_task_index"]
+        if task == 0:
+            return Reply(json={"_ng_failure_class": None, "reward": 1.0})
+        if task == 1:
+            return Reply(json={"_ng_failure_class": "", "reward": 0.0})
+        if seen == 0:
+            return Reply(json={"_ng_failure_class": "judge_invalid", "_ng_failure_terminal": "false"})
+        return Reply(json={"reward": 1.0})
+
+    with ScriptedAgent(replies) as agent:
+        first = run(pytester, agent)
+        assert first.parseoutcomes() == {"passed": 2, "judge_invalid": 1}
+        artifacts = Artifacts(pytester.path)
+        assert sorted(r["_ng_task_index"] for r in artifacts.rows) == [0, 1]
+        [failure] = artifacts.failures
+        assert failure["_ng_failure_terminal"] == "false", "stored as returned"
+        second = run(pytester, agent, "--rollouts-resume")
+        second.assert_outcomes(passed=3)
+        assert [r["_ng_task_index"] for r in agent.requests] == [0, 1, 2, 2], "only task 2 is retried"
+
+
 def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytester) -> None:
     with ScriptedAgent(only_task_1(Reply(status=500, raw=b"kaboom"))) as agent:
         result = run(pytester, agent, "-rA", "--junitxml=junit.xml")
