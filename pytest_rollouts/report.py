@@ -135,7 +135,10 @@ class Tally:
         if report.failed and failures:
             self.failed_items += 1
             if len(self.examples) < SHOWN_FAILURES:
-                self.examples.append(f"{report.nodeid} {report.longreprtext.splitlines()[0]}")
+                # A report from an xdist worker starts with the worker's name and Python.
+                lines = report.longreprtext.splitlines()
+                reason = next((line for line in lines if line.startswith("rollout ")), lines[0] if lines else "")
+                self.examples.append(f"{report.nodeid} {reason}")
 
     def lines(self) -> list[str]:
         failed = sum(self.failures.values())
@@ -389,6 +392,11 @@ class RolloutReporter:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Failure classes alone leave the exit status 0; then score the run and apply the gate."""
+        maxfail = self.config.option.maxfail
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED and maxfail and session.testsfailed >= maxfail:
+            # xdist ends a run that -x or --maxfail stopped as interrupted (2), one process as
+            # failed (1): the same run, so the same status, score and gate.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if (
             self.tally.failed_items
             and session.exitstatus == pytest.ExitCode.TESTS_FAILED

@@ -47,6 +47,25 @@ def test_n2_equals_n0(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     assert list((pytester.path / "n2").glob("r.prev-*")), "the stale output was moved aside, once"
 
 
+def test_x_stops_the_run_and_it_is_scored_and_gated_as_without_n(pytester: pytest.Pytester) -> None:
+    """xdist ends a -x run as interrupted; the run is still scored from disk and gated once."""
+    write_rows(pytester.path / "data.jsonl", tasks(40))
+
+    def fails_task_3(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=500) if row["_ng_task_index"] == 3 else verifier(row, seen)
+
+    with ScriptedAgent(fails_task_3, latency=0.1) as agent:
+        result = run_n(pytester, agent, 2, "-x", "--rollouts-parallel=2", "--rollouts-require-complete")
+    assert result.ret == 6, result.stdout.str()
+    result.stdout.fnmatch_lines(["*EVAL FAILED: */40 samples completed. Partial artifacts retained at *"])
+    result.stdout.fnmatch_lines(["Metrics cover: * of 40 rollouts"])
+    result.stdout.fnmatch_lines(
+        ["failed items:", "  data.jsonl::task?3? rollout 0: agent_run_error: agent answered HTTP 500*"]
+    )
+    [metrics] = json.loads((pytester.path / "n2" / "r_aggregate_metrics.json").read_text())
+    assert metrics["coverage"]["completed"] == len(Artifacts(pytester.path, "n2/r.jsonl").rows) < 40
+
+
 def test_parallel_is_the_total_and_windows_stay_full(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(60))
     with ScriptedAgent(latency=0.1) as agent:
