@@ -301,9 +301,9 @@ class RolloutReporter:
         # The dataset pytest had named when the last progress line was written in a log.
         self.progress_after: object = None
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.progress.total = len(items)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The items that will run: after every deselection, --lf's wrapper included."""
+        self.progress.total = len(session.items)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

@@ -196,6 +196,7 @@ def test_last_failed_reruns_only_failed_items_with_resume_semantics(pytester: py
         agent.requests.clear()
         result = pytester.runpytest(*args, "--lf")
         result.assert_outcomes(passed=1, deselected=3)
+        assert "/4 tasks done" not in result.stdout.str(), "progress counts the items --lf kept"
         assert [(r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests] == [(2, 1)]
     assert sorted(keys(Artifacts(pytester.path).rows)) == [(0, 0), (1, 0), (2, 0), (3, 0)]
 
