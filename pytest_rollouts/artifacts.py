@@ -100,20 +100,27 @@ class ArtifactPaths:
 
 def repair_tail(path: Path) -> int:
     """Drop a last line that a hard kill cut short; return how many bytes were dropped."""
+    cut = torn_tail(path)
+    if cut:
+        with open(path, "r+b") as handle:
+            handle.truncate(handle.seek(0, os.SEEK_END) - cut)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return cut
+
+
+def torn_tail(path: Path) -> int:
+    """How many bytes follow the last newline: a last line cut short (0 when whole, empty or absent)."""
     if not path.exists():
         return 0
-    with open(path, "r+b") as handle:
+    with open(path, "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size == 0:
             return 0
         handle.seek(size - 1)
         if handle.read(1) == b"\n":
             return 0
-        keep = _end_of_last_line(handle, size)
-        handle.truncate(keep)
-        handle.flush()
-        os.fsync(handle.fileno())
-        return size - keep
+        return size - _end_of_last_line(handle, size)
 
 
 def _end_of_last_line(handle: Any, size: int) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .artifacts import ArtifactPaths, read_rows
+from .artifacts import ArtifactPaths, read_rows, torn_tail
 from .manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from .resume import Key, key_of
 
@@ -217,9 +217,5 @@ def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:
 
 
 def _refuse_torn(path: Path) -> None:
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        if handle.read(1) != b"\n":
-            raise MergeError(f"{path}: the last line is cut short; resume that shard first (it repairs it)")
+    if torn_tail(path):
+        raise MergeError(f"{path}: the last line is cut short; resume that shard first (it repairs it)")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
-from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows
+from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows, torn_tail
 from .collect import DatasetFile, RolloutItem, find_declaration
 from .jsonl import JsonlError, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
@@ -370,6 +370,14 @@ class RolloutRun:
             raise pytest.UsageError(f"cannot resume: {exc}") from None
         slots = {(item.task_index, item.agent): item.slot for item in items}
         plan = Plan([], len(items))
+        cut = torn_tail(paths.materialized)
+        if cut:
+            # Written whole and renamed into place, so no crash cuts it: a key lost here would
+            # silently leave the run's denominator.
+            raise pytest.UsageError(
+                f"cannot resume: {self.shown(paths.materialized)} ends in a line cut short ({cut} bytes); "
+                "it is written whole, so the file was damaged: restore it, or start a fresh run"
+            )
         try:
             recorded = [
                 (entry, key_of(entry.row), routing_identity(entry.row)) for entry in artifact_rows(paths.materialized)

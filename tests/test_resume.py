@@ -133,6 +133,20 @@ def test_truncated_tail_is_repaired_and_rerun(pytester: pytest.Pytester, agent: 
     assert sorted(keys(Artifacts(pytester.path).rows)) == [(0, 0), (1, 0), (2, 0), (3, 0)]
 
 
+def test_a_cut_materialized_file_is_refused_not_shrunk(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """The materialized inputs are the run's denominator: a key cut from them would leave the
+    score silently, and no crash can cut them (they are written whole and renamed into place)."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    materialized = Artifacts(pytester.path).materialized_path
+    materialized.write_bytes(materialized.read_bytes()[:-10])
+    agent.requests.clear()
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot resume: *r_materialized_inputs.jsonl ends in a line cut short (*bytes)*"])
+    assert agent.requests == []
+
+
 def test_malformed_artifact_line_is_an_error_naming_it(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
