@@ -101,6 +101,7 @@ def aggregate(args: argparse.Namespace) -> int:
         out=str(out.out),
         require_complete=args.require_complete,
         fail_under=args.fail_under,
+        fail_under_option="--fail-under",
     )
     if gate is not None:
         print(gate.message, file=sys.stderr)

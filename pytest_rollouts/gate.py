@@ -27,8 +27,12 @@ def check_gate(
     out: str,
     require_complete: bool,
     fail_under: float | None,
+    fail_under_option: str = "--rollouts-fail-under",
 ) -> GateFailure | None:
-    """``require_complete`` first: a partial run's score is not worth comparing to a threshold."""
+    """``require_complete`` first: a partial run's score is not worth comparing to a threshold.
+
+    ``fail_under_option``: the threshold's name where it was given (the merge calls it ``--fail-under``).
+    """
     if require_complete and coverage.completed < coverage.expected:
         return GateFailure(
             EXIT_INCOMPLETE,
@@ -43,4 +47,4 @@ def check_gate(
         why = f"mean reward {mean_reward:.4f} is below"
     else:
         return None
-    return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} --rollouts-fail-under {fail_under:g}.")
+    return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} {fail_under_option} {fail_under:g}.")

@@ -117,7 +117,7 @@ def test_a_shard_of_another_run_is_refused(sharded: Path, pytester: pytest.Pytes
 def test_merge_gates_like_a_run(sharded: Path) -> None:
     result = aggregate(sharded, "--input", "shards/*.jsonl", "--out", "m/r.jsonl", "--fail-under=0.9")
     assert result.returncode == 7
-    assert "EVAL FAILED: mean reward 0.6500 is below --rollouts-fail-under 0.9." in result.stderr
+    assert "EVAL FAILED: mean reward 0.6500 is below --fail-under 0.9." in result.stderr
 
 
 def test_nemo_gym_style_shards_without_manifests(tmp_path: Path) -> None:
