@@ -8,6 +8,7 @@ debugging agent that echoes its request, must not leak it into files that get sh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,9 +36,10 @@ class Redactor:
         # A value and, for "Bearer <token>" and the like, its credential alone: a gateway
         # that echoes what it refused usually echoes only the token.
         candidates = {part for h in by_agent.values() for v in h.values() for part in (v, *v.split()[-1:])}
-        values = {v for v in candidates if len(v) >= MIN_SECRET_CHARS}
+        values = {form for v in candidates if len(v) >= MIN_SECRET_CHARS for form in _echoed_forms(v)}
         # Longest first, so a value that contains another is replaced whole.
         self._values = sorted(values, key=len, reverse=True)
+        # How each form reads inside a serialized row.
         self._needles = [orjson.dumps(value)[1:-1] for value in self._values]
 
     def __call__(self, text: str | None) -> str | None:
@@ -72,3 +74,10 @@ class Redactor:
         if isinstance(node, list):
             return [self._scrub(value) for value in node]
         return node
+
+
+def _echoed_forms(value: str) -> set[str]:
+    """``value`` as it can come back in text: raw, and as a JSON string's inside, the way an agent
+    that echoes its request headers with ``json.dumps`` writes it (non-ASCII as ``\\uXXXX`` by
+    default; quotes and backslashes escaped either way)."""
+    return {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}

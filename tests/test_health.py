@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -201,6 +202,16 @@ def test_redaction_touches_strings_only() -> None:
     }
     clean = {"reward": 1.0}
     assert redact.row(clean) is clean
+
+
+def test_redaction_finds_values_an_agent_echoes_json_escaped() -> None:
+    """An agent echoing its request headers with json.dumps escapes non-ASCII, quotes and backslashes."""
+    secrets = {"X-Q": "p\u00e4ssw\u00f6rd42", "X-R": 'q"uo\\te1234'}
+    redact = Redactor({"a": secrets})
+    for echoed in (json.dumps(secrets), json.dumps(secrets, ensure_ascii=False)):
+        assert redact(echoed) == '{"X-Q": "[redacted]", "X-R": "[redacted]"}'
+        assert redact.row({"m": echoed}) == {"m": '{"X-Q": "[redacted]", "X-R": "[redacted]"}'}
+        assert b"[redacted]" in redact.line({"m": echoed})
 
 
 def test_a_long_health_reply_is_read_whole(pytester: pytest.Pytester) -> None:
