@@ -22,14 +22,12 @@ from .collector import lasting
 from .jsonl import JsonlError, parse_object, scan_lines
 from .records import CANCELLED, dominant_class
 from .report import record_outcomes
-from .stash import DIST, RUN_KEY
+from .stash import DECLARATION, DIST, RUN_KEY
 
 if TYPE_CHECKING:
     from .records import RolloutOutcome
     from .routing import Routing
     from .settings import Settings
-
-DECLARATION = "rollouts.toml"
 
 
 @cache
@@ -137,6 +135,23 @@ class DatasetFile(pytest.File):
                 )
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
+
+
+class SuiteDeclarationFile(pytest.File):
+    """A ``rollouts.toml``, collected for its errors only: its datasets are collected as files of
+    their own, but a pattern that matches none of them has no file to be reported on."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from .suite import SuiteError, load_suite
+
+        try:
+            unmatched = load_suite(self.path).unmatched()
+        except SuiteError as exc:
+            raise self.CollectError(str(exc)) from None
+        if unmatched:
+            names = ", ".join(repr(p) for p in unmatched)
+            raise self.CollectError(f"{self.path}: datasets {names} match no file under {self.path.parent}")
+        yield from ()
 
 
 class RolloutFailed(Exception):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .options import OPTIONS
-from .stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY
+from .stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -67,6 +67,10 @@ def _configured(config: pytest.Config) -> bool:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.name == DECLARATION:
+        from .collect import SuiteDeclarationFile
+
+        return SuiteDeclarationFile.from_parent(parent, path=file_path)
     if file_path.suffix != ".jsonl":
         return None
     from .collect import collect_dataset

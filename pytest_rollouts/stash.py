@@ -1,4 +1,4 @@
-"""Stash keys the hooks share; a module of its own so inert sessions can check them for free."""
+"""Stash keys and names the hooks share; a module of its own so inert sessions can check them for free."""
 
 from __future__ import annotations
 
@@ -16,3 +16,5 @@ RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
 RUN_ID = "rollouts_run_id"
 # ... and the ``--dist`` mode, which a worker's own options no longer show.
 DIST = "rollouts_dist"
+# A suite's declaration: which files of its directory are datasets, and who serves them.
+DECLARATION = "rollouts.toml"

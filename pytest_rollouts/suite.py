@@ -66,6 +66,11 @@ class Suite:
         relative = file_path.relative_to(self.root).as_posix()
         return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.config.datasets)
 
+    def unmatched(self) -> list[str]:
+        """Dataset patterns that match no file: a typo in a name would quietly shrink the eval."""
+        files = [p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()]
+        return [p for p in self.config.datasets if not any(fnmatch.fnmatchcase(f, p) for f in files)]
+
 
 @cache
 def load_suite(path: Path) -> Suite:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .agents import ScriptedAgent
@@ -63,6 +65,20 @@ def test_suite_with_conflicting_agent_addresses_is_refused(pytester: pytest.Pyte
     result = run_rollouts(pytester, "a", "b")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*agent 'x' is declared with a different address elsewhere*"])
+
+
+@pytest.mark.parametrize("datasets", [["data.jsonl", "nothere.jsonl"], ["nothere.jsonl"]])
+def test_a_declared_dataset_that_matches_no_file_is_an_error(pytester: pytest.Pytester, datasets: list[str]) -> None:
+    """A typo in a dataset name must not quietly shrink the eval (or leave it empty)."""
+    write_rows(pytester.path / "s" / "data.jsonl", tasks(2))
+    with ScriptedAgent() as agent:
+        (pytester.path / "s" / "rollouts.toml").write_text(
+            f'datasets = {json.dumps(datasets)}\nagent = "x"\n[agents.x]\nurl = "{agent.url}"\n'
+        )
+        result = run_rollouts(pytester, "s")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*rollouts.toml: datasets 'nothere.jsonl' match no file under *s"])
+    assert agent.requests == []
 
 
 def test_broken_declaration_is_reported(pytester: pytest.Pytester) -> None:
