@@ -3,8 +3,8 @@
 Shards come from ``--rollouts-shard K/N`` (each records its shard and the run's
 fingerprint in its manifest) or from NeMo Gym (no manifest: the union of their
 materialized inputs is taken as the run). Any missing or doubled shard, any key in two
-shards, any key of the run in none, or a fingerprint that differs is named, and nothing
-is written.
+shards, any key of the run in none, a result row twice or of a key its shard did not
+materialize, or a fingerprint that differs is named, and nothing is written.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _more(items: list[Key] | list[str]) -> str:
 
 
 def write_merged(shards: list[Shard], manifest: RunManifest | None, out: ArtifactPaths) -> None:
-    """Concatenate each artifact across shards; a torn last line of a shard is left out."""
+    """Concatenate each artifact across shards; a shard whose last line is cut short is refused."""
     out.out.parent.mkdir(parents=True, exist_ok=True)
     for target, source in (
         (out.out, lambda p: p.out),
