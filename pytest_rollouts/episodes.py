@@ -59,7 +59,7 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
         row = {
             TASK_ID: task_id,
             FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
-            TERMINAL: bool(failure.get("terminal")),
+            TERMINAL: failure.get("terminal") is True,
             "_ng_failure_type": "EpisodeFailure",
             "_ng_failure_message": str(failure.get("failure_reason") or ""),
         }

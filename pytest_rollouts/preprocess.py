@@ -30,11 +30,12 @@ def materialize_row(
 ) -> dict[str, Any]:
     """One rollout's request body: the row, run-level overrides, the seed and the stamps.
 
-    An episode row names no agent: it is stamped with the environment server it runs on.
+    An episode row names no agent: it is stamped with the environment server it runs on, and
+    takes no run-level ``responses_create_params`` or seed (its request carries neither).
     """
     out = dict(row)
     params = out.get("responses_create_params")
-    if create_params or add_seed:
+    if (create_params or add_seed) and not episode:
         params = {**(params if isinstance(params, dict) else {}), **create_params}
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)

@@ -116,3 +116,34 @@ def test_episode_rows_keep_their_server_as_identity_on_resume(pytester: pytest.P
         assert sorted(sent[:3]) == ["q0", "q1", "q2"] and sent[3:] == ["q2"], sent
     entries = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     assert [e["agent_ref"]["name"] for e in entries] == ["env"]
+
+
+def test_run_level_params_and_seeds_stay_off_episode_rows_and_only_true_is_terminal(
+    pytester: pytest.Pytester,
+) -> None:
+    """Episode requests carry neither, so their materialized rows (the request bodies) must not;
+    a server's ``terminal`` that is not ``true`` (here the string "false") leaves it retryable."""
+    write_rows(pytester.path / "suite" / "data.jsonl", _episode_rows()[:1] + tasks(1))
+
+    def fails_once(body: dict[str, Any], seen: int) -> Reply:
+        if seen:
+            return environment(body, seen)
+        episode = {"episode_id": body["episode_id"], "task_id": body["task"]["task_id"]}
+        return Reply(json={**episode, "failure": {"failure_reason": "flaky", "terminal": "false"}})
+
+    with ScriptedAgent(behaviour=fails_once) as env, ScriptedAgent() as agent:
+        (pytester.path / "suite" / "rollouts.toml").write_text(
+            'datasets = ["data.jsonl"]\nagent = "policy"\n'
+            f'[agents.policy]\nurl = "{agent.url}"\n[agents.math_env]\nurl = "{env.url}"\n'
+            '[tasksets]\nmath_v1 = "math_env"\n'
+        )
+        common = ("suite", '--rollouts-responses-create-params={"temperature": 0.5}', "--rollouts-repeats-add-seed")
+        run_rollouts(pytester, *common)
+        episode_row, flat_row = Artifacts(pytester.path).materialized
+        assert "responses_create_params" not in episode_row
+        assert flat_row["responses_create_params"]["temperature"] == 0.5
+        [failure] = Artifacts(pytester.path).failures
+        assert failure["_ng_failure_terminal"] is False
+        again = run_rollouts(pytester, *common, "--rollouts-resume")
+        again.assert_outcomes(passed=2)
+        assert [r["episode_id"]["attempt"] for r in env.requests] == [0, 1], "retried on resume"
