@@ -21,7 +21,7 @@ import pytest
 from .collector import lasting
 from .jsonl import JsonlError, parse_object, scan_lines
 from .records import CANCELLED, dominant_class
-from .report import record_outcomes
+from .report import json_property, record_outcomes
 from .stash import DECLARATION, DIST, RUN_KEY
 
 if TYPE_CHECKING:
@@ -206,6 +206,11 @@ class RolloutItem(pytest.Item):
         if failed:
             classes = Counter(str(o.failure_class) for o in failed)
             raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
+
+    def teardown(self) -> None:
+        """junitxml writes the teardown report's properties with ``str()``, a Python repr; as JSON
+        text they can be read back. The call report keeps its own copy of the values."""
+        self.user_properties[:] = [(name, json_property(name, value)) for name, value in self.user_properties]
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, RolloutFailed):

@@ -17,17 +17,13 @@ from pluggy import HookRelay
 from .collector import paced
 
 
-def _nothing() -> None:
-    """Teardown of a rollout item: there are no fixtures to run."""
-
-
 def run_lean(item: pytest.Item, ihook: HookRelay | None = None) -> None:
     """``ihook``: the item's hook relay, when the caller already has its file's."""
     ihook = ihook or item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     phases = [("call", item.runtest)]
     if item.config.option.xmlpath:
-        phases.append(("teardown", _nothing))
+        phases.append(("teardown", item.teardown))
     for when, func in phases:
         call = pytest.CallInfo.from_call(func, when=when, reraise=(pytest.exit.Exception, KeyboardInterrupt))
         report = ihook.pytest_runtest_makereport(item=item, call=call)

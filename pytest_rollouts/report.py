@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 
 from .records import CANCELLED, RolloutOutcome, dominant_class
@@ -36,6 +37,7 @@ FAILURES = "rollouts_failures"
 # [task, rollout] of each rollout the dispatch budget did not start: written nowhere, so the
 # score learns them from the reports alone.
 DRAINED = "rollouts_drained"
+ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, DRAINED})
 SHOWN_FAILURES = 10
 # A passed rollout item while the loop runs: no letter, and no reward list formatted for a
 # word only -v shows (one is needed all the same: pytest counts progress by items with one).
@@ -59,10 +61,15 @@ def record_outcomes(
         user_properties.append((DRAINED, drained))
 
 
+def json_property(name: str, value: object) -> object:
+    """One of this plugin's properties as JSON text; anyone else's as it is."""
+    return orjson.dumps(value).decode() if name in ROLLOUT_PROPERTIES else value
+
+
 def rollout_properties(report: pytest.TestReport) -> dict[str, Any] | None:
     if report.when != "call" or not report.user_properties:
         return None
-    props = {k: v for k, v in report.user_properties if k in (REWARDS, FAILURES, CACHED, ELAPSED, DRAINED)}
+    props = {k: v for k, v in report.user_properties if k in ROLLOUT_PROPERTIES}
     return props or None
 
 

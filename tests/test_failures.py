@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -179,6 +181,12 @@ def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["*rollout 0: agent_run_error: agent answered HTTP 500: kaboom*"])
     junit = (pytester.path / "junit.xml").read_text()
     assert 'failures="1"' in junit and "agent_run_error" in junit
+    cases = ElementTree.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    props = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")} for c in cases}
+    assert json.loads(props["task[1]"]["rollouts_failures"]) == {"agent_run_error": 1}, "JSON, not a Python repr"
+    assert json.loads(props["task[1]"]["rollouts_rewards"]) == [None]
+    [row] = [r for r in Artifacts(pytester.path).rows if r["_ng_task_index"] == 0]
+    assert json.loads(props["task[0]"]["rollouts_rewards"]) == [row["reward"]]
 
 
 def test_ordinary_test_failure_still_fails_the_session(pytester: pytest.Pytester) -> None:
