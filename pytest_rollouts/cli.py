@@ -30,7 +30,7 @@ HEADERS_ENV = next(o.env for o in OPTIONS if o.name == "agent_header")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pytest-rollouts", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
     merge.add_argument("--input", required=True, help="glob(s), comma-separated, of shard <stem>.jsonl files")

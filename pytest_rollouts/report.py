@@ -199,7 +199,7 @@ def score_lines(score: RunScore, sidecar: str) -> list[str]:
     if coverage.completed == 0 and coverage.expected:
         by_class = ", ".join(f"{n} {c}" for n, c in sorted(coverage.missing_by_class.items()))
         lines.append(
-            f"None of the {coverage.expected} dispatched rollouts produced a result ({by_class}; see {sidecar})"
+            f"None of the {coverage.expected} materialized rollouts produced a result ({by_class}; see {sidecar})"
         )
     for group in score.groups:
         if not group.metrics:

@@ -175,7 +175,7 @@ def test_all_failed_run_says_so(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent(lambda row, seen: Reply(status=500)) as agent:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
-    result.stdout.fnmatch_lines(["None of the 3 dispatched rollouts produced a result (agent_run_error 3; see *)"])
+    result.stdout.fnmatch_lines(["None of the 3 materialized rollouts produced a result (agent_run_error 3; see *)"])
     result.stdout.no_fnmatch_line("*mean reward*")
 
 
