@@ -134,7 +134,12 @@ class Tally:
             if reward is not None:
                 self.reward_sum += reward
                 self.rewarded += 1
-        self.durations.extend(props.get(ELAPSED, ()))
+        elapsed = props.get(ELAPSED, ())
+        if elapsed and not self.durations:
+            # Dispatch began no later than the first reported rollout's start: on an xdist
+            # controller the loop starts a worker start-up earlier, which is not dispatch time.
+            self.started_at = max(self.started_at, self.last_at - max(elapsed))
+        self.durations.extend(elapsed)
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)

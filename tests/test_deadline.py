@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rollouts.metrics import latency_summary
-from pytest_rollouts.report import CLEAR_TO_END, Tally, progress_line
+from pytest_rollouts.report import CLEAR_TO_END, ELAPSED, REWARDS, Tally, progress_line
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -98,6 +98,24 @@ def test_progress_rate_counts_up_to_now() -> None:
     tally = Tally(started_at=now - 100, last_at=now - 90, durations=[1.0] * 10)
     assert tally.per_hour() == pytest.approx(3600.0)
     assert ", 360/h" in progress_line(tally, 20, None)
+
+
+def test_rate_counts_from_the_first_rollout_not_from_a_worker_start_up() -> None:
+    """An xdist controller's loop starts before its workers can dispatch anything."""
+    tally = Tally(started_at=time.perf_counter() - 10.0)
+    report = pytest.TestReport(
+        "data.jsonl::task[0]",
+        ("data.jsonl", None, "task[0]"),
+        {},
+        "passed",
+        None,
+        "call",
+        [],
+        user_properties=[(REWARDS, [1.0, 1.0]), (ELAPSED, [0.5, 1.0])],
+    )
+    tally.add(report)
+    assert tally.last_at - tally.started_at == pytest.approx(1.0)
+    assert tally.per_hour() == pytest.approx(7200.0)
 
 
 def test_latency_summary() -> None:
