@@ -94,8 +94,8 @@ def _slim(report: pytest.TestReport) -> None:
     """Drop what nothing reads once a passed rollout report is logged (trylast: everyone has seen it).
 
     The terminal reporter keeps every report to the end; at 100k items their keyword dicts
-    and property lists are ~60 MB. (pytest copies the item's property list into the report,
-    so the item still holds its own.) junitxml reads properties later, so runs with it keep them.
+    and property lists are ~60 MB. (pytest copies the item's property list into the report;
+    the lean loop drops the item's.) junitxml reads properties later, so runs with it keep them.
     """
     report.keywords = _NO_KEYWORDS
     report.user_properties.clear()

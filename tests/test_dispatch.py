@@ -90,6 +90,22 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
     )
 
 
+def test_items_let_go_of_their_properties_once_reported(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """The call report keeps its own copy; at 100k items the items' lists were tens of MB kept to
+    the end. junitxml reads them from the teardown report, so with it they stay."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    pytester.makeconftest(
+        "import json\n"
+        "def pytest_sessionfinish(session):\n"
+        "    with open('props.json', 'w') as out:\n"
+        "        json.dump([len(item.user_properties) for item in session.items], out)\n"
+    )
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").assert_outcomes(passed=3)
+    assert orjson.loads((pytester.path / "props.json").read_bytes()) == [0, 0, 0]
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--junitxml=j.xml")
+    assert orjson.loads((pytester.path / "props.json").read_bytes()) == [2, 2, 2]
+
+
 def test_fresh_run_replaces_artifacts(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
