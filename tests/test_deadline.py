@@ -63,12 +63,13 @@ def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester, sh
 
 def test_budget_refuses_a_retry_that_would_start_too_late(pytester: pytest.Pytester) -> None:
     """A retry is a new request: after the budget it is not sent, and the failure it would
-    have retried stands (its sidecar row makes the next resume retry it)."""
+    have retried stands (its sidecar row makes the next resume retry it). The first attempt
+    goes out within the 1 s budget; the retry's backoff is 1.5-3 s."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
     with ScriptedAgent(lambda row, seen: Reply(status=502) if seen == 0 else verifier(row, seen)) as agent:
         common = ("data.jsonl", f"--rollouts-agent={agent.url}")
         first = run_rollouts(
-            pytester, *common, "--rollouts-dispatch-budget=0.5", "--rollouts-retry-backoff=1.5", "--rollouts-retries=2"
+            pytester, *common, "--rollouts-dispatch-budget=1.0", "--rollouts-retry-backoff=3.0", "--rollouts-retries=2"
         )
         assert first.parseoutcomes() == {"agent_request_failed": 1}
         first.stdout.fnmatch_lines(["*agent_request_failed*; not retried, dispatch budget: *"])
