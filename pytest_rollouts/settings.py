@@ -138,6 +138,15 @@ class Settings(BaseModel):
     dispatch_budget: float | None = Field(None, gt=0)
     drain_margin: float | None = Field(None, ge=0)
 
+    @field_validator("out", mode="before")
+    @classmethod
+    def _parse_out(cls, value: Any) -> Any:
+        """A file named ``<stem>.jsonl``: the sidecars are named after it, and a fresh run moves an
+        earlier one aside. An empty value would name the directory itself, which would be moved."""
+        if isinstance(value, str | Path) and (not str(value).strip() or not str(value).endswith(".jsonl")):
+            raise ValueError(f"must name the output file, <stem>.jsonl; got {str(value)!r}")
+        return value
+
     @field_validator("shard", mode="before")
     @classmethod
     def _parse_shard(cls, value: Any) -> Any:
@@ -309,6 +318,10 @@ def resolve_settings(config: pytest.Config) -> Settings:
     elif not settings.out.is_absolute():
         base = config.invocation_params.dir if "out" in source and source["out"].startswith("--") else config.rootpath
         settings = settings.model_copy(update={"out": base / settings.out})
+    if settings.out is not None and settings.out.is_dir():
+        raise pytest.UsageError(
+            f"{source.get('out', 'out')}: {settings.out} is a directory; name the output file in it"
+        )
     return settings
 
 

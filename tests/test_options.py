@@ -23,6 +23,9 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
             "--rollouts-responses-create-params: must be a JSON object",
         ),
         ("--rollouts-agent=ftp://x", "--rollouts-agent: agent address 'ftp://x' is not an http(s) URL"),
+        # An empty value named the directory itself, which a fresh run then moved aside.
+        ("--rollouts-out=", "--rollouts-out: must name the output file, <stem>.jsonl; got ''"),
+        ("--rollouts-out=sub", "--rollouts-out: must name the output file, <stem>.jsonl; got 'sub'"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
@@ -30,6 +33,17 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words:
     result = run_rollouts(pytester, "data.jsonl", arg)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{words}*"])
+
+
+def test_an_output_path_that_is_a_directory_is_refused_and_left_alone(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    (pytester.path / "keep.jsonl").mkdir()
+    (pytester.path / "keep.jsonl" / "mine.txt").write_text("precious")
+    result = run_rollouts(pytester, "data.jsonl", "--rollouts-out=keep.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--rollouts-out: *keep.jsonl is a directory; name the output file in it*"])
+    assert (pytester.path / "keep.jsonl" / "mine.txt").read_text() == "precious"
+    assert not list(pytester.path.glob("keep.prev-*"))
 
 
 def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
