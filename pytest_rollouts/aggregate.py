@@ -246,7 +246,7 @@ def _added_rows(
                 row = parse_object(reader.read(source, offset), source, 0)
                 task_row = parse_object(reader.read(paths.materialized, group.expected[key]), paths.materialized, 0)
                 row.update({k: v for k, v in task_row.items() if k in group.fields and k not in row})
-                row.setdefault("reward", 0.0)
+                row["reward"] = 0.0  # the contract's zero, whatever reward the dataset row or reply carried
                 added.append(_strip(row))
     return added
 

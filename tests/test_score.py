@@ -39,7 +39,8 @@ def metrics_file(pytester: pytest.Pytester) -> list[dict[str, Any]]:
 
 
 def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pytest.Pytester) -> None:
-    write_rows(pytester.path / "data.jsonl", tasks(3))
+    # A dataset field named like the score: the policies' zeros must stay 0.0 all the same.
+    write_rows(pytester.path / "data.jsonl", [{**task, "reward": 1.0} for task in tasks(3)])
     with ScriptedAgent(mixed) as agent:
         common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
         plain = run_rollouts(pytester, *common)
