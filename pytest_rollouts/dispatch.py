@@ -107,6 +107,9 @@ class Dispatcher:
         # Requests in flight, the oldest one's age and key, and when pytest read that: the engine
         # reports it ahead of each batch of results, and every 2 s while none comes.
         self._in_flight: tuple[int, float | None, list[int] | None, float] | None = None
+        # Tasks finished, rollouts sent, failures by class, as the engine last reported: ahead of
+        # the items pytest has reported, which come in plan order behind any slow one.
+        self.finished: tuple[int, int, dict[str, int]] | None = None
         # Called on each of the engine's progress reports, while pytest waits or reads results.
         self.on_progress: Callable[[], None] | None = None
         # Work for the moments pytest would otherwise block on the engine, called only while
@@ -234,6 +237,7 @@ class Dispatcher:
         kind, *rest = msg
         if kind == "progress":
             self._in_flight = (rest[0], rest[1], rest[2], time.monotonic())
+            self.finished = (rest[3][0], rest[3][1], rest[3][2])
             if self.on_progress is not None:
                 self.on_progress()
             return

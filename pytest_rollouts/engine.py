@@ -27,6 +27,7 @@ import sys
 import time
 import traceback
 from array import array
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,11 @@ class Engine:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()
         self._in_flight_since: dict[int, float] = {}
+        # What has finished, for the progress line: pytest reports items in plan order, so a
+        # slow early rollout holds back the report of every task finished after it.
+        self._tasks_done = 0
+        self._rollouts_sent = 0
+        self._failure_counts: Counter[str] = Counter()
         self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
@@ -204,8 +210,13 @@ class Engine:
             return
         outcomes = self._outcomes.setdefault(slot, [])
         outcomes.append(outcome)
+        if outcome[5]:  # attempts: not drained, not found on disk
+            self._rollouts_sent += 1
+        if outcome[2] is not None:
+            self._failure_counts[outcome[2]] += 1
         self._pending[slot] -= 1
         if not self._pending[slot]:
+            self._tasks_done += 1
             self._post(message(["done", slot, self._outcomes.pop(slot)]))
 
     def _written_elsewhere(self, position: int) -> list[Any] | None:
@@ -328,17 +339,19 @@ class Engine:
             self._flush_with_progress()
 
     def _progress(self) -> bytes:
-        """What only this process knows: requests in flight, and the oldest one's age and key.
+        """What only this process knows: requests in flight, the oldest one's age and key, and the
+        tasks finished, rollouts sent and failures by class so far.
 
         Requests enter ``_in_flight_since`` as they start and leave as they end, so the first
         entry is the oldest.
         """
         since = self._in_flight_since
         oldest = next(iter(since), None)
+        finished = [self._tasks_done, self._rollouts_sent, self._failure_counts]
         if oldest is None:
-            return message(["progress", 0, None, None])
+            return message(["progress", 0, None, None, finished])
         where = [self._col["task"][oldest], self._col["rollout"][oldest]]
-        return message(["progress", len(since), time.monotonic() - since[oldest], where])
+        return message(["progress", len(since), time.monotonic() - since[oldest], where, finished])
 
     async def _sync_periodically(self) -> None:
         """fsync at least once a second: a crash loses at most the last second's rows."""

@@ -178,11 +178,12 @@ class Tally:
                 lines.append(f"  ... and {self.failed_items - len(self.examples)} more (see the failures sidecar)")
         return lines
 
-    def per_hour(self, now: float | None = None) -> float:
+    def per_hour(self, now: float | None = None, sent: int | None = None) -> float:
         """Rollouts sent this session per hour of dispatch, up to the last report or ``now``
-        (``time.perf_counter``). Cached and drained ones were not sent, so they do not count."""
+        (``time.perf_counter``). Cached and drained ones were not sent, so they do not count.
+        ``sent``: a count ahead of the reports (the dispatcher's), for the progress line."""
         end = self.last_at if now is None else now
-        return 3600 * len(self.durations) / max(end - self.started_at, 1e-9)
+        return 3600 * (len(self.durations) if sent is None else sent) / max(end - self.started_at, 1e-9)
 
     def perf_summary(self) -> dict[str, float | int | None]:
         from .metrics import latency_summary
@@ -273,19 +274,30 @@ def _line_start(terminal: Any) -> str:
     return os.path.relpath(terminal.currentfspath, terminal.startpath) + " "
 
 
-def progress_line(tally: Tally, total: int, in_flight: tuple[int, float | None, list[int] | None] | None) -> str:
+def progress_line(
+    tally: Tally,
+    total: int,
+    in_flight: tuple[int, float | None, list[int] | None] | None,
+    finished: tuple[int, int, dict[str, int]] | None = None,
+) -> str:
+    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class). It runs
+    ahead of the items pytest reports in plan order; a resumed run's settled items it never sees,
+    so each figure is the larger of the two."""
     from .metrics import latency_summary
 
     latency = latency_summary(tally.durations)
-    parts = [f"rollouts: {tally.items}/{total} tasks done"]
+    done, sent, failures = tally.items, len(tally.durations), tally.failures
+    if finished is not None:
+        done, sent, failures = max(done, finished[0]), max(sent, finished[1]), failures | Counter(finished[2])
+    parts = [f"rollouts: {done}/{total} tasks done"]
     if in_flight is not None:
         parts.append(f"{in_flight[0]} in flight")
     # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
-    parts.append(f"{tally.per_hour(time.perf_counter()):.0f}/h")
+    parts.append(f"{tally.per_hour(time.perf_counter(), sent):.0f}/h")
     if latency["count"]:
         parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
-    if tally.failures:
-        parts.append("failures: " + ", ".join(f"{n} {c}" for n, c in sorted(tally.failures.items())))
+    if failures:
+        parts.append("failures: " + ", ".join(f"{n} {c}" for n, c in sorted(failures.items())))
     if in_flight is not None and in_flight[2] is not None and in_flight[1] is not None:
         task, rollout = in_flight[2]
         parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
@@ -381,7 +393,11 @@ class RolloutReporter:
         if terminal is None:
             return
         run = self.config.stash.get(RUN_KEY, None)
-        line = "" if final else progress_line(self.tally, self.progress.total, run and run.in_flight())
+        line = (
+            ""
+            if final
+            else progress_line(self.tally, self.progress.total, run and run.in_flight(), run and run.finished())
+        )
         if self.live:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,

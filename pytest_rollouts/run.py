@@ -544,6 +544,10 @@ class RolloutRun:
         """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""
         return self._dispatcher.in_flight if self._dispatcher is not None else None
 
+    def finished(self) -> tuple[int, int, dict[str, int]] | None:
+        """(tasks finished, rollouts sent, failures by class), when this process dispatches."""
+        return self._dispatcher.finished if self._dispatcher is not None else None
+
     def _queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On an xdist worker, the tasks queued behind the running one: its only safe look-ahead."""
         from .xdist import queued_indices, worker_queue

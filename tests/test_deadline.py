@@ -8,6 +8,7 @@ import pty
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,3 +207,22 @@ def test_status_line_stays_live_while_a_slow_rollout_runs(pytester: pytest.Pytes
     waiting = [r for r in screen.split("\rdata.jsonl rollouts: ")[1:] if r.startswith("0/1 tasks done")]
     assert waiting, screen
     assert "oldest in flight: task 0 rollout 0, " in waiting[-1]
+
+
+def test_status_line_counts_what_finished_behind_a_slow_early_rollout(pytester: pytest.Pytester) -> None:
+    """pytest reports items in plan order, so a slow task 1 holds back the report of every task
+    after it; the line still counts what the dispatcher has finished, failures included."""
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+
+    def slow_task_1(row: dict[str, Any], seen: int) -> Reply:
+        task = row["_ng_task_index"]
+        if task == 1:
+            return Reply(json={"reward": 1.0}, delay=4.0)
+        return Reply(status=500) if task == 5 else verifier(row, seen)
+
+    with ScriptedAgent(slow_task_1) as agent:
+        screen = _run_on_a_terminal(pytester.path, agent.url, "--rollouts-parallel=3")
+    waiting = [r for r in screen.split("\rdata.jsonl rollouts: ") if "oldest in flight: task 1 rollout 0" in r]
+    assert waiting, screen
+    assert waiting[-1].startswith("11/12 tasks done, 1 in flight, "), waiting[-1]
+    assert "failures: agent_run_error 1" in waiting[-1]
