@@ -145,13 +145,16 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
     lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
     assert 5 <= len(lines) <= 10, lines
-    assert lines[0].startswith("rollouts: 3/30 tasks done, ")
     assert all(" in flight, " in line for line in lines), "the dispatcher reports what is in flight with its results"
-    for line in lines:
+    for i, line in enumerate(lines):
+        # A line is due each time pytest has reported another tenth (3) of the items, in order;
+        # the dispatcher, ahead of it, may have finished more.
+        reported = 3 * (i + 1)
         done = int(line.split("/")[0].removeprefix("rollouts: "))
+        assert done >= reported, line
         if "oldest in flight: task " in line:
             oldest = int(line.split("oldest in flight: task ")[1].split()[0])
-            assert oldest >= done, f"tasks 0-{done - 1} are done, yet the line names task {oldest}: {line}"
+            assert oldest >= reported, f"tasks 0-{reported - 1} were reported, yet the line names task {oldest}: {line}"
     assert not any(line.startswith("data.jsonl .") for line in result.stdout.lines), "no dots: the lines replace them"
     assert sum(line.startswith("data.jsonl") for line in result.stdout.lines) == 1, "the name is written once"
     start = result.stdout.lines.index(lines[0])
