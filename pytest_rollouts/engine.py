@@ -59,6 +59,8 @@ SYNC_INTERVAL_S = 1.0
 PROGRESS_INTERVAL_S = 2.0
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
 COLUMN_TYPES = {"agent": "H", "episode": "B"}
+# An outcome goes to pytest as a list in ``RolloutOutcome``'s field order; the places read here.
+CLASS, DETAIL, ATTEMPTS = 2, 3, 5
 
 
 class Engine:
@@ -210,10 +212,10 @@ class Engine:
             return
         outcomes = self._outcomes.setdefault(slot, [])
         outcomes.append(outcome)
-        if outcome[5]:  # attempts: not drained, not found on disk
+        if outcome[ATTEMPTS]:  # not drained, not found on disk
             self._rollouts_sent += 1
-        if outcome[2] is not None:
-            self._failure_counts[outcome[2]] += 1
+        if outcome[CLASS] is not None:
+            self._failure_counts[outcome[CLASS]] += 1
         self._pending[slot] -= 1
         if not self._pending[slot]:
             self._tasks_done += 1
@@ -274,7 +276,7 @@ class Engine:
                 if failed is None:
                     return [rollout_index, None, CANCELLED, drained, 0.0, 0]
                 # Its failure row is in the sidecar, so resume retries it.
-                failed[3] += f"; not retried, {drained}"
+                failed[DETAIL] += f"; not retried, {drained}"
                 return failed
             if episode is not None and attempt.reply is not None:
                 attempt.reply = episode_reply(attempt.reply, episode["task_id"])
