@@ -51,7 +51,14 @@ class PlannedRollout:
 
 
 class DispatcherError(RuntimeError):
-    """The dispatcher process failed or went away while pytest was waiting on it."""
+    """Dispatching one task failed: a bug that must fail its item rather than hang it."""
+
+
+class DispatcherGone(DispatcherError):
+    """The dispatcher process failed or went away: no task not reported yet will be.
+
+    Rows it wrote are kept (it fsyncs as it goes), and ``--rollouts-resume`` runs the rest.
+    """
 
 
 class AgentsUnhealthy(Exception):
@@ -99,6 +106,8 @@ class Dispatcher:
         self._limit = 0 if worker else settings.resident_limit
         self._worker = worker
         self._done: dict[int, list[Any] | str] = {}
+        # Why the engine is gone, once it is: every later wait on an unreported task fails with it.
+        self._gone = ""
         self._claimed: set[int] = set()
         self._freed = 0
         self._freed_sent = 0
@@ -172,6 +181,8 @@ class Dispatcher:
         settled = self._prior.get(slot, [])
         if self._planned[slot]:
             while slot not in self._done:
+                if self._gone:
+                    raise DispatcherGone(self._gone)
                 if slot not in self._claimed and not self._surely_admitted(slot):
                     self._claimed.add(slot)
                     self._claimed_rollouts += self._planned[slot]
@@ -241,6 +252,9 @@ class Dispatcher:
             if self.on_progress is not None:
                 self.on_progress()
             return
+        if kind == "fatal":
+            self._gone = f"the dispatcher process failed:\n{rest[0]}"
+            return
         slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)
 
@@ -249,14 +263,16 @@ class Dispatcher:
         try:
             self._write_to(self._proc, data)
         except (BrokenPipeError, OSError) as exc:
-            raise DispatcherError(f"the dispatcher process went away ({exc})") from None
+            self._gone = self._gone or f"the dispatcher process went away ({exc})"
+            raise DispatcherGone(self._gone) from None
 
     def _read(self) -> list[Any]:
         assert self._proc is not None
         try:
             return self._read_from(self._proc, self.on_idle)
         except ChannelClosed:
-            raise DispatcherError(f"the dispatcher process exited (code {self._proc.poll()})") from None
+            self._gone = self._gone or f"the dispatcher process exited ({_exit_status(self._proc)})"
+            raise DispatcherGone(self._gone) from None
 
     @staticmethod
     def _write_to(proc: subprocess.Popen[bytes], data: bytes) -> None:
@@ -304,6 +320,15 @@ def stop_unused(process: subprocess.Popen[bytes]) -> None:
     process.stdin.close()
     process.wait()
     process.stdout.close()
+
+
+def _exit_status(proc: subprocess.Popen[bytes]) -> str:
+    """Its pipe closed; the process itself may take a moment more to end."""
+    try:
+        code = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"code {code}"
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:

@@ -10,7 +10,8 @@ its stdin/stdout in frames (``frames.py``):
   ``close``. End of input (pytest died) closes too, so nothing is left running.
 - out: ``ready`` (or ``unhealthy`` with the failed health checks: then nothing is
   sent), ``done`` with a task's outcomes once each of its rows is written,
-  ``error`` for a bug that must fail the item rather than hang it, ``closed``.
+  ``error`` for a bug that must fail the item rather than hang it, ``fatal`` for a
+  bug outside any one rollout (this process then closes), ``closed``.
 
 Rollouts are admitted in plan order while fewer than ``limit`` are resident (admitted,
 not yet consumed), and at most ``parallel`` requests are in flight.
@@ -86,6 +87,8 @@ class Engine:
         self._resident = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()
+        # The traceback of a bug outside any one rollout: pytest was told, and this process closes.
+        self.crashed = ""
         self._in_flight_since: dict[int, float] = {}
         # What has finished, for the progress line: pytest reports items in plan order, so a
         # slow early rollout holds back the report of every task finished after it.
@@ -158,8 +161,25 @@ class Engine:
         self._outbox.append(data)
 
     def _flush_reports(self) -> None:
-        if self._outbox:
-            self._flush_with_progress()
+        try:
+            if self._outbox:
+                self._flush_with_progress()
+        except Exception as exc:
+            self.crash(exc)
+
+    def crash(self, exc: BaseException) -> None:
+        """A bug outside any one rollout. asyncio would only log it, and pytest would wait forever
+        on reports that never come: tell pytest, then close (rows written so far are kept)."""
+        if self.crashed:
+            return
+        self.crashed = "".join(traceback.format_exception(exc))
+        sys.stderr.write(f"pytest-rollouts dispatcher failed:\n{self.crashed}")
+        try:
+            # The reports already posted go first: their tasks are done and their rows written.
+            self._send(message(["fatal", self.crashed]))
+        except Exception:  # the pipe itself failed: pytest sees it close
+            pass
+        self._closing.set()
 
     def _flush_with_progress(self) -> None:
         """What is in flight now goes ahead of the reports: pytest reads it first, so the
@@ -179,7 +199,13 @@ class Engine:
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._reap)
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        """A task of this process that ended by an exception (the fsync or heartbeat loop) is a bug."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.crash(task.exception())  # type: ignore[arg-type]
 
     def _admit(self) -> None:
         limit, total = self._h["limit"], len(self._admitted)
@@ -437,18 +463,22 @@ class _Input(asyncio.Protocol):
         self._frames = FrameBuffer()
 
     def data_received(self, data: bytes) -> None:
-        for raw in self._frames.feed(data):
-            self._engine.handle(raw)
+        try:
+            for raw in self._frames.feed(data):
+                self._engine.handle(raw)
+        except Exception as exc:
+            self._engine.crash(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._engine.input_closed()
 
 
-async def _serve(stdin: Any, stdout: Any) -> None:
+async def _serve(stdin: Any, stdout: Any) -> str:
+    """Serve one session; what it returns is the traceback of a crash, or ""."""
     try:
         header = orjson.loads(read_frame(stdin))
     except ChannelClosed:
-        return  # started ahead of time by a session that dispatched nothing
+        return ""  # started ahead of time by a session that dispatched nothing
     columns = {}
     for name in COLUMNS:
         column = array(COLUMN_TYPES.get(name, "q"))
@@ -461,9 +491,10 @@ async def _serve(stdin: Any, stdout: Any) -> None:
     await loop.connect_read_pipe(lambda: _Input(engine), stdin)
     await engine.run()
     writer.close()
+    return engine.crashed
 
 
-def _runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+def _runner() -> Callable[[Coroutine[Any, Any, str]], str]:
     """uvloop where it installs (Linux, macOS), asyncio's own loop elsewhere.
 
     Against a fast agent this process's CPU is what bounds throughput, and the same
@@ -482,11 +513,11 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
     stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
-    _runner()(_serve(stdin, stdout))
+    crashed = _runner()(_serve(stdin, stdout))
     # Every artifact is written, fsynced and closed, and pytest was told so: tearing the
     # interpreter down would only keep it waiting (0.1 s at 10k rollouts).
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(1 if crashed else 0)
 
 
 if __name__ == "__main__":

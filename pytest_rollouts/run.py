@@ -25,6 +25,7 @@ import pytest
 
 from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows, torn_tail
 from .collect import DatasetFile, RolloutItem, find_declaration
+from .dispatch import AgentsUnhealthy, Dispatcher, DispatcherGone, PlannedRollout, spawn_engine, stop_unused
 from .jsonl import JsonlError, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
@@ -34,7 +35,6 @@ from .stash import RUN_ID, RUN_KEY
 if TYPE_CHECKING:
     from .accounting import Key
     from .aggregate import OutputScan, RunScore
-    from .dispatch import Dispatcher, PlannedRollout
     from .embedded import EmbeddedServers
     from .manifest import RunManifest
     from .routing import AgentRegistry, Routing
@@ -110,8 +110,6 @@ class RolloutRun:
 
         Not for sessions that will run nothing: ``--co``, ``--help``, ``--fixtures``, ``--markers``.
         """
-        from .dispatch import spawn_engine
-
         option = self.config.option
         informational = ("collectonly", "help", "showfixtures", "show_fixtures_per_test", "markers")
         if self._engine is None and not any(getattr(option, name, False) for name in informational):
@@ -319,8 +317,6 @@ class RolloutRun:
         Written to a private file and renamed into place, so concurrent xdist workers
         (which all materialize the same rows) never interleave their writes.
         """
-        from .dispatch import PlannedRollout
-
         settings = self.settings
         private = path.with_name(f".{path.name}.{os.getpid()}")
         rollouts: list[PlannedRollout] = []
@@ -422,8 +418,6 @@ class RolloutRun:
 
     def start(self, session: pytest.Session) -> None:
         """Start embedded agents and begin dispatching the prepared plan."""
-        from .dispatch import AgentsUnhealthy, Dispatcher
-
         plan, self._plan = self._plan, None
         if plan is None:
             return
@@ -458,11 +452,13 @@ class RolloutRun:
             self._dispatcher.on_idle = self._read_ahead
         try:
             self._dispatcher.start()
-        except AgentsUnhealthy as exc:
+        except (AgentsUnhealthy, DispatcherGone) as exc:
             self.finish()
             self._stopped = str(exc)
             if workerinput is None:
-                pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
+                unhealthy = isinstance(exc, AgentsUnhealthy)
+                code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
+                pytest.exit(self._stopped, returncode=code)
             # An xdist worker cannot exit on its own; the controller stops the session on this
             # (after the worker's first item, which fails with the same message).
             session.shouldstop = self._stopped
@@ -512,7 +508,13 @@ class RolloutRun:
             raise RuntimeError("rollouts were not dispatched in this session")
         if hasattr(self.config, "workerinput"):
             self._dispatcher.claim(self._queued_slots(item.session.items))
-        outcomes = self._dispatcher.wait(item.slot)
+        try:
+            outcomes = self._dispatcher.wait(item.slot)
+        except DispatcherGone as exc:
+            # Nothing not reported yet will be: stop here, like -x, instead of failing every item left.
+            self._stopped = f"{exc}\nRows written so far are kept; --rollouts-resume runs the rest."
+            item.session.shouldfail = "the dispatcher process failed"
+            pytest.fail(self._stopped, pytrace=False)
         hook = self.config.hook.pytest_rollouts_task_finished
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener
             hook(item=item, outcomes=outcomes)
@@ -602,8 +604,6 @@ class RolloutRun:
         """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
         self.finish()
         if self._engine is not None:
-            from .dispatch import stop_unused
-
             stop_unused(self._engine)
             self._engine = None
         servers, self._servers = self._servers, []

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from array import array
 from pathlib import Path
@@ -17,7 +20,7 @@ import pytest
 from pytest_rollouts.dispatch import Dispatcher, PlannedRollout
 from pytest_rollouts.settings import Settings
 
-from .agents import Reply, ScriptedAgent
+from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
 from .helpers import Artifacts, keys, run_rollouts
 
@@ -297,3 +300,104 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
         await running
     assert rollout.cancelled()
     assert [row["_ng_task_index"] for row in read_rows(tmp_path / "r.jsonl")] == [0]
+
+
+# A real dispatcher process with one of its methods replaced by a bug.
+BROKEN_ENGINE = """
+import sys
+from pytest_rollouts import engine
+
+def bug(*args):
+    raise RuntimeError("injected bug")
+
+setattr(engine.Engine, sys.argv[1], bug)
+engine.main()
+"""
+
+
+def spawn_watched(patch: pytest.MonkeyPatch, spawn: Any) -> list[subprocess.Popen[bytes]]:
+    """Route the session's dispatcher through ``spawn``; a process still alive after 60 s is
+    killed, so a hang fails the test instead of blocking the suite."""
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def watched() -> subprocess.Popen[bytes]:
+        proc = spawn()
+        spawned.append(proc)
+        watchdog = threading.Timer(60, proc.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        return proc
+
+    # The module sessions import: pytester drops modules a session imported, so a package
+    # attribute (what a dotted name would patch) can be a stale copy.
+    patch.setattr(importlib.import_module("pytest_rollouts.run"), "spawn_engine", watched)
+    return spawned
+
+
+def assert_resume_completes(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """What the failed run left is picked up: every rollout once, none twice."""
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-resume"
+    )
+    assert result.ret == 0, result.stdout.str()
+    rows = Artifacts(pytester.path).rows
+    assert sorted(keys(rows)) == sorted({(t, r) for t in range(12) for r in range(2)})
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "_progress",  # called in the loop's callback that sends finished tasks to pytest
+        "_sync",  # the once-a-second fsync task
+    ],
+)
+def test_a_bug_in_the_dispatcher_stops_the_run_instead_of_hanging_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """A bug outside any one rollout used to be logged by asyncio while pytest waited forever."""
+
+    def spawn() -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-c", BROKEN_ENGINE, broken]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(latency=0.2) as agent:
+        with monkeypatch.context() as patch:
+            spawned = spawn_watched(patch, spawn)
+            result = run_rollouts(
+                pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=4"
+            )
+        [proc] = spawned
+        assert proc.wait(timeout=10) == 1
+        output = result.stdout.str()
+        assert "the dispatcher process failed" in output and "RuntimeError: injected bug" in output, output
+        assert "--rollouts-resume runs the rest" in output
+        outcomes = result.parseoutcomes()
+        assert outcomes["failed"] == 1 and outcomes.get("passed", 0) < 12, outcomes
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert_resume_completes(pytester, agent)
+
+
+def test_a_killed_dispatcher_stops_the_run_and_resume_finishes_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_rollouts.dispatch import spawn_engine
+
+    def kill_on_fifth(row: dict[str, Any], seen: int) -> Reply:
+        if len(agent.requests) == 5:
+            spawned[0].kill()
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(kill_on_fifth, latency=0.05) as agent:
+        with monkeypatch.context() as patch:
+            spawned = spawn_watched(patch, spawn_engine)
+            result = run_rollouts(
+                pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
+            )
+        output = result.stdout.str()
+        assert "the dispatcher process exited (killed by signal 9)" in output, output
+        assert result.parseoutcomes()["failed"] == 1
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert_resume_completes(pytester, agent)
