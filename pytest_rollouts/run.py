@@ -251,13 +251,13 @@ class RolloutRun:
 
         settings, registry = self.settings, self.registry
         repeats = settings.repeats if isinstance(settings.repeats, dict) else {}
-        for what, names in (
-            ("--rollouts-repeats", [a for a in repeats if a != DEFAULT_KEY]),
-            ("--rollouts-agent-header", [h.agent for h in settings.agent_header if h.agent is not None]),
+        for option, names in (
+            ("repeats", [a for a in repeats if a != DEFAULT_KEY]),
+            ("agent_header", [h.agent for h in settings.agent_header if h.agent is not None]),
         ):
             unknown = sorted({a for a in names if not registry.knows(a)})
             if unknown:
-                raise pytest.UsageError(f"{what} names unknown agents: {', '.join(unknown)}")
+                raise pytest.UsageError(f"{settings.source_of(option)} names unknown agents: {', '.join(unknown)}")
 
     def _keep_shard(self, items: list[pytest.Item], shard: tuple[int, int]) -> None:
         """Deselect the rows of other shards, the way ``-k`` deselects: they are not this run's."""

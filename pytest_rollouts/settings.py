@@ -14,7 +14,16 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .options import OPTIONS, Option
 
@@ -137,6 +146,12 @@ class Settings(BaseModel):
     shard: tuple[int, int] | None = None
     dispatch_budget: float | None = Field(None, gt=0)
     drain_margin: float | None = Field(None, ge=0)
+    # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
+    # about a value names the place the user set it.
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def source_of(self, name: str) -> str:
+        return self._sources.get(name) or next(o.cli for o in OPTIONS if o.name == name)
 
     @field_validator("out", mode="before")
     @classmethod
@@ -313,6 +328,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
         raise pytest.UsageError(_describe(exc, source)) from None
+    settings._sources = source
     if settings.out is None:
         settings = settings.model_copy(update={"out": config.rootpath / "results" / "rollouts.jsonl"})
     elif not settings.out.is_absolute():

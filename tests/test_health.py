@@ -178,6 +178,24 @@ def test_unusable_header_is_a_usage_error(
     assert agent.requests == []
 
 
+@pytest.mark.parametrize("ini", [False, True])
+def test_an_unknown_agent_in_headers_names_where_they_were_set(
+    pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch, ini: bool
+) -> None:
+    """Not the command-line option the user never typed."""
+    if ini:
+        pytester.makeini("[pytest]\nrollouts_agent_header = ghost:X-Key=sk-secret\n")
+    else:
+        monkeypatch.setenv("ROLLOUTS_AGENT_HEADERS", "ghost:X-Key=sk-secret")
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    where = "ini rollouts_agent_header" if ini else "env ROLLOUTS_AGENT_HEADERS"
+    result.stderr.fnmatch_lines([f"*{where} names unknown agents: ghost*"])
+    assert "sk-secret" not in "\n".join(result.outlines + result.errlines)
+    assert agent.requests == []
+
+
 def test_headers_from_the_environment_add_to_the_command_line(
     pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
