@@ -76,8 +76,17 @@ class ArtifactPaths:
             os.fsync(lock.fileno())
             return start
 
+    def started_by(self, run_id: str) -> bool:
+        """Whether the files were last prepared by run ``run_id``."""
+        try:
+            return self.lock.read_text(encoding="utf-8") == run_id
+        except FileNotFoundError:
+            return False
+
     def _move_aside(self) -> Path | None:
-        if not self.out.exists() or self.out.stat().st_size == 0:
+        """Earlier results are kept: a run whose every rollout failed has only its sidecar, and that
+        history (attempts, terminal verdicts) is what a resume of it would have gone on."""
+        if not any(path.exists() and path.stat().st_size for path in (self.out, self.failures)):
             for path in (self.out, self.failures):
                 path.unlink(missing_ok=True)
             return None

@@ -432,6 +432,8 @@ class RolloutReporter:
         ):
             session.exitstatus = pytest.ExitCode.OK
         run = self.config.stash.get(RUN_KEY, None)
+        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and run is not None and run.holds_no_task():
+            session.exitstatus = pytest.ExitCode.OK  # nothing of the dataset is this shard's: done
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
         if not_here or session.exitstatus not in scoring_states:
@@ -471,7 +473,14 @@ class RolloutReporter:
         run = RolloutRun.get(self.config)
         names = run.artifact_names()
         terminalreporter.section("rollouts")
-        lines = self.tally.lines()
+        if run.holds_no_task():
+            index, count = run.settings.shard or (0, 0)
+            lines = [
+                f"none of the dataset's tasks fall to shard {index}/{count}: nothing to run; its empty "
+                "artifacts let the merge prove the shards complete"
+            ]
+        else:
+            lines = self.tally.lines()
         if self.score is not None:
             lines += score_lines(self.score, names[1])
             if self.score.metrics_path is not None:

@@ -30,7 +30,7 @@ from .jsonl import JsonlError, LineReader, parse_object
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
-from .stash import RUN_ID, RUN_KEY
+from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
 
 if TYPE_CHECKING:
     from .accounting import Key
@@ -70,6 +70,9 @@ class RolloutRun:
         self.resuming = False
         self.lean = False
         self._refused = False
+        # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
+        # manifest, which the merge needs to prove the shards' union complete.
+        self.empty_shard = False
         self._stopped = ""
         # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
         self.on_heartbeat: Callable[[], None] | None = None
@@ -270,6 +273,20 @@ class RolloutRun:
         if drop:
             self.config.hook.pytest_deselected(items=drop)
             items[:] = keep
+            self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
+
+    def holds_no_task(self) -> bool:
+        """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written.
+
+        An xdist controller collects nothing: its workers' files, started under its run id, say so.
+        """
+        if self.empty_shard:
+            return True
+        run_id = self.config.stash.get(RUN_ID_KEY, None)
+        if self.settings.shard is None or run_id is None:
+            return False
+        paths = self.paths
+        return paths.started_by(run_id) and paths.materialized.exists() and paths.materialized.stat().st_size == 0
 
     def _wants_resume(self, paths: ArtifactPaths) -> bool:
         """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""
@@ -293,7 +310,7 @@ class RolloutRun:
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: set up the files and decide exactly what will be sent."""
         selected = [item for item in items if isinstance(item, RolloutItem)]
-        if not selected or self._refused:
+        if (not selected and not self.empty_shard) or self._refused:
             return
         for slot, item in enumerate(selected):
             item.slot = slot

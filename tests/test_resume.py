@@ -198,6 +198,19 @@ def test_fresh_run_moves_earlier_results_aside(pytester: pytest.Pytester, agent:
     assert keys(Artifacts(pytester.path).rows) == [(0, 0)]
 
 
+def test_a_fresh_run_after_one_that_only_failed_moves_its_sidecar_aside(pytester: pytest.Pytester) -> None:
+    """With no result row, the earlier run's sidecar (its attempts and terminal verdicts) was deleted."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(lambda row, seen: Reply(status=500)) as agent:
+        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        before = Artifacts(pytester.path).failures_path.read_bytes()
+        assert Artifacts(pytester.path).rows == [] and before
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(["*earlier results were moved to *r.prev-*--rollouts-resume*"])
+    [backup] = (pytester.path / "out").glob("r.prev-*")
+    assert (backup / "r_failures.jsonl").read_bytes() == before
+
+
 def test_last_failed_reruns_only_failed_items_with_resume_semantics(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(4))
 

@@ -13,7 +13,7 @@ from pytest_rollouts.shard import in_shard
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import QUIET, Artifacts, keys, run_rollouts
 
 
 def aggregate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -166,3 +166,29 @@ def test_fanned_out_shards_merge_complete_and_a_missing_one_is_counted(pytester:
     assert part.returncode == 8
     lost = sum(3 for t in range(12) if in_shard(t, (1, 2)))
     assert f"{lost} of the 36 rollouts of data.jsonl are in no shard" in part.stderr
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_that_no_task_falls_to_still_completes_the_merge(
+    pytester: pytest.Pytester, agent: ScriptedAgent, workers: int
+) -> None:
+    """Its run used to end "no tests ran" (exit 5) and write nothing, so the merge named it missing."""
+    write_rows(pytester.path / "data.jsonl", tasks(10))
+    [empty] = [k for k in range(3) if not any(in_shard(t, (k, 3)) for t in range(10))]
+    for k in range(3):
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", f"--rollouts-shard={k}/3")
+        out = f"--rollouts-out=shards/shard-{k}.jsonl"
+        if k == empty:
+            n = ("-n", str(workers)) if workers else ()
+            result = pytester.runpytest_subprocess(*QUIET, *n, *args, out)
+            result.stdout.fnmatch_lines([f"*none of the dataset's tasks fall to shard {k}/3*"])
+        else:
+            result = pytester.runpytest(*QUIET, *args, out)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert Artifacts(pytester.path, f"shards/shard-{empty}.jsonl").materialized == []
+    merged = aggregate(
+        pytester.path, "--input", "shards/shard-*.jsonl", "--out", "merged/r.jsonl", "--require-complete"
+    )
+    assert merged.returncode == 0, merged.stderr
+    everything = [(t, r) for t in range(10) for r in range(2)]
+    assert sorted(keys(Artifacts(pytester.path, "merged/r.jsonl").rows)) == everything
