@@ -348,6 +348,9 @@ class Engine:
                 attempt.elapsed,
                 attempts,
             ]
+        # The stamps say which attempt this was, and a first attempt carries no index: one the
+        # agent echoed would claim a retry that never happened.
+        reply.pop(ATTEMPT_INDEX, None)
         self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)

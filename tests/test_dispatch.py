@@ -93,6 +93,26 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
     )
 
 
+def test_stamps_override_what_the_agent_echoed(pytester: pytest.Pytester) -> None:
+    """A reply echoing stamps of its own is stored under the collector's: a first attempt has no
+    attempt index, a retry has its own."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+
+    def echoes(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 1 and seen == 0:
+            return Reply(status=502)
+        echoed = {"_ng_attempt_index": 5, "_ng_task_index": 99, "_ng_rollout_index": 7, "agent_ref": {"name": "z"}}
+        return Reply(json={**verifier(row, seen).json, **echoed})
+
+    with ScriptedAgent(echoes) as agent:
+        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+    stamped = [
+        (r["_ng_task_index"], r["_ng_rollout_index"], r.get("_ng_attempt_index"), r["agent_ref"])
+        for r in Artifacts(pytester.path).rows
+    ]
+    assert sorted(stamped, key=str) == [(0, 0, None, {"name": "default"}), (1, 0, 1, {"name": "default"})]
+
+
 def test_items_let_go_of_their_properties_once_reported(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     """The call report keeps its own copy; at 100k items the items' lists were tens of MB kept to
     the end. junitxml reads them from the teardown report, so with it they stay."""
