@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 
+CREATE_PARAMS = "responses_create_params"
+
+
 @cache
 def find_declaration(directory: Path, stop: Path) -> Path | None:
     """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
@@ -102,6 +105,9 @@ class DatasetFile(pytest.File):
         limit = settings.limit
         digest = hashlib.sha256()
         rows = 0
+        # Lines of rows with no ``responses_create_params``, and none given for the run: NeMo Gym
+        # agents refuse them (422), a custom agent may not need them, so they run, with one warning.
+        unparametrized: list[int] = []
         for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
             if limit is not None and row_index >= limit:
                 break
@@ -115,6 +121,14 @@ class DatasetFile(pytest.File):
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
             first_rollout, episode = 0, taskset_of(row) is not None
+            params = row.get(CREATE_PARAMS)
+            if params is None and not episode:
+                if not settings.responses_create_params:
+                    unparametrized.append(line_no)
+            elif not isinstance(params, dict) and not episode:
+                raise self.CollectError(
+                    f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}"
+                )
             for agent in agents:
                 # A task that runs on several agents shows which one in its id, joined the way
                 # pytest joins parameter ids, so -k can select it.
@@ -135,6 +149,14 @@ class DatasetFile(pytest.File):
                 )
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
+        if unparametrized:
+            lines = ", ".join(map(str, unparametrized[:5])) + (", ..." if len(unparametrized) > 5 else "")
+            self.warn(
+                pytest.PytestWarning(
+                    f"{shown}: {len(unparametrized)} rows have no {CREATE_PARAMS} (lines {lines}); "
+                    "NeMo Gym agents refuse such a row (HTTP 422)"
+                )
+            )
 
 
 class SuiteDeclarationFile(pytest.File):

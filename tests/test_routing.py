@@ -43,6 +43,8 @@ def test_unknown_agent_stops_before_any_request(pytester: pytest.Pytester, agent
     [
         (b'{"responses_create_params": {"input": "x"}', "not valid JSON"),
         (b"[1, 2]", "expected a JSON object, got list"),
+        # It was replaced, silently, by run-level parameters or a seed.
+        (b'{"responses_create_params": "oops"}', "responses_create_params must be a JSON object, not str"),
     ],
 )
 def test_malformed_line_names_file_and_line(
@@ -54,6 +56,21 @@ def test_malformed_line_names_file_and_line(
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines([f"*data.jsonl:3: {message}*"])
     assert agent.requests == []
+
+
+@pytest.mark.parametrize("run_level", [False, True])
+def test_rows_without_create_params_run_with_one_warning(
+    pytester: pytest.Pytester, agent: ScriptedAgent, run_level: bool
+) -> None:
+    """NeMo Gym agents refuse such a row (422); a custom agent may not need the field."""
+    write_rows(pytester.path / "data.jsonl", [{"expected_answer": "1", "answer": "1"}] * 7)
+    extra = ['--rollouts-responses-create-params={"temperature": 0}'] if run_level else []
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *extra)
+    result.assert_outcomes(passed=7, warnings=0 if run_level else 1)
+    if not run_level:
+        result.stdout.fnmatch_lines(
+            ["*data.jsonl: 7 rows have no responses_create_params (lines 1, 2, 3, 4, 5, ...)*(HTTP 422)"]
+        )
 
 
 def test_suite_with_conflicting_agent_addresses_is_refused(pytester: pytest.Pytester) -> None:
