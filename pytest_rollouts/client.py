@@ -16,12 +16,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .records import FAILURE_CLASS
+from .records import FAILURE_CLASS, MAX_BODY_CHARS
 
 AGENT_RUN_ERROR = "agent_run_error"
 AGENT_REQUEST_FAILED = "agent_request_failed"
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
-MAX_BODY_CHARS = 2000
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
 

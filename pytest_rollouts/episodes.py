@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .records import FAILURE_CLASS, TERMINAL, failure_class_of
+from .records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
 
 TASK_ID = "_ng_task_id"
 ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
@@ -56,12 +56,16 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
     shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
     failure = reply.get("failure") if shaped else None
     if isinstance(failure, Mapping):
+        # Its shape is the server's own: the whole object is kept, as any agent's reply body is.
+        text = orjson.dumps(failure, default=str).decode()
+        said = next((failure[key] for key in ("failure_reason", "message", "error") if failure.get(key)), text)
         row = {
             TASK_ID: task_id,
             FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
             TERMINAL: failure.get("terminal") is True,
             "_ng_failure_type": "EpisodeFailure",
-            "_ng_failure_message": str(failure.get("failure_reason") or ""),
+            "_ng_failure_message": str(said)[:MAX_BODY_CHARS],
+            "_ng_failure_response_body": text[:MAX_BODY_CHARS],
         }
         for key in ("stage", "partial_response"):
             if key in failure:

@@ -22,6 +22,8 @@ TERMINAL = "_ng_failure_terminal"
 NO_PERSIST = "_ng_no_persist"
 ALWAYS_TERMINAL = frozenset({"skipped"})
 ENVIRONMENT_SERVER = "_ng_environment_server"
+# A failure's response body is kept up to this many characters (NeMo Gym's cut).
+MAX_BODY_CHARS = 2000
 
 
 def routing_identity(row: Mapping[str, Any]) -> str:

@@ -129,7 +129,7 @@ def test_run_level_params_and_seeds_stay_off_episode_rows_and_only_true_is_termi
         if seen:
             return environment(body, seen)
         episode = {"episode_id": body["episode_id"], "task_id": body["task"]["task_id"]}
-        return Reply(json={**episode, "failure": {"failure_reason": "flaky", "terminal": "false"}})
+        return Reply(json={**episode, "failure": {"message": "flaky", "terminal": "false", "stage": "setup"}})
 
     with ScriptedAgent(behaviour=fails_once) as env, ScriptedAgent() as agent:
         (pytester.path / "suite" / "rollouts.toml").write_text(
@@ -144,6 +144,13 @@ def test_run_level_params_and_seeds_stay_off_episode_rows_and_only_true_is_termi
         assert flat_row["responses_create_params"]["temperature"] == 0.5
         [failure] = Artifacts(pytester.path).failures
         assert failure["_ng_failure_terminal"] is False
+        # The server's own words are kept, whatever it names them (was: an empty message).
+        assert failure["_ng_failure_message"] == "flaky"
+        assert json.loads(failure["_ng_failure_response_body"]) == {
+            "message": "flaky",
+            "terminal": "false",
+            "stage": "setup",
+        }
         again = run_rollouts(pytester, *common, "--rollouts-resume")
         again.assert_outcomes(passed=2)
         assert [r["episode_id"]["attempt"] for r in env.requests] == [0, 1], "retried on resume"
