@@ -421,12 +421,15 @@ class RolloutReporter:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Failure classes alone leave the exit status 0; then score the run and apply the gate."""
         maxfail = self.config.option.maxfail
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED and maxfail and session.testsfailed >= maxfail:
-            # xdist ends a run that -x or --maxfail stopped as interrupted (2), one process as
-            # failed (1): the same run, so the same status, score and gate.
+        # -x or --maxfail stopped the run: rollouts were left unsent, so it did not succeed.
+        cut_short = bool(maxfail) and session.testsfailed >= maxfail
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED and cut_short:
+            # xdist ends such a run as interrupted (2), one process as failed (1): the same run,
+            # so the same status, score and gate.
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if (
             self.tally.failed_items
+            and not cut_short
             and session.exitstatus == pytest.ExitCode.TESTS_FAILED
             and session.testsfailed == self.tally.failed_items
         ):
@@ -462,7 +465,7 @@ class RolloutReporter:
             require_complete=settings.require_complete,
             fail_under=settings.fail_under,
         )
-        if self.gate is not None and session.exitstatus == pytest.ExitCode.OK:
+        if self.gate is not None:  # the gate's verdict is the more specific one
             session.exitstatus = self.gate.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -156,6 +156,8 @@ def test_exitfirst_stops_dispatch_and_leaves_whole_lines(pytester: pytest.Pytest
         assert agent.in_flight == 0, "in-flight requests were cancelled"
     assert elapsed < 30, "-x did not wait for the slow rollouts"
     result.stdout.fnmatch_lines(["*1 agent_run_error*"])
+    # Only failure classes, yet rollouts were left unsent: not a success (was exit 0).
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     artifacts = Artifacts(pytester.path)
     assert artifacts.rows == []
     assert [f["_ng_task_index"] for f in artifacts.failures] == [0]
