@@ -26,13 +26,16 @@ from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
 from .jsonl import LineReader, object_from, parse_object, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
-from .records import routing_identity
+from .preprocess import ROLLOUT_INDEX, TASK_INDEX
+from .records import ENVIRONMENT_SERVER, routing_identity
 from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 BODY_CHUNK_BYTES = 1 << 16
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
+# What an imputed zero has of its own: which rollout it is, and the agent or server it was routed to.
+IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
 
 
 class MetricsServerError(RuntimeError):
@@ -234,21 +237,36 @@ def _added_rows(
     imputed: list[Key],
     latest: Mapping[Key, tuple[str, int]],
 ) -> list[dict[str, Any]]:
-    """The zeros the policies add, with their task's dataset fields that real rows also carry.
-
-    A field no real row reports would become a metric of its own, so only those are copied.
+    """The zeros the policies add: a counted failure is its latest sidecar row, an imputed zero
+    only its rollout's identity (``IDENTITY``); both get their task's dataset fields (``_as_zero``).
     """
     added = []
     with LineReader() as reader:
-        for keys, source in ((counted, paths.failures), (imputed, paths.materialized)):
-            for key in keys:
-                offset = latest[key][1] if source == paths.failures else group.expected[key]
-                row = parse_object(reader.read(source, offset), source, 0)
-                task_row = parse_object(reader.read(paths.materialized, group.expected[key]), paths.materialized, 0)
-                row.update({k: v for k, v in task_row.items() if k in group.fields and k not in row})
-                row["reward"] = 0.0  # the contract's zero, whatever reward the dataset row or reply carried
-                added.append(_strip(row))
+        for key in counted:
+            row = parse_object(reader.read(paths.failures, latest[key][1]), paths.failures, 0)
+            added.append(_as_zero(row, _task_row(reader, paths.materialized, group.expected[key]), group.fields))
+        for key in imputed:
+            task_row = _task_row(reader, paths.materialized, group.expected[key])
+            identity = {k: task_row[k] for k in IDENTITY if k in task_row}
+            added.append(_as_zero(identity, task_row, group.fields))
     return added
+
+
+def _task_row(reader: LineReader, materialized: Path, offset: int) -> dict[str, Any]:
+    return parse_object(reader.read(materialized, offset), materialized, 0)
+
+
+def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]) -> dict[str, Any]:
+    """``row`` scored 0.0, with those of its task's dataset fields that real rows of its group carry.
+
+    NeMo Gym's ``_fill_task_fields``: rows are ordered by repeat, so an added row can be its
+    task's first, and metric hooks read task-level fields (a subset label, a weight) from there.
+    But the aggregator averages every number it is handed: a dataset field no real row reports
+    (one the agent does not echo) would become a metric of its own, computed from zeros alone.
+    """
+    row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
+    row["reward"] = 0.0  # the contract's zero, whatever reward the dataset row or reply carried
+    return _strip(row)
 
 
 def _strip(row: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,50 @@ def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pyte
     assert {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*.jsonl")} == artifacts
 
 
+def echoes_difficulty(row: dict[str, Any], seen: int) -> Reply:
+    """Like ``mixed``, scoring 1 and echoing the dataset's ``difficulty`` (never its ``w``)."""
+    if (row["_ng_task_index"], row["_ng_rollout_index"]) in ((1, 0), (2, 1)):
+        return mixed(row, seen)
+    return Reply(json={"reward": 1.0, "difficulty": row["difficulty"], "response": {"usage": {"output_tokens": 4}}})
+
+
+def test_added_zeros_get_only_the_task_fields_real_rows_carry(pytester: pytest.Pytester) -> None:
+    """Both kinds of added zero, a counted failure and an imputed one, get their task's dataset
+    fields, but only those real rows of the group carry: ``w``, which the agent never echoes, would
+    otherwise be a metric of its own (``mean/w`` 3.0, from the zeros alone)."""
+    write_rows(pytester.path / "data.jsonl", [{**task, "difficulty": i, "w": 3} for i, task in enumerate(tasks(3))])
+    with ScriptedAgent(echoes_difficulty, aggregate=lambda body: {"agent_metrics": {"mean/reward": 0.5}}) as agent:
+        run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-repeats=2",
+            "--rollouts-max-attempts=1",
+            "--rollouts-count-as-zero=agent_run_error",
+            "--rollouts-count-missing-as-zero",
+        ).stdout.fnmatch_lines(["*Metrics cover: 6 of 6 rollouts"])
+        [body] = agent.aggregate_bodies
+    sent = {(r["_ng_task_index"], r["_ng_rollout_index"]): r for r in body["verify_responses"]}
+    counted, imputed = sent[1, 0], sent[2, 1]
+    assert counted["_ng_failure_class"] == "agent_run_error" and "_ng_failure_class" not in imputed
+    assert (counted["difficulty"], imputed["difficulty"]) == (1, 2)
+    assert "w" not in counted and "w" not in imputed
+    assert imputed == {
+        "_ng_task_index": 2,
+        "_ng_rollout_index": 1,
+        "agent_ref": {"name": "default"},
+        "difficulty": 2,
+        "reward": 0.0,
+    }
+    paths = ArtifactPaths(pytester.path / "out" / "r.jsonl")
+    policy = ScoringPolicy(frozenset({"agent_run_error"}), count_missing_as_zero=True)
+    [local] = score_run(paths, policy, agent_url=lambda name: None, write_metrics=True, timeout=10).groups
+    assert local.source == "local" and local.coverage.scored == 6
+    assert not [name for name in local.metrics["agent_metrics"] if name.endswith("/w")]
+    assert local.metrics["agent_metrics"]["mean/difficulty"] == 1.0, "every rollout, the zeros too, has its task's"
+    assert local.metrics["agent_metrics"]["mean/reward"] == pytest.approx(4 / 6)
+
+
 def test_account_latest_attempt_decides_and_success_wins() -> None:
     expected = [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)]
     completed = {(0, 0), (1, 0), (5, 0)}
