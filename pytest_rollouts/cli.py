@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from .accounting import ScoringPolicy
 from .aggregate import score_run
 from .artifacts import ArtifactPaths
@@ -22,7 +24,7 @@ from .jsonl import JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .options import OPTIONS
 from .report import score_lines
-from .settings import parse_agent_headers
+from .settings import Settings, _describe, parse_agent_headers
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
     merge.add_argument("--input", required=True, help="glob(s), comma-separated, of shard <stem>.jsonl files")
-    merge.add_argument("--out", required=True, type=Path, help="the merged <stem>.jsonl")
+    merge.add_argument("--out", required=True, help="the merged <stem>.jsonl")
     merge.add_argument("--count-as-zero", action="append", default=[], metavar="CLASS[,CLASS...]")
     merge.add_argument("--count-missing-as-zero", action="store_true")
     merge.add_argument("--require-complete", action="store_true")
@@ -59,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def aggregate(args: argparse.Namespace) -> int:
-    out = ArtifactPaths(args.out.resolve())
     try:
+        out, _ = _validated(args)
         headers = parse_agent_headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
@@ -107,6 +109,21 @@ def aggregate(args: argparse.Namespace) -> int:
         print(gate.message, file=sys.stderr)
         return gate.exit_code
     return 0
+
+
+def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
+    """The options a run has too, checked by the run's own rules before anything is read or
+    written, so the merge refuses what the run refuses: an ``--out`` not named ``<stem>.jsonl``
+    would get sidecars named after a stem that another run's may already use. ``ValueError``
+    says what is wrong."""
+    try:
+        settings = Settings.model_validate({"out": args.out})
+    except ValidationError as exc:
+        raise ValueError(_describe(exc, {"out": "--out"})) from None
+    out = Path(args.out).resolve()
+    if out.is_dir():
+        raise ValueError(f"--out: {out} is a directory; name the output file in it")
+    return ArtifactPaths(out), settings
 
 
 if __name__ == "__main__":
