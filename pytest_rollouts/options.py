@@ -55,15 +55,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "agent_map",
-        "Run rows that name agent (or task_source) FROM on agent TO instead; FROM may be _default, "
-        "the rows that name none (repeatable).",
+        "Run rows that name agent (or task_source, or taskset) FROM on agent TO instead; FROM may be "
+        "_default, the rows that name none (repeatable).",
         "FROM=TO",
         repeatable=True,
     ),
     Option(
         "fan_out",
-        "Copy every row that names agent (or task_source) KEY once per listed agent; rollout indices "
-        "continue per task (repeatable).",
+        "Copy every row that names agent (or task_source, or taskset) KEY once per listed agent; "
+        "rollout indices continue per task (repeatable).",
         "KEY=A,B[,...]",
         repeatable=True,
     ),

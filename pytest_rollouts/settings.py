@@ -159,7 +159,7 @@ class Settings(BaseModel):
         """A file named ``<stem>.jsonl``: the sidecars are named after it, and a fresh run moves an
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).strip() or not str(value).endswith(".jsonl")):
-            raise ValueError(f"must name the output file, <stem>.jsonl; got {str(value)!r}")
+            raise ValueError("must name the output file, <stem>.jsonl")
         return value
 
     @field_validator("shard", mode="before")

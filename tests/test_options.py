@@ -24,8 +24,9 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ),
         ("--rollouts-agent=ftp://x", "--rollouts-agent: agent address 'ftp://x' is not an http(s) URL"),
         # An empty value named the directory itself, which a fresh run then moved aside.
-        ("--rollouts-out=", "--rollouts-out: must name the output file, <stem>.jsonl; got ''"),
-        ("--rollouts-out=sub", "--rollouts-out: must name the output file, <stem>.jsonl; got 'sub'"),
+        ("--rollouts-out=", "--rollouts-out: must name the output file, <stem>.jsonl (got '')"),
+        # The value was shown twice: once by the message, once by the error report.
+        ("--rollouts-out=foo.txt", "--rollouts-out: must name the output file, <stem>.jsonl (got 'foo.txt')"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
@@ -76,3 +77,10 @@ def test_every_option_is_registered_with_an_ini_twin(pytester: pytest.Pytester) 
     for option in OPTIONS:
         result.stdout.fnmatch_lines([f"*{option.cli}*"])
         result.stdout.fnmatch_lines([f"*{option.ini} *"])
+
+
+@pytest.mark.parametrize("name", ["agent_map", "fan_out"])
+def test_routing_option_help_names_every_kind_of_key(name: str) -> None:
+    """A row is keyed by its taskset, agent or task_source, and a map or fan-out takes any of them."""
+    [option] = [o for o in OPTIONS if o.name == name]
+    assert all(kind in option.help for kind in ("agent", "task_source", "taskset"))
