@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         "--agent",
         action="append",
         default=[],
-        metavar="NAME=URL",
-        help="where a group's /aggregate_metrics lives; without it metrics are computed locally",
+        metavar="[NAME=]URL",
+        help="where a group's /aggregate_metrics lives (a URL alone: every group's), as in a run; "
+        "without it metrics are computed locally",
     )
     merge.add_argument(
         "--agent-header",
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def aggregate(args: argparse.Namespace) -> int:
     try:
-        out, _ = _validated(args)
+        out, settings = _validated(args)
         headers = parse_agent_headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
@@ -77,12 +78,11 @@ def aggregate(args: argparse.Namespace) -> int:
             frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip()),
             args.count_missing_as_zero,
         )
-        urls = dict(a.split("=", 1) for a in args.agent)
         with paced():
             score = score_run(
                 out,
                 policy,
-                agent_url=urls.get,
+                agent_url=lambda name: settings.named_agent_urls.get(name, settings.default_agent_url),
                 agent_headers=lambda name: headers_for(headers, name),
                 write_metrics=True,
                 timeout=3600.0,
@@ -114,12 +114,13 @@ def aggregate(args: argparse.Namespace) -> int:
 def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
     """The options a run has too, checked by the run's own rules before anything is read or
     written, so the merge refuses what the run refuses: an ``--out`` not named ``<stem>.jsonl``
-    would get sidecars named after a stem that another run's may already use. ``ValueError``
-    says what is wrong."""
+    would get sidecars named after a stem that another run's may already use, and a bad
+    ``--agent`` would only fail once the merged files are written. ``ValueError`` says what is
+    wrong."""
     try:
-        settings = Settings.model_validate({"out": args.out})
+        settings = Settings.model_validate({"out": args.out, "agent": args.agent})
     except ValidationError as exc:
-        raise ValueError(_describe(exc, {"out": "--out"})) from None
+        raise ValueError(_describe(exc, {"out": "--out", "agent": "--agent"})) from None
     out = Path(args.out).resolve()
     if out.is_dir():
         raise ValueError(f"--out: {out} is a directory; name the output file in it")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from .agents import ScriptedAgent
 from .conftest import write_rows
 from .test_shards import aggregate
 
@@ -53,3 +55,31 @@ def test_an_out_that_is_a_directory_is_a_usage_error(gym_shards: Path) -> None:
     (gym_shards / "merged.jsonl").mkdir()
     stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "merged.jsonl")
     assert f"--out: {gym_shards / 'merged.jsonl'} is a directory; name the output file in it" in stderr
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        ("bogus", "--agent: agent address 'bogus' is not an http(s) URL"),
+        ("a=notaurl", "--agent: agent address 'notaurl' is not an http(s) URL"),
+    ],
+    ids=["no-name", "not-a-url"],
+)
+def test_a_bad_agent_is_a_usage_error_before_anything_is_written(gym_shards: Path, agent: str, message: str) -> None:
+    """A name without '=' crashed with a ValueError once the merged files were written; a value
+    that is no http(s) URL was taken as one. Both are refused the way --rollouts-agent refuses them."""
+    stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent", agent)
+    assert message in stderr
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "url-alone"])
+def test_an_agent_url_named_or_alone_serves_the_groups_metrics(gym_shards: Path, named: bool) -> None:
+    """As in a run: NAME=URL serves that group, a URL alone every group."""
+    with ScriptedAgent(aggregate=lambda body: {"agent_metrics": {"mean/reward": 0.25}}) as server:
+        agent = f"a={server.url}" if named else server.url
+        result = aggregate(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent", agent)
+        assert result.returncode == 0, result.stderr
+        [body] = server.aggregate_bodies
+    assert len(body["verify_responses"]) == 4
+    [group] = json.loads((gym_shards / "m" / "all_aggregate_metrics.json").read_text())
+    assert group["metrics_source"] == "server"
