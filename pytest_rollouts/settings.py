@@ -150,6 +150,11 @@ class Settings(BaseModel):
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
+    def model_post_init(self, context: Any, /) -> None:
+        """Sources arrive as validation context, so the model's own checks can name them too."""
+        if isinstance(context, dict):
+            self._sources = context.get("sources", {})
+
     def source_of(self, name: str) -> str:
         return self._sources.get(name) or next(o.cli for o in OPTIONS if o.name == name)
 
@@ -259,8 +264,15 @@ class Settings(BaseModel):
         both = sorted(set(self.agent_map) & set(self.fan_out))
         if both:
             raise ValueError(
-                f"{', '.join(both)} is both mapped (--rollouts-agent-map) and fanned out (--rollouts-fan-out); "
-                "give one of them"
+                f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
+                f"({self.source_of('fan_out')}); give one of them"
+            )
+        if self.no_aggregate and self.fail_under is not None:
+            # Without metrics there is no mean reward, so the gate could only ever fail (exit 7).
+            skip = self.source_of("no_aggregate")
+            raise ValueError(
+                f"{self.source_of('fail_under')} needs the metrics that {skip} skips: gate the merge instead "
+                f"(pytest-rollouts aggregate ... --fail-under X) or drop {skip}"
             )
         return self
 
@@ -325,10 +337,9 @@ def resolve_settings(config: pytest.Config) -> Settings:
             raw[option.name] = value
             source[option.name] = where
     try:
-        settings = Settings.model_validate(raw)
+        settings = Settings.model_validate(raw, context={"sources": source})
     except ValidationError as exc:
         raise pytest.UsageError(_describe(exc, source)) from None
-    settings._sources = source
     if settings.out is None:
         settings = settings.model_copy(update={"out": config.rootpath / "results" / "rollouts.jsonl"})
     elif not settings.out.is_absolute():

@@ -84,3 +84,25 @@ def test_routing_option_help_names_every_kind_of_key(name: str) -> None:
     """A row is keyed by its taskset, agent or task_source, and a map or fan-out takes any of them."""
     [option] = [o for o in OPTIONS if o.name == name]
     assert all(kind in option.help for kind in ("agent", "task_source", "taskset"))
+
+
+@pytest.mark.parametrize("ini", [False, True])
+def test_a_gate_on_metrics_that_are_skipped_is_a_usage_error(
+    pytester: pytest.Pytester, agent: ScriptedAgent, ini: bool
+) -> None:
+    """Without metrics there is no mean reward: the gate could only fail (exit 7), after the whole run."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    skip = ["--rollouts-no-aggregate"]
+    if ini:
+        pytester.makeini("[pytest]\nrollouts_no_aggregate = true\n")
+        skip = []
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.5", *skip)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    where = "ini rollouts_no_aggregate" if ini else "--rollouts-no-aggregate"
+    result.stderr.fnmatch_lines(
+        [
+            f"*--rollouts-fail-under needs the metrics that {where} skips: gate the merge instead "
+            f"(pytest-rollouts aggregate ... --fail-under X) or drop {where}*"
+        ]
+    )
+    assert agent.requests == []
