@@ -207,6 +207,15 @@ class Dispatcher:
             self._claimed_rollouts += sum(self._planned[slot] for slot in fresh)
             self._write(b"".join(message(["claim", slot]) for slot in fresh))
 
+    def _stop(self, why: str) -> None:
+        """The first reason dispatch stopped is the one reported."""
+        self._gone = self._gone or f"{why}\nRows written so far are kept; --rollouts-resume runs the rest."
+
+    @property
+    def failure(self) -> str:
+        """Why dispatch stopped before its end, or "" (known once the engine said so, or went away)."""
+        return self._gone
+
     @property
     def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
         """As the engine last reported, the oldest request's age brought up to now."""
@@ -230,8 +239,9 @@ class Dispatcher:
             return
         try:
             self._write_to(proc, message(["close"]))
-            while self._read_from(proc)[0] != "closed":
-                pass
+            while (msg := self._read_from(proc))[0] != "closed":
+                if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
+                    self._stop(f"dispatch stopped: {msg[1]}")
         except (ChannelClosed, BrokenPipeError, OSError):
             pass
         finally:
@@ -253,7 +263,7 @@ class Dispatcher:
                 self.on_progress()
             return
         if kind == "fatal":
-            self._gone = f"the dispatcher process failed:\n{rest[0]}"
+            self._stop(f"dispatch stopped: {rest[0]}")
             return
         slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)
@@ -263,7 +273,7 @@ class Dispatcher:
         try:
             self._write_to(self._proc, data)
         except (BrokenPipeError, OSError) as exc:
-            self._gone = self._gone or f"the dispatcher process went away ({exc})"
+            self._stop(f"the dispatcher process went away ({exc})")
             raise DispatcherGone(self._gone) from None
 
     def _read(self) -> list[Any]:
@@ -271,7 +281,7 @@ class Dispatcher:
         try:
             return self._read_from(self._proc, self.on_idle)
         except ChannelClosed:
-            self._gone = self._gone or f"the dispatcher process exited ({_exit_status(self._proc)})"
+            self._stop(f"the dispatcher process exited ({_exit_status(self._proc)})")
             raise DispatcherGone(self._gone) from None
 
     @staticmethod

@@ -42,7 +42,7 @@ from .collector import pace_process
 from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
-from .jsonl import JsonlAppender, whole_lines
+from .jsonl import ArtifactError, JsonlAppender, whole_lines
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import (
     CANCELLED,
@@ -138,9 +138,15 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._session.close()
         os.close(self._bodies_fd)
-        self._outputs.close()
-        self._failures.close()
-        self._send(message(["closed"]))
+        for appender in (self._outputs, self._failures):
+            try:
+                appender.close()
+            except ArtifactError as exc:  # the last second's rows: pytest is told even now
+                self.crash(exc)
+        try:
+            self._send(message(["closed"]))
+        except (OSError, RuntimeError):
+            pass  # pytest is gone (killed, or its pipe closed): nobody is left to tell
 
     async def _check_health(self) -> list[Unhealthy]:
         health = self._h.get("health")
@@ -172,8 +178,11 @@ class Engine:
         on reports that never come: tell pytest, then close (rows written so far are kept)."""
         if self.crashed:
             return
-        self.crashed = "".join(traceback.format_exception(exc))
-        sys.stderr.write(f"pytest-rollouts dispatcher failed:\n{self.crashed}")
+        if isinstance(exc, ArtifactError):  # not a bug: the message says it all
+            self.crashed = str(exc)
+        else:
+            self.crashed = "a bug in the dispatcher:\n" + "".join(traceback.format_exception(exc))
+        sys.stderr.write(f"pytest-rollouts: dispatch stopped: {self.crashed}\n")
         try:
             # The reports already posted go first: their tasks are done and their rows written.
             self._send(message(["fatal", self.crashed]))
@@ -232,6 +241,9 @@ class Engine:
             outcome = self._written_elsewhere(position) or await self._attempts(position)
         except asyncio.CancelledError:
             raise
+        except ArtifactError as exc:  # every later row would be lost too
+            self.crash(exc)
+            return
         except Exception:  # a bug must reach the item, not hang it
             self._pending[slot] = 0
             self._post(message(["error", slot, traceback.format_exc()]))

@@ -19,6 +19,11 @@ class JsonlError(ValueError):
     """A line that is not a JSON object; the message starts with ``path:line``."""
 
 
+class ArtifactError(OSError):
+    """An artifact can no longer be written where it belongs (disk full, file removed): every row
+    from here on would be lost, so whoever writes must stop."""
+
+
 def object_from(raw: bytes) -> dict[str, Any]:
     """One JSON object, or ``ValueError`` saying why not."""
     try:
@@ -104,20 +109,41 @@ class JsonlAppender:
     def append_line(self, line: bytes) -> None:
         """One already-serialized row, newline included."""
         data = memoryview(line)
-        while data:
-            data = data[os.write(self._fd, data) :]
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as exc:
+            raise ArtifactError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
         self._dirty = True
 
     def sync(self) -> None:
         """Called from a worker thread once a second, and by ``close``: hence the lock."""
         with self._lock:
-            if self._dirty and self._fd >= 0:
+            if self._fd < 0:
+                return
+            self._check_in_place()
+            if self._dirty:
                 self._dirty = False
-                os.fsync(self._fd)
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    raise ArtifactError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+
+    def _check_in_place(self) -> None:
+        """Rows written after the file was removed or replaced reach no file anyone will read."""
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+            raise ArtifactError(f"{self.path} was removed or replaced while the run was writing it")
 
     def close(self) -> None:
-        self.sync()
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+        try:
+            self.sync()
+        finally:
+            with self._lock:
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1

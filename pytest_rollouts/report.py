@@ -435,6 +435,8 @@ class RolloutReporter:
         ):
             session.exitstatus = pytest.ExitCode.OK
         run = self.config.stash.get(RUN_KEY, None)
+        if run is not None and run.dispatch_failure and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # its last rows were lost: not a whole run
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and run is not None and run.holds_no_task():
             session.exitstatus = pytest.ExitCode.OK  # nothing of the dataset is this shard's: done
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
@@ -493,5 +495,7 @@ class RolloutReporter:
         lines.append("artifacts: " + ", ".join(names))
         for line in lines:
             terminalreporter.line(line)
+        if run.dispatch_failure:
+            terminalreporter.line(run.dispatch_failure, red=True, bold=True)
         if self.gate is not None:
             terminalreporter.line(self.gate.message, red=True, bold=True)

@@ -73,6 +73,8 @@ class RolloutRun:
         # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
         # manifest, which the merge needs to prove the shards' union complete.
         self.empty_shard = False
+        # Why dispatch stopped early (an artifact unwritable, a dispatcher bug or death), or "".
+        self.dispatch_failure = ""
         self._stopped = ""
         # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
         self.on_heartbeat: Callable[[], None] | None = None
@@ -529,8 +531,8 @@ class RolloutRun:
             outcomes = self._dispatcher.wait(item.slot)
         except DispatcherGone as exc:
             # Nothing not reported yet will be: stop here, like -x, instead of failing every item left.
-            self._stopped = f"{exc}\nRows written so far are kept; --rollouts-resume runs the rest."
-            item.session.shouldfail = "the dispatcher process failed"
+            self._stopped = self.dispatch_failure = str(exc)
+            item.session.shouldfail = "dispatch stopped"
             pytest.fail(self._stopped, pytrace=False)
         hook = self.config.hook.pytest_rollouts_task_finished
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener
@@ -580,6 +582,7 @@ class RolloutRun:
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.close()
+            self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
     def score(
         self, perf_summary: dict[str, Any] | None = None, drained: frozenset[tuple[int, int]] = frozenset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -337,6 +338,13 @@ engine.main()
 """
 
 
+def engine_process(*args: str, preexec_fn: Any = None) -> subprocess.Popen[bytes]:
+    """A dispatcher process as the plugin starts one, with ``args`` after the interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pipe = subprocess.PIPE
+    return subprocess.Popen([sys.executable, *args], stdin=pipe, stdout=pipe, bufsize=0, env=env, preexec_fn=preexec_fn)
+
+
 def spawn_watched(patch: pytest.MonkeyPatch, spawn: Any) -> list[subprocess.Popen[bytes]]:
     """Route the session's dispatcher through ``spawn``; a process still alive after 60 s is
     killed, so a hang fails the test instead of blocking the suite."""
@@ -379,9 +387,7 @@ def test_a_bug_in_the_dispatcher_stops_the_run_instead_of_hanging_it(
     """A bug outside any one rollout used to be logged by asyncio while pytest waited forever."""
 
     def spawn() -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-c", BROKEN_ENGINE, broken]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+        return engine_process("-c", BROKEN_ENGINE, broken)
 
     write_rows(pytester.path / "data.jsonl", tasks(12))
     with ScriptedAgent(latency=0.2) as agent:
@@ -393,7 +399,8 @@ def test_a_bug_in_the_dispatcher_stops_the_run_instead_of_hanging_it(
         [proc] = spawned
         assert proc.wait(timeout=10) == 1
         output = result.stdout.str()
-        assert "the dispatcher process failed" in output and "RuntimeError: injected bug" in output, output
+        assert "dispatch stopped: a bug in the dispatcher:" in output, output
+        assert "RuntimeError: injected bug" in output
         assert "--rollouts-resume runs the rest" in output
         outcomes = result.parseoutcomes()
         assert outcomes["failed"] == 1 and outcomes.get("passed", 0) < 12, outcomes
@@ -421,5 +428,53 @@ def test_a_killed_dispatcher_stops_the_run_and_resume_finishes_it(
         output = result.stdout.str()
         assert "the dispatcher process exited (killed by signal 9)" in output, output
         assert result.parseoutcomes()["failed"] == 1
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert_resume_completes(pytester, agent)
+
+
+def test_an_unwritable_output_stops_dispatch_at_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (here: a file-size limit on the dispatcher) used to fail each task with a
+    traceback while every later rollout was still sent and its reply thrown away."""
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return engine_process("-m", "pytest_rollouts.engine", preexec_fn=limited)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(latency=0.05) as agent:
+        with monkeypatch.context() as patch:
+            spawn_watched(patch, spawn)
+            result = run_rollouts(
+                pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
+            )
+        output = result.stdout.str()
+        assert "dispatch stopped: cannot write" in output and "r.jsonl: File too large" in output, output
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert len(agent.requests) < 24, "dispatch went on"
+        assert_resume_completes(pytester, agent)
+
+
+def test_an_output_removed_mid_run_stops_dispatch(pytester: pytest.Pytester) -> None:
+    """Rows written after the file was removed reach no file: the run passed, with 0 rows on disk."""
+    out = pytester.path / "out" / "r.jsonl"
+
+    def removes_the_output(row: dict[str, Any], seen: int) -> Reply:
+        if len(agent.requests) == 4:
+            out.unlink()
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(removes_the_output, latency=0.25) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
+        )
+        result.stdout.fnmatch_lines(
+            ["*dispatch stopped: *r.jsonl was removed or replaced while the run was writing it*"]
+        )
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         assert_resume_completes(pytester, agent)
