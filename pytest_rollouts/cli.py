@@ -35,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True)
     merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
-    merge.add_argument("--input", required=True, help="glob(s), comma-separated, of shard <stem>.jsonl files")
+    merge.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="GLOB[,GLOB...]",
+        help="shard <stem>.jsonl files (repeatable; each value adds its globs)",
+    )
     merge.add_argument("--out", required=True, help="the merged <stem>.jsonl")
     merge.add_argument("--count-as-zero", action="append", default=[], metavar="CLASS[,CLASS...]")
     merge.add_argument("--count-missing-as-zero", action="store_true")

@@ -48,10 +48,11 @@ class Shard:
         return int(k), int(n)
 
 
-def find_inputs(patterns: str, out: Path) -> list[Path]:
-    """Comma-separated globs, sorted and deduplicated; sidecars and the merged output are not inputs."""
+def find_inputs(values: list[str], out: Path) -> list[Path]:
+    """The globs of every ``--input`` (each comma-separated), sorted and deduplicated; sidecars and
+    the merged output are not inputs."""
     found: set[Path] = set()
-    for pattern in filter(None, (p.strip() for p in patterns.split(","))):
+    for pattern in filter(None, (p.strip() for value in values for p in value.split(","))):
         found.update(Path(p).resolve() for p in glob.glob(pattern, recursive=True))
     skip = {p.resolve() for p in ArtifactPaths(out).all()}
     return sorted(p for p in found if p not in skip and not p.name.endswith(SIDECAR_SUFFIXES) and p.is_file())

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from .agents import ScriptedAgent
-from .conftest import write_rows
+from .conftest import tasks, write_rows
+from .helpers import run_rollouts
 from .test_shards import aggregate
 
 EXIT_USAGE = 4
@@ -83,3 +84,21 @@ def test_an_agent_url_named_or_alone_serves_the_groups_metrics(gym_shards: Path,
     assert len(body["verify_responses"]) == 4
     [group] = json.loads((gym_shards / "m" / "all_aggregate_metrics.json").read_text())
     assert group["metrics_source"] == "server"
+
+
+def test_every_input_adds_its_globs(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """A repeated --input silently kept only the last one's files."""
+    write_rows(pytester.path / "data.jsonl", tasks(6))
+    for k in range(3):
+        run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            f"--rollouts-shard={k}/3",
+            "--rollouts-no-aggregate",
+            out=f"shards/shard-{k}.jsonl",
+        )
+    inputs = ("--input", "shards/shard-0.jsonl", "--input", "shards/shard-1.jsonl,shards/shard-2.jsonl")
+    result = aggregate(pytester.path, *inputs, "--out", "m/all.jsonl", "--require-complete")
+    assert result.returncode == 0, result.stderr
+    assert "merged 3 inputs" in result.stdout
