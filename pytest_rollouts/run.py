@@ -320,7 +320,10 @@ class RolloutRun:
         paths = self.paths
         workerinput = getattr(self.config, "workerinput", None)
         run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
-        _tell(paths.start_run(run_id, resume=self.resuming))
+        try:
+            _tell(paths.start_run(run_id, resume=self.resuming))
+        except OSError as exc:  # a read-only or missing place: nothing was sent
+            raise pytest.UsageError(f"cannot write the artifacts next to {paths.out}: {exc}") from None
         if self.resuming:
             self._plan = self._plan_resume(selected, paths)
         else:

@@ -194,3 +194,15 @@ def test_ordinary_test_failure_still_fails_the_session(pytester: pytest.Pytester
     with ScriptedAgent(only_task_1(Reply(status=500))) as agent:
         result = run(pytester, agent, "test_plain.py")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_an_output_place_that_cannot_be_written_is_a_usage_error(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """Was an INTERNALERROR traceback (a read-only directory gave the same)."""
+    (pytester.path / "taken").write_text("a file, not a directory")
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", out="taken/r.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot write the artifacts next to *taken/r.jsonl: *File exists*"])
+    assert agent.requests == []
