@@ -40,8 +40,8 @@ class AgentAddress(BaseModel):
     def parse(cls, text: str) -> AgentAddress:
         name, sep, rest = text.partition("=")
         if sep and name and not any(c in name for c in ":/"):
-            return cls(name=name.strip(), url=_check_url(rest.strip()))
-        return cls(name=None, url=_check_url(text.strip()))
+            return cls(name=name.strip(), url=check_url(rest.strip()))
+        return cls(name=None, url=check_url(text.strip()))
 
 
 class AgentHeader(BaseModel):
@@ -103,7 +103,9 @@ def _each(value: Any, parse: Callable[[str], Any]) -> Any:
     return value
 
 
-def _check_url(url: str) -> str:
+def check_url(url: str) -> str:
+    """An agent address (command line, ini or ``rollouts.toml``): another scheme would fail only at
+    run time, after every retry."""
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"agent address {url!r} is not an http(s) URL")
     return url.rstrip("/")

@@ -10,8 +10,11 @@ import fnmatch
 import tomllib
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from .settings import check_url
 
 
 class SuiteError(Exception):
@@ -25,6 +28,12 @@ class AgentDeclaration(BaseModel):
 
     url: str | None = None
     embedded: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        """As ``--rollouts-agent`` checks it: another scheme would fail only at run time, after retries."""
+        return None if url is None else check_url(url)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentDeclaration:
@@ -43,6 +52,14 @@ class SuiteConfig(BaseModel):
     task_sources: dict[str, str] = {}
     # Episode rows (``task_id.taskset`` + ``task_input``) go to the environment server named here.
     tasksets: dict[str, str] = {}
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any) -> Any:
+        """A single pattern written as a string would otherwise get pydantic's 'valid tuple' message."""
+        if isinstance(value, str):
+            raise ValueError(f"must be a list of glob patterns, e.g. datasets = [{value!r}]")
+        return value
 
     @model_validator(mode="after")
     def _default_is_declared(self) -> SuiteConfig:
@@ -80,5 +97,8 @@ def load_suite(path: Path) -> Suite:
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg']}" for e in exc.errors())
+        details = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         raise SuiteError(f"{path}: {details}") from None

@@ -106,3 +106,26 @@ def test_a_gate_on_metrics_that_are_skipped_is_a_usage_error(
         ]
     )
     assert agent.requests == []
+
+
+@pytest.mark.parametrize(
+    ("declaration", "message"),
+    [
+        # Was accepted, and failed only at run time after every retry.
+        (
+            'datasets = ["data.jsonl"]\n[agents.judge]\nurl = "ftp://h"\n',
+            "rollouts.toml: agents.judge.url: agent address 'ftp://h' is not an http(s) URL",
+        ),
+        # Was pydantic's "Input should be a valid tuple".
+        (
+            'datasets = "data.jsonl"\n',
+            "rollouts.toml: datasets: must be a list of glob patterns, e.g. datasets = ['data.jsonl']",
+        ),
+    ],
+)
+def test_bad_suite_declaration_names_file_and_key(pytester: pytest.Pytester, declaration: str, message: str) -> None:
+    write_rows(pytester.path / "s" / "data.jsonl", tasks(1))
+    (pytester.path / "s" / "rollouts.toml").write_text(declaration)
+    result = run_rollouts(pytester, "s")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert message in result.stdout.str()
