@@ -129,3 +129,36 @@ def test_bad_suite_declaration_names_file_and_key(pytester: pytest.Pytester, dec
     result = run_rollouts(pytester, "s")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert message in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pytest.ini", "[pytest]\nrollouts_no_health_check = maybe\n"),
+        ("pyproject.toml", '[tool.pytest.ini_options]\nrollouts_no_health_check = "maybe"\n'),
+    ],
+)
+def test_bad_ini_flag_names_the_ini_key(pytester: pytest.Pytester, name: str, text: str) -> None:
+    """pytest's own reading of an ini bool said only "invalid truth value 'maybe'"."""
+    (pytester.path / name).write_text(text)
+    result = pytester.runpytest(*QUIET)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini rollouts_no_health_check: Input should be a valid boolean*(got 'maybe')"])
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pytest.ini", "[pytest]\nrollouts_no_health_check = yes\n"),
+        ("pyproject.toml", "[tool.pytest]\nrollouts_no_health_check = true\n"),
+    ],
+)
+def test_ini_flags_read_as_pytest_reads_them(
+    pytester: pytest.Pytester, agent: ScriptedAgent, name: str, text: str
+) -> None:
+    """An ini string pytest reads as a bool, and a native TOML bool, still set the flag."""
+    (pytester.path / name).write_text(text)
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=1)
+    assert agent.health_checks == 0
