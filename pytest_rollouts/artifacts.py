@@ -76,6 +76,16 @@ class ArtifactPaths:
             os.fsync(lock.fileno())
             return start
 
+    def take_back(self, start: RunStart) -> None:
+        """Undo a fresh run's start: it was refused before sending anything, so its new files go
+        and the earlier results it moved aside come back."""
+        for path in self.all():
+            path.unlink(missing_ok=True)
+        if start.moved_to is not None:
+            for moved in start.moved_to.iterdir():
+                os.replace(moved, self.out.with_name(moved.name))
+            start.moved_to.rmdir()
+
     def started_by(self, run_id: str) -> bool:
         """Whether the files were last prepared by run ``run_id``."""
         try:

@@ -75,6 +75,7 @@ class RolloutRun:
         self.empty_shard = False
         # Why dispatch stopped early (an artifact unwritable, a dispatcher bug or death), or "".
         self.dispatch_failure = ""
+        self._run_start = RunStart()
         self._stopped = ""
         # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
         self.on_heartbeat: Callable[[], None] | None = None
@@ -321,9 +322,10 @@ class RolloutRun:
         workerinput = getattr(self.config, "workerinput", None)
         run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
         try:
-            _tell(paths.start_run(run_id, resume=self.resuming))
+            self._run_start = paths.start_run(run_id, resume=self.resuming)
         except OSError as exc:  # a read-only or missing place: nothing was sent
             raise pytest.UsageError(f"cannot write the artifacts next to {paths.out}: {exc}") from None
+        _tell_repaired(self._run_start)
         if self.resuming:
             self._plan = self._plan_resume(selected, paths)
         else:
@@ -478,12 +480,16 @@ class RolloutRun:
             self.finish()
             self._stopped = str(exc)
             if workerinput is None:
+                if not self.resuming:  # nothing was sent: the files are left as they were found
+                    paths.take_back(self._run_start)
                 unhealthy = isinstance(exc, AgentsUnhealthy)
                 code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
                 pytest.exit(self._stopped, returncode=code)
             # An xdist worker cannot exit on its own; the controller stops the session on this
             # (after the worker's first item, which fails with the same message).
             session.shouldstop = self._stopped
+            return
+        _tell_moved(self._run_start)
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -670,7 +676,8 @@ def _refuse_changed(paths: ArtifactPaths, changed: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _tell(start: RunStart) -> None:
+def _tell_moved(start: RunStart) -> None:
+    """Once dispatch has started: a run refused before that puts them back."""
     if start.moved_to is not None:
         warnings.warn(
             RolloutsWarning(
@@ -678,5 +685,8 @@ def _tell(start: RunStart) -> None:
             ),
             stacklevel=1,
         )
+
+
+def _tell_repaired(start: RunStart) -> None:
     for path, size in (start.repaired or {}).items():
         warnings.warn(RolloutsWarning(f"{path}: dropped a last line cut short by a crash ({size} bytes)"), stacklevel=1)

@@ -38,7 +38,19 @@ def test_unhealthy_agent_stops_the_session_before_any_run(pytester: pytest.Pytes
         )
         assert main.requests == [] and judge.requests == []
         assert main.health_checks == 1 and judge.health_checks == 1
-    assert Artifacts(pytester.path).rows == []
+    assert not list(pytester.path.glob("out/r*")), "nothing written"
+
+
+def test_a_refused_run_leaves_earlier_results_where_they_were(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """They were moved aside, and an empty output left in their place, by a run that sent nothing."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").assert_outcomes(passed=3)
+    before = {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*")}
+    with ScriptedAgent(health=Reply(status=500)) as sick:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={sick.url}", "--rollouts-repeats=2")
+    assert result.ret == UNHEALTHY_EXIT
+    assert {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*")} == before
+    assert "moved" not in result.stdout.str()
 
 
 def test_agent_that_refuses_connections_is_unhealthy(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
