@@ -31,6 +31,7 @@ from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
 from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
+from .stopping import TermAsInterrupt
 
 if TYPE_CHECKING:
     from .accounting import Key
@@ -76,6 +77,7 @@ class RolloutRun:
         # Why dispatch stopped early (an artifact unwritable, a dispatcher bug or death), or "".
         self.dispatch_failure = ""
         self._run_start = RunStart()
+        self._term = TermAsInterrupt()
         self._stopped = ""
         # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
         self.on_heartbeat: Callable[[], None] | None = None
@@ -490,6 +492,8 @@ class RolloutRun:
             session.shouldstop = self._stopped
             return
         _tell_moved(self._run_start)
+        if workerinput is None:  # a worker ends with its controller, which handles the signal
+            self._term.install()
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -588,6 +592,7 @@ class RolloutRun:
 
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""
+        self._term.remove()
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.close()

@@ -198,7 +198,9 @@ def test_shipped_suite_runs_on_its_embedded_agent(pytester: pytest.Pytester) -> 
     assert all(r["reward"] == float(r["extracted_answer"] == r["expected_answer"]) for r in rows)
 
 
-def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pytester, stop: int) -> None:
+    """A scheduler's SIGTERM stops the run as Ctrl-C does (was: no summary, exit 143)."""
     write_rows(pytester.path / "data.jsonl", tasks(200))
     out = pytester.path / "out" / "r.jsonl"
     with ScriptedAgent(latency=0.2) as agent:
@@ -221,13 +223,14 @@ def test_ctrl_c_cancels_in_flight_and_keeps_lines_whole(pytester: pytest.Pyteste
         deadline = time.monotonic() + 60
         while (not out.exists() or out.read_bytes().count(b"\n") < 8) and time.monotonic() < deadline:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         output, _ = proc.communicate(timeout=60)
         deadline = time.monotonic() + 5
         while agent.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
         assert agent.in_flight == 0, "in-flight requests were cancelled"
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+    assert b"= rollouts =" in output
     data = out.read_bytes()
     assert data.endswith(b"\n")
     rows = read_rows(out)
