@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import orjson
@@ -111,6 +111,7 @@ def score_run(
     latest = _latest_failures(paths.failures)
     scores = []
     total = Coverage()
+    samples = _Samples(paths.materialized)
     for name, group in sorted(groups.items()):
         accounting = account(
             group.expected, group.completed, group.masked, {k: c for k, (c, _) in latest.items()}, policy, drained
@@ -130,18 +131,66 @@ def score_run(
             if server is not None:
                 score.metrics, score.source = server, "server"
         if score.source != "server":
-            rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
-            ranks = _repeat_ranks(group.expected)
-            if ranks is not None:
-                rows = [MetricRow(r.task, ranks.get((r.task, r.rollout), r.rollout), r.values) for r in rows]
-            score.metrics = compute_default_metrics(rows, expected=Counter(task for task, _ in group.expected))
-            score.source = "local"
+            score.metrics, score.source = _local_metrics(group, added, samples), "local"
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = perf_summary
     result = RunScore(scores, total)
     if write_metrics:
-        result.metrics_path = _write_metrics(paths.metrics, scores)
+        try:
+            result.metrics_path = _write_metrics(paths.metrics, scores)
+        finally:
+            samples.close()
     return result
+
+
+def _local_metrics(group: _Group, added: list[dict[str, Any]], samples: _Samples) -> dict[str, Any]:
+    """NeMo Gym's default metrics over the group's real rows and the zeros the policies added."""
+    rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
+    ranks = _repeat_ranks(group.expected)
+    if ranks is not None:
+        rows = [MetricRow(r.task, r.rollout, r.values, ranks.get((r.task, r.rollout))) for r in rows]
+    expected = Counter(task for task, _ in group.expected)
+    return compute_default_metrics(rows, expected=expected, sample=samples.of(group.expected))
+
+
+class _Samples:
+    """Each task's ``sample`` in ``group_level_metrics``, read from the materialized file as its entry is written.
+
+    NeMo Gym's is the task's materialized row without its two indices. Memory holds where each
+    task's row sits, never the rows: at 100k tasks their prompts would be the dataset again. The
+    file stays open from one task to the next (opening it for each costs seconds at 100k) until
+    ``close``; a read after that opens it again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._handle: BinaryIO | None = None
+
+    def of(self, expected: Mapping[Key, int]) -> Callable[[int], dict[str, Any] | None]:
+        """A group's samples: a task's row is that of its lowest rollout index in the group.
+
+        NeMo Gym takes the first rollout with a result; the rows of one task's rollouts differ
+        only in their index (and seed), so the first one materialized stands for the task, and a
+        task without any result has a sample too.
+        """
+        first: dict[int, Key] = {}
+        for key in expected:
+            if key[0] not in first or key < first[key[0]]:
+                first[key[0]] = key
+        return lambda task: self._read(expected[first[task]]) if task in first else None
+
+    def _read(self, offset: int) -> dict[str, Any]:
+        if self._handle is None:
+            self._handle = open(self._path, "rb")
+        self._handle.seek(offset)
+        row = parse_object(self._handle.readline(), self._path, 0)
+        del row[TASK_INDEX], row[ROLLOUT_INDEX]
+        return row
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:

@@ -30,8 +30,21 @@ class MetricRow:
     """One rollout as the metrics see it: its key and its numeric fields."""
 
     task: int  # _ng_task_index
-    rollout: int  # _ng_rollout_index
+    rollout: int  # _ng_rollout_index, as in the files: the key rollout_infos join on
     values: Mapping[str, float]  # the row's numeric fields, "reward" among them when present
+    # Its place among its task's rollouts when that is not ``rollout``: a fanned-out agent's indices
+    # continue another agent's, but its first rollout of a task is still its repeat 0.
+    repeat: int | None = None
+
+
+def _repeat_of(row: MetricRow) -> int:
+    """Which repeat a row is, for the per-repeat statistics."""
+    return row.rollout if row.repeat is None else row.repeat
+
+
+def _no_sample(task: int) -> None:
+    """No task's row at hand: each entry's ``sample`` is null rather than missing, as in every entry."""
+    return None
 
 
 def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
@@ -112,7 +125,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / j for j in range(n - c + 1, n + 1))
 
 
-def compute_default_metrics(rows: Sequence[MetricRow], *, expected: Mapping[int, int]) -> dict[str, Any]:
+def compute_default_metrics(
+    rows: Sequence[MetricRow],
+    *,
+    expected: Mapping[int, int],
+    sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
+) -> dict[str, Any]:
     """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
 
     ``rows`` are the metric input (the caller has already dropped masked rows and added rows
@@ -120,6 +138,8 @@ def compute_default_metrics(rows: Sequence[MetricRow], *, expected: Mapping[int,
     expected number of rollouts, so tasks and rollouts that never arrived show up as missing
     instead of silently shrinking the denominator. A row outside ``expected`` (a task it lacks, a
     rollout index beyond its count) is still counted, with nothing expected of it: no row is lost.
+    ``sample`` gives a task's ``sample`` (None when unknown); it is called as each task's entry
+    is built, so the caller can read it from disk then instead of holding every task's row.
     """
     rows = sorted(rows, key=lambda r: (r.task, r.rollout))
     # group_level_metrics is a lazy sequence: each task's entry is built when it is read
@@ -127,12 +147,12 @@ def compute_default_metrics(rows: Sequence[MetricRow], *, expected: Mapping[int,
     fields = list(dict.fromkeys(field for row in rows for field in row.values))
     tasks = sorted(expected.keys() | {row.task for row in rows})
     by_task = _group_by(rows, lambda r: r.task)
-    groups = TaskEntries(tasks, by_task, fields, expected)
+    groups = TaskEntries(tasks, by_task, fields, expected, sample)
     if not rows:
         return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": groups, "repeat_level_metrics": []}
 
     num_repeats = max(expected.values(), default=0)
-    by_rollout = _group_by(rows, lambda r: r.rollout)
+    by_rollout = _group_by(rows, _repeat_of)
     columns = _columns(rows)
     agent: dict[str, Any] = {}
     for field in fields:
@@ -171,8 +191,10 @@ class TaskEntries(Sequence[dict[str, Any]]):
         by_task: Mapping[int, Sequence[MetricRow]],
         fields: Sequence[str],
         expected: Mapping[int, int],
+        sample: Callable[[int], Mapping[str, Any] | None],
     ) -> None:
         self._tasks, self._by_task, self._fields, self._expected = tasks, by_task, fields, expected
+        self._sample = sample
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -191,7 +213,9 @@ class TaskEntries(Sequence[dict[str, Any]]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         task = self._tasks[index]
-        return _task_entry(task, self._by_task.get(task, []), self._fields, self._expected.get(task, 0))
+        entry = _task_entry(task, self._by_task.get(task, []), self._fields, self._expected.get(task, 0))
+        entry["sample"] = self._sample(task)
+        return entry
 
 
 def _is_pass_at_k_reward(name: str) -> bool:
@@ -305,7 +329,8 @@ def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> d
 
 
 def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
-    """One task across its repeats: which tasks are flaky, which never arrived."""
+    """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
+    in rollout order) which of its rollouts gave which numbers."""
     entry: dict[str, Any] = {"_ng_task_index": task}
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
         values = rows[0].values
@@ -321,7 +346,22 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
     entry["expected_num_rollouts"] = expected
     entry["missing_num_rollouts"] = max(0, expected - len(rows))
     entry["reward_profile_completion_pct"] = 100 * len(rows) / expected if expected else None
+    entry["rollout_infos"] = [_rollout_info(row) for row in rows]
     return entry
+
+
+def _rollout_info(row: MetricRow) -> dict[str, Any]:
+    """One rollout as NeMo Gym lists it under its task: ``rollout_id`` (``"task:rollout"``) and its
+    indices as in the files, to join it to its full row, and the numbers the statistics used.
+
+    Only those numbers, never the row itself: the full rows stay in the rollouts file.
+    """
+    return {
+        "rollout_id": f"{row.task}:{row.rollout}",
+        "_ng_task_index": row.task,
+        "_ng_rollout_index": row.rollout,
+        **row.values,
+    }
 
 
 def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:

@@ -87,6 +87,10 @@ def test_summary_statistics_on_a_tiny_table() -> None:
         "expected_num_rollouts": 1,
         "missing_num_rollouts": 0,
         "reward_profile_completion_pct": 100.0,
+        "rollout_infos": [
+            {"rollout_id": "1:0", "_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0, "output_tokens": 20.0}
+        ],
+        "sample": None,  # none given
     }
     assert "mean/output_tokens" not in result["group_level_metrics"][3]
 
@@ -239,6 +243,8 @@ def test_no_rows_still_lists_every_expected_task() -> None:
                 "expected_num_rollouts": 2,
                 "missing_num_rollouts": 2,
                 "reward_profile_completion_pct": 0.0,
+                "rollout_infos": [],
+                "sample": None,
             }
             for t in (0, 1)
         ],
@@ -263,3 +269,36 @@ def test_row_order_does_not_matter() -> None:
     random.Random(2).shuffle(shuffled)
     expected = dict.fromkeys(range(3), 3)
     assert metrics(shuffled, expected) == metrics(table, expected)
+
+
+def test_group_entries_list_their_rollouts_by_index_and_sample_the_task() -> None:
+    """NeMo Gym's ``rollout_infos`` and ``sample`` in each task's entry. A rollout keeps its own index
+    there, the key to its full row, even where its repeat differs (a fanned-out agent's rollouts
+    2 and 3 are its repeats 0 and 1): the per-repeat statistics still go by the repeat."""
+    rows = [
+        MetricRow(0, 3, {"reward": 0.0}, repeat=1),
+        MetricRow(0, 2, {"reward": 1.0, "output_tokens": 7.0}, repeat=0),
+        MetricRow(1, 2, {"reward": 1.0}, repeat=0),
+    ]
+    asked: list[int] = []
+
+    def sample(task: int) -> dict[str, str] | None:
+        asked.append(task)
+        return {"question": f"q{task}"} if task < 2 else None
+
+    result = compute_default_metrics(rows, expected={0: 2, 1: 2, 2: 2}, sample=sample)
+    assert asked == [], "a sample is read only when its task's entry is built"
+    task0, task1, task2 = result["group_level_metrics"]
+    assert task0["rollout_infos"] == [
+        {"rollout_id": "0:2", "_ng_task_index": 0, "_ng_rollout_index": 2, "reward": 1.0, "output_tokens": 7.0},
+        {"rollout_id": "0:3", "_ng_task_index": 0, "_ng_rollout_index": 3, "reward": 0.0},
+    ]
+    assert [info["rollout_id"] for info in task1["rollout_infos"]] == ["1:2"]
+    assert (task2["rollout_infos"], task2["sample"]) == ([], None)
+    assert (task0["sample"], task1["sample"]) == ({"question": "q0"}, {"question": "q1"})
+    assert asked == [0, 1, 2]
+    repeats = result["repeat_level_metrics"]
+    assert [(r["_ng_rollout_index"], r["sample_count"], r["mean/reward"]) for r in repeats] == [
+        (0, 2, 1.0),
+        (1, 1, 0.0),
+    ]

@@ -20,7 +20,7 @@ from pytest_rollouts.metrics import numeric_fields
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
-from .helpers import run_rollouts, subprocess_run
+from .helpers import Artifacts, keys, run_rollouts, subprocess_run
 
 
 def mixed(row: dict[str, Any], seen: int) -> Reply:
@@ -137,6 +137,53 @@ def test_added_zeros_get_only_the_task_fields_real_rows_carry(pytester: pytest.P
     assert not [name for name in local.metrics["agent_metrics"] if name.endswith("/w")]
     assert local.metrics["agent_metrics"]["mean/difficulty"] == 1.0, "every rollout, the zeros too, has its task's"
     assert local.metrics["agent_metrics"]["mean/reward"] == pytest.approx(4 / 6)
+
+
+def test_local_group_entries_list_their_rollouts_and_sample_the_task(pytester: pytest.Pytester) -> None:
+    """Without a metrics server each task's entry still has NeMo Gym's ``rollout_infos`` (each rollout
+    of the metric input, a counted zero too, by the indices of its row in the files, where a
+    fanned-out agent's continue another's) and ``sample`` (the task's materialized row, indices off)."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+
+    def b_breaks_once(row: dict[str, Any], seen: int) -> Reply:
+        broken = (row["agent_ref"]["name"], row["_ng_task_index"], row["_ng_rollout_index"]) == ("b", 1, 3)
+        return Reply(status=500, raw=b"boom") if broken else verifier(row, seen)
+
+    with ScriptedAgent(b_breaks_once) as agent:
+        run_rollouts(
+            pytester,
+            "data.jsonl",
+            *(f"--rollouts-agent={name}{agent.url}" for name in ("", "a=", "b=")),
+            "--rollouts-fan-out=_default=a,b",
+            "--rollouts-repeats=2",
+            "--rollouts-max-attempts=1",
+            "--rollouts-count-as-zero=agent_run_error",
+        )
+    artifacts = Artifacts(pytester.path)
+    entries = {entry["agent_ref"]["name"]: entry for entry in metrics_file(pytester)}
+    assert set(entries) == {"a", "b"} and {e["metrics_source"] for e in entries.values()} == {"local"}
+    b_task1 = entries["b"]["group_level_metrics"][1]
+    usage = {"input_tokens": 3.0, "output_tokens": 5.0, "total_tokens": 8.0}
+    assert b_task1["rollout_infos"] == [
+        {"rollout_id": "1:2", "_ng_task_index": 1, "_ng_rollout_index": 2, "reward": 1.0, **usage},
+        {"rollout_id": "1:3", "_ng_task_index": 1, "_ng_rollout_index": 3, "reward": 0.0},  # the counted failure
+    ]
+    assert [r["_ng_rollout_index"] for r in entries["b"]["repeat_level_metrics"]] == [0, 1], "repeats, not indices"
+    for name, entry in entries.items():
+        materialized = [r for r in artifacts.materialized if r["agent_ref"]["name"] == name]
+        rewards = {key: row["reward"] for key, row in zip(keys(artifacts.rows), artifacts.rows, strict=True)}
+        for group in entry["group_level_metrics"]:
+            task = group["_ng_task_index"]
+            mine = sorted(
+                (r for r in materialized if r["_ng_task_index"] == task), key=lambda r: r["_ng_rollout_index"]
+            )
+            infos = group["rollout_infos"]
+            assert [(i["_ng_task_index"], i["_ng_rollout_index"]) for i in infos] == keys(mine)
+            assert [i["rollout_id"] for i in infos] == [f"{t}:{r}" for t, r in keys(mine)]
+            assert [i["reward"] for i in infos] == [rewards.get(key, 0.0) for key in keys(mine)]
+            indices = ("_ng_task_index", "_ng_rollout_index")
+            assert group["sample"] == {k: v for k, v in mine[0].items() if k not in indices}
+            assert group["sample"]["agent_ref"] == {"name": name}
 
 
 def test_account_latest_attempt_decides_and_success_wins() -> None:
