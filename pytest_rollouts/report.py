@@ -326,8 +326,10 @@ class RolloutReporter:
         self.progress_after: object = None
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The items that will run: after every deselection, --lf's wrapper included."""
-        self.progress.total = len(session.items)
+        """The rollout items that will run: after every deselection, --lf's wrapper included."""
+        from .collect import RolloutItem
+
+        self.progress.total = sum(isinstance(item, RolloutItem) for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

@@ -194,6 +194,8 @@ def test_ordinary_test_failure_still_fails_the_session(pytester: pytest.Pytester
     with ScriptedAgent(only_task_1(Reply(status=500))) as agent:
         result = run(pytester, agent, "test_plain.py")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str()
+    assert "/3 tasks done" in output and "/4 tasks done" not in output, "the .py test is no task"
 
 
 def test_an_output_place_that_cannot_be_written_is_a_usage_error(
