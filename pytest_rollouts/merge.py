@@ -50,12 +50,26 @@ class Shard:
 
 def find_inputs(values: list[str], out: Path) -> list[Path]:
     """The globs of every ``--input`` (each comma-separated), sorted and deduplicated; sidecars and
-    the merged output are not inputs."""
-    found: set[Path] = set()
-    for pattern in filter(None, (p.strip() for value in values for p in value.split(","))):
-        found.update(Path(p).resolve() for p in glob.glob(pattern, recursive=True))
+    the merged output are not inputs. A glob that matches no input is named: a mistyped one would
+    otherwise merge a smaller run, which shards without a manifest cannot tell."""
+    patterns = [p.strip() for value in values for p in value.split(",") if p.strip()]
+    if not patterns:
+        raise MergeError("--input names no file or glob")
     skip = {p.resolve() for p in ArtifactPaths(out).all()}
-    return sorted(p for p in found if p not in skip and not p.name.endswith(SIDECAR_SUFFIXES) and p.is_file())
+    found: set[Path] = set()
+    unmatched = []
+    for pattern in patterns:
+        matched = {p for p in (Path(m).resolve() for m in glob.glob(pattern, recursive=True)) if _is_input(p, skip)}
+        if not matched:
+            unmatched.append(pattern)
+        found |= matched
+    if unmatched:
+        raise MergeError(f"no input files matched {', '.join(map(repr, unmatched))} (in {Path.cwd()})")
+    return sorted(found)
+
+
+def _is_input(path: Path, skip: set[Path]) -> bool:
+    return path not in skip and not path.name.endswith(SIDECAR_SUFFIXES) and path.is_file()
 
 
 def load_shards(inputs: list[Path]) -> list[Shard]:

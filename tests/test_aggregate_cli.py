@@ -102,3 +102,22 @@ def test_every_input_adds_its_globs(pytester: pytest.Pytester, agent: ScriptedAg
     result = aggregate(pytester.path, *inputs, "--out", "m/all.jsonl", "--require-complete")
     assert result.returncode == 0, result.stderr
     assert "merged 3 inputs" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("inputs", "unmatched"),
+    [
+        (["rs*.jsonl", "typo/*.jsonl"], "'typo/*.jsonl'"),
+        (["rs0.jsonl,typo/*.jsonl"], "'typo/*.jsonl'"),
+        (["typo/*.jsonl", "typo2/*.jsonl"], "'typo/*.jsonl', 'typo2/*.jsonl'"),
+        (["rs*_materialized_inputs.jsonl"], "'rs*_materialized_inputs.jsonl'"),
+    ],
+    ids=["two-inputs", "comma-separated", "none-matches", "sidecars-only"],
+)
+def test_a_glob_that_matches_no_input_is_named(gym_shards: Path, inputs: list[str], unmatched: str) -> None:
+    """Only "no input files matched" was said, and only when no glob matched; a mistyped glob next
+    to a good one merged a smaller run (NeMo Gym shards carry no manifest to tell)."""
+    result = aggregate(gym_shards, *(a for i in inputs for a in ("--input", i)), "--out", "m/all.jsonl")
+    assert result.returncode == 8, result.stdout
+    assert f"no input files matched {unmatched} (in {gym_shards})" in result.stderr
+    assert not (gym_shards / "m").exists(), "nothing is written"
