@@ -1,8 +1,9 @@
 """``pytest-rollouts aggregate``: merge shards into one run and score it as a single run would.
 
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
-scoring options, and its exit codes are the run's: 6 incomplete, 7 below
-``--fail-under``, and 8 when the inputs do not form one run (nothing is written then).
+scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
+rules), 6 incomplete, 7 below ``--fail-under``, and 8 when the inputs do not form one run
+(nothing is written on 4 or 8).
 """
 
 from __future__ import annotations
