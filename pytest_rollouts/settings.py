@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pytest
@@ -43,6 +43,14 @@ class AgentAddress(BaseModel):
             return cls(name=name.strip(), url=check_url(rest.strip()))
         return cls(name=None, url=check_url(text.strip()))
 
+    @property
+    def key(self) -> str | None:
+        return self.name
+
+    def clash(self, earlier: AgentAddress) -> str:
+        which = "the default agent" if self.name is None else f"agent {self.name}"
+        return f"{which} is given twice ({earlier.url} and {self.url})"
+
 
 class AgentHeader(BaseModel):
     """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``${ENV_VAR}`` in ``VALUE`` is read from the environment.
@@ -70,6 +78,26 @@ class AgentHeader(BaseModel):
         if not _HEADER_VALUE.fullmatch(value):
             raise ValueError(f"header {name}: a value must be one line of printable latin-1 text (value not shown)")
         return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        """Header names are case-insensitive: ``authorization`` replaces ``Authorization``."""
+        return self.agent, self.name.lower()
+
+    def clash(self, earlier: AgentHeader) -> str:
+        scope = f"{self.agent}:" if self.agent else ""
+        return f"header {scope}{self.name} is given twice with different values (not shown)"
+
+
+class Keyed(Protocol):
+    """An entry of a keyed repeatable option (see ``Option.keyed``)."""
+
+    @property
+    def key(self) -> Hashable: ...
+
+    def clash(self, earlier: Any) -> str:
+        """Why this entry and an earlier one with its key cannot both come from one place."""
+        ...
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -303,6 +331,18 @@ class Settings(BaseModel):
     def _parse_agents(cls, value: Any) -> Any:
         return _each(value, AgentAddress.parse)
 
+    @field_validator("agent", "agent_header")
+    @classmethod
+    def _once_per_key(cls, entries: tuple[Keyed, ...]) -> tuple[Keyed, ...]:
+        """Two values for one key in one place is a mistake to point out, not a silent last-wins,
+        as a key mapped twice is (a stronger source overriding a weaker one is by design)."""
+        chosen: dict[Hashable, Keyed] = {}
+        for entry in entries:
+            earlier = chosen.setdefault(entry.key, entry)
+            if earlier != entry:
+                raise ValueError(entry.clash(earlier))
+        return tuple(chosen.values())
+
     @field_validator("responses_create_params", mode="before")
     @classmethod
     def _parse_json(cls, value: Any) -> Any:
@@ -321,8 +361,7 @@ class Settings(BaseModel):
 
     @property
     def default_agent_url(self) -> str | None:
-        urls = [a.url for a in self.agent if a.name is None]
-        return urls[-1] if urls else None
+        return next((a.url for a in self.agent if a.name is None), None)
 
     @property
     def named_agent_urls(self) -> dict[str, str]:
