@@ -27,7 +27,7 @@ from .auth import Redactor
 from .jsonl import LineReader, object_from, parse_object, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
-from .records import ENVIRONMENT_SERVER, routing_identity
+from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
 from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
@@ -306,15 +306,20 @@ def _task_row(reader: LineReader, materialized: Path, offset: int) -> dict[str, 
 
 
 def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]) -> dict[str, Any]:
-    """``row`` scored 0.0, with those of its task's dataset fields that real rows of its group carry.
+    """``row`` scored (the reward it carries, else 0.0), with those of its task's dataset fields that
+    real rows of its group carry.
+
+    NeMo Gym's ``_failure_rows_counted_as_zero``: a failure row that carries a reward counts as it
+    stands; one without says no rollout happened, so it counts as a zero, here and only here.
 
     NeMo Gym's ``_fill_task_fields``: rows are ordered by repeat, so an added row can be its
     task's first, and metric hooks read task-level fields (a subset label, a weight) from there.
     But the aggregator averages every number it is handed: a dataset field no real row reports
     (one the agent does not echo) would become a metric of its own, computed from zeros alone.
     """
+    own = reward_of(row)  # a failure an agent classified may carry its verifier's reward: it stands
     row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
-    row["reward"] = 0.0  # the contract's zero, whatever reward the dataset row or reply carried
+    row["reward"] = 0.0 if own is None else own  # never the dataset row's field of that name
     return _strip(row)
 
 

@@ -95,6 +95,25 @@ def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pyte
     assert {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*.jsonl")} == artifacts
 
 
+def test_a_counted_failure_that_carries_a_reward_counts_as_it_stands(pytester: pytest.Pytester) -> None:
+    """NeMo Gym's rule; only a failure row without one is a zero (and never the dataset's field)."""
+    write_rows(pytester.path / "data.jsonl", [{**task, "reward": 1.0} for task in tasks(3)])
+
+    def judged(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 1:
+            return Reply(json={"_ng_failure_class": "judge_error", "reward": 0.25})
+        if row["_ng_task_index"] == 2:
+            return Reply(json={"_ng_failure_class": "judge_error"})
+        return Reply(json={"reward": 1.0})
+
+    with ScriptedAgent(judged) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-count-as-zero=judge_error"
+        )
+    result.stdout.fnmatch_lines(["default: mean reward 0.4167*over 3 rollouts*"])
+    assert metrics_file(pytester)[0]["key_metrics"]["mean/reward"] == pytest.approx((1.0 + 0.25 + 0.0) / 3)
+
+
 def echoes_difficulty(row: dict[str, Any], seen: int) -> Reply:
     """Like ``mixed``, scoring 1 and echoing the dataset's ``difficulty`` (never its ``w``)."""
     if (row["_ng_task_index"], row["_ng_rollout_index"]) in ((1, 0), (2, 1)):
