@@ -16,6 +16,9 @@ from .records import CANCELLED
 Key = tuple[int, int]
 NO_ROW = "no row"
 MASKED = "mask_sample"
+# A result row whose reply carried no numeric reward: it is kept and enters the metric input
+# (its tokens are real), but it is not a score, so the mean and pass@k leave it out.
+NO_REWARD = "no reward"
 
 
 @dataclass(frozen=True)
@@ -31,14 +34,16 @@ class Coverage:
     expected: int = 0
     completed: int = 0
     masked: int = 0
+    unrewarded: int = 0
     counted_as_zero: int = 0
     imputed_zero: int = 0
     missing_by_class: Counter[str] = field(default_factory=Counter)
 
     @property
     def scored(self) -> int:
-        """Rollouts in the metric input: real results (unmasked) plus zeros the policies added."""
-        return self.completed - self.masked + self.counted_as_zero + self.imputed_zero
+        """Rollouts the mean reward covers: real results (unmasked, with a reward) plus zeros the
+        policies added."""
+        return self.completed - self.masked - self.unrewarded + self.counted_as_zero + self.imputed_zero
 
     @property
     def missing(self) -> int:
@@ -48,6 +53,7 @@ class Coverage:
         self.expected += other.expected
         self.completed += other.completed
         self.masked += other.masked
+        self.unrewarded += other.unrewarded
         self.counted_as_zero += other.counted_as_zero
         self.imputed_zero += other.imputed_zero
         self.missing_by_class.update(other.missing_by_class)
@@ -60,6 +66,7 @@ class Coverage:
             "scored": self.scored,
             "missing": self.missing,
             "masked": self.masked,
+            "unrewarded": self.unrewarded,
             "counted_as_zero": self.counted_as_zero,
             "imputed_zero": self.imputed_zero,
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
@@ -100,6 +107,7 @@ def account(
     latest_failure_class: Mapping[Key, str],
     policy: ScoringPolicy,
     drained: frozenset[Key] = frozenset(),
+    unrewarded: set[Key] | frozenset[Key] = frozenset(),
 ) -> Accounting:
     """Sort every expected key into scored, counted as zero, imputed as zero, or missing (by class).
 
@@ -116,6 +124,9 @@ def account(
             if key in masked:
                 coverage.masked += 1
                 coverage.missing_by_class[MASKED] += 1
+            elif key in unrewarded:
+                coverage.unrewarded += 1
+                coverage.missing_by_class[NO_REWARD] += 1
             continue
         failure_class = latest_failure_class.get(key)
         if failure_class is not None:

@@ -82,6 +82,7 @@ class _Group:
     expected: dict[Key, int] = field(default_factory=dict)
     completed: set[Key] = field(default_factory=set)
     masked: set[Key] = field(default_factory=set)
+    unrewarded: set[Key] = field(default_factory=set)
     rows: list[MetricRow] = field(default_factory=list)
     fields: set[str] = field(default_factory=set)
     output_offsets: dict[Key, int] = field(default_factory=dict)
@@ -114,7 +115,13 @@ def score_run(
     samples = _Samples(paths.materialized)
     for name, group in sorted(groups.items()):
         accounting = account(
-            group.expected, group.completed, group.masked, {k: c for k, (c, _) in latest.items()}, policy, drained
+            group.expected,
+            group.completed,
+            group.masked,
+            {k: c for k, (c, _) in latest.items()},
+            policy,
+            drained,
+            group.unrewarded,
         )
         total += accounting.coverage
         score = GroupScore(name, accounting.coverage)
@@ -266,7 +273,10 @@ class OutputScan:
         if row.get("mask_sample"):
             group.masked.add(key)
             return
-        group.rows.append(MetricRow(key[0], key[1], numeric_fields(row)))
+        values = numeric_fields(row)
+        if "reward" not in values:
+            group.unrewarded.add(key)
+        group.rows.append(MetricRow(key[0], key[1], values))
         group.fields.update(row)
         group.output_offsets[key] = offset
 

@@ -118,6 +118,7 @@ class Tally:
     scored: int = 0
     reward_sum: float = 0.0
     rewarded: int = 0
+    unrewarded: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     failed_items: int = 0
     examples: list[str] = field(default_factory=list)
@@ -143,7 +144,11 @@ class Tally:
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)
-        self.scored += len(props.get(REWARDS, ())) - sum(failures.values())
+        rewards = props.get(REWARDS, ())
+        # A failure has no reward either: what is left is a result whose reply carried none.
+        unrewarded = sum(reward is None for reward in rewards) - sum(failures.values())
+        self.unrewarded += unrewarded
+        self.scored += len(rewards) - sum(failures.values()) - unrewarded
         if report.failed and failures:
             self.failed_items += 1
             if len(self.examples) < SHOWN_FAILURES:
@@ -154,9 +159,13 @@ class Tally:
 
     def lines(self) -> list[str]:
         failed = sum(self.failures.values())
-        total = self.scored + failed
+        total = self.scored + self.unrewarded + failed
         by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
-        lines = [f"{self.scored} of {total} rollouts scored" + (f"; failed: {by_class}" if failed else "")]
+        lines = [
+            f"{self.scored} of {total} rollouts scored"
+            + (f"; {self.unrewarded} results without a numeric reward" if self.unrewarded else "")
+            + (f"; failed: {by_class}" if failed else "")
+        ]
         elapsed = max(self.last_at - self.started_at, 1e-9)
         ran = len(self.durations)
         lines.append(

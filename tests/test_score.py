@@ -60,6 +60,7 @@ def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pyte
             "scored": 4,
             "missing": 2,
             "masked": 0,
+            "unrewarded": 0,
             "counted_as_zero": 0,
             "imputed_zero": 0,
             "missing_by_class": {"agent_run_error": 1, "no row": 1},
@@ -112,6 +113,30 @@ def test_a_counted_failure_that_carries_a_reward_counts_as_it_stands(pytester: p
         )
     result.stdout.fnmatch_lines(["default: mean reward 0.4167*over 3 rollouts*"])
     assert metrics_file(pytester)[0]["key_metrics"]["mean/reward"] == pytest.approx((1.0 + 0.25 + 0.0) / 3)
+
+
+def test_results_without_a_numeric_reward_are_kept_but_not_counted_as_scored(pytester: pytest.Pytester) -> None:
+    """They read "10 of 10 rollouts scored" while the mean covered the 5 with a reward."""
+    write_rows(pytester.path / "data.jsonl", tasks(10))
+
+    def odd_tasks_unscored(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] % 2:
+            return Reply(json={"reward": None if row["_ng_task_index"] == 1 else "high", "response": {}})
+        return Reply(json={"reward": 1.0})
+
+    with ScriptedAgent(odd_tasks_unscored) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(
+        [
+            "5 of 10 rollouts scored; 5 results without a numeric reward",
+            "default: mean reward 1.0000*over 5 rollouts*",
+            "Rollouts missing from the score: 5 of 10 materialized (no reward 5*",
+            "Metrics cover: 5 of 10 rollouts",
+        ]
+    )
+    coverage = metrics_file(pytester)[0]["coverage"]
+    assert (coverage["completed"], coverage["unrewarded"], coverage["scored"]) == (10, 5, 5)
+    assert len(Artifacts(pytester.path).rows) == 10, "the rows are kept"
 
 
 def echoes_difficulty(row: dict[str, Any], seen: int) -> Reply:
