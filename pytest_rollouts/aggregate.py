@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import io
-import os
 import select
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -24,7 +23,7 @@ import orjson
 from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
-from .jsonl import LineReader, object_from, parse_object, whole_lines
+from .jsonl import ArtifactError, LineReader, object_from, parse_object, replaced_atomically, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
 from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
@@ -66,6 +65,8 @@ class RunScore:
     groups: list[GroupScore]
     coverage: Coverage
     metrics_path: Path | None = None
+    # Why the metrics file could not be written (a full disk at the very end), or "".
+    metrics_error: str = ""
 
     @property
     def mean_reward(self) -> float | None:
@@ -145,6 +146,8 @@ def score_run(
     if write_metrics:
         try:
             result.metrics_path = _write_metrics(paths.metrics, scores)
+        except ArtifactError as exc:  # the score is known: report it, and that it is not on disk
+            result.metrics_error = str(exc)
         finally:
             samples.close()
     return result
@@ -434,11 +437,9 @@ def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
         }
         for s in scores
     ]
-    private = path.with_name(f".{path.name}.{os.getpid()}")
-    with open(private, "wb") as out:
+    with replaced_atomically(path) as out:
         for chunk in _metrics_chunks(entries):
             out.write(chunk)
-    os.replace(private, path)
     return path
 
 

@@ -3,7 +3,7 @@
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
 rules), 6 incomplete, 7 below ``--fail-under``, and 8 when the inputs do not form one run
-(nothing is written on 4 or 8).
+(nothing is written on 4 or 8); 1 when an artifact cannot be written (no partial file is left).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .artifacts import ArtifactPaths
 from .auth import headers_for
 from .collector import paced
 from .gate import check_gate
-from .jsonl import JsonlError
+from .jsonl import ArtifactError, JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .options import OPTIONS
 from .report import score_lines
@@ -29,6 +29,7 @@ from .settings import Settings, _describe, parse_agent_headers
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
+EXIT_UNWRITABLE = 1  # an artifact could not be written (disk full): nothing partial is left
 HEADERS_ENV = next(o.env for o in OPTIONS if o.name == "agent_header")
 
 
@@ -100,9 +101,15 @@ def aggregate(args: argparse.Namespace) -> int:
     except JsonlError as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
+    except ArtifactError as exc:
+        print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
+        return EXIT_UNWRITABLE
     print(f"merged {len(shards)} inputs into {out.out}")
     for line in score_lines(score, str(out.failures)):
         print(line)
+    if score.metrics_error:
+        print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
+        return EXIT_UNWRITABLE
     print(f"metrics: {score.metrics_path}")
     gate = check_gate(
         score.coverage,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,6 +23,27 @@ class JsonlError(ValueError):
 class ArtifactError(OSError):
     """An artifact can no longer be written where it belongs (disk full, file removed): every row
     from here on would be lost, so whoever writes must stop."""
+
+
+@contextmanager
+def replaced_atomically(path: Path) -> Iterator[BinaryIO]:
+    """Write ``path`` through a private file renamed into place once written and fsynced: a reader
+    (or another xdist worker writing the same file) sees the old file or the whole new one.
+
+    A failed write leaves neither a partial file nor the private one, and says which file.
+    """
+    private = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with open(private, "wb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(private, path)
+    except BaseException as exc:
+        private.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, ArtifactError):
+            raise ArtifactError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        raise
 
 
 def object_from(raw: bytes) -> dict[str, Any]:

@@ -7,11 +7,12 @@ first run gave, whichever files this session happens to collect (``--lf`` skips 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .jsonl import replaced_atomically
 
 
 class ManifestError(ValueError):
@@ -79,6 +80,5 @@ def read_manifest(path: Path) -> RunManifest | None:
 
 
 def write_manifest(path: Path, manifest: RunManifest) -> None:
-    private = path.with_name(f".{path.name}.{os.getpid()}")
-    private.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    os.replace(private, path)
+    with replaced_atomically(path) as out:
+        out.write((manifest.model_dump_json(indent=2) + "\n").encode())

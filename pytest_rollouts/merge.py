@@ -10,7 +10,6 @@ materialize, or a fingerprint that differs is named, and nothing is written.
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Collection
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .artifacts import ArtifactPaths, read_rows, torn_tail
+from .jsonl import replaced_atomically
 from .manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from .resume import Key, key_of
 
@@ -215,11 +215,9 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
         (out.failures, lambda p: p.failures),
         (out.materialized, lambda p: p.materialized),
     ):
-        private = target.with_name(f".{target.name}.{os.getpid()}")
-        with open(private, "wb") as sink:
+        with replaced_atomically(target) as sink:
             for shard in shards:
                 _copy_whole_lines(source(shard.paths), sink)
-        os.replace(private, target)
     if manifest is not None:
         write_manifest(out.manifest, manifest)
 

@@ -470,6 +470,8 @@ class RolloutReporter:
             run.close()
         if self.score is None:
             return
+        if self.score.metrics_error and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose metrics are lost is no success
         settings = run.settings
         self.gate = check_gate(
             self.score.coverage,
@@ -506,7 +508,8 @@ class RolloutReporter:
         lines.append("artifacts: " + ", ".join(names))
         for line in lines:
             terminalreporter.line(line)
-        if run.dispatch_failure:
-            terminalreporter.line(run.dispatch_failure, red=True, bold=True)
+        for problem in (run.dispatch_failure, self.score and self.score.metrics_error):
+            if problem:
+                terminalreporter.line(problem, red=True, bold=True)
         if self.gate is not None:
             terminalreporter.line(self.gate.message, red=True, bold=True)

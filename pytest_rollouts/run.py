@@ -26,7 +26,7 @@ import pytest
 from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows, torn_tail
 from .collect import DatasetFile, RolloutItem, find_declaration
 from .dispatch import AgentsUnhealthy, Dispatcher, DispatcherGone, PlannedRollout, spawn_engine, stop_unused
-from .jsonl import JsonlError, LineReader, parse_object
+from .jsonl import ArtifactError, JsonlError, LineReader, parse_object, replaced_atomically
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
@@ -330,12 +330,15 @@ class RolloutRun:
         _tell_repaired(self._run_start)
         if self.resuming:
             self._plan = self._plan_resume(selected, paths)
-        else:
-            from .manifest import write_manifest
+            return
+        from .manifest import write_manifest
 
-            assert self._manifest is not None
+        assert self._manifest is not None
+        try:
             write_manifest(paths.manifest, self._manifest)
             self._plan = self._materialize(selected, paths.materialized)
+        except ArtifactError as exc:  # a full disk before anything was sent
+            raise pytest.UsageError(str(exc)) from None
 
     def _materialize(self, items: list[RolloutItem], path: Path) -> Plan:
         """Write every planned rollout's request body, remembering where each one sits.
@@ -344,13 +347,12 @@ class RolloutRun:
         (which all materialize the same rows) never interleave their writes.
         """
         settings = self.settings
-        private = path.with_name(f".{path.name}.{os.getpid()}")
         rollouts: list[PlannedRollout] = []
         row: dict[str, Any] = {}
         expected: dict[str, dict[Key, int]] = {}
         last_position = -1
         offset = 0
-        with LineReader() as reader, open(private, "wb") as out:
+        with LineReader() as reader, replaced_atomically(path) as out:
             counts = [(item.first_rollout, item.repeats) for item in items]
             for position, rollout_index in rollout_order(counts, settings.interleave_repeats):
                 item = items[position]
@@ -375,14 +377,10 @@ class RolloutRun:
                     )
                 )
                 offset += len(line) + 1
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(private, path)
         return Plan(rollouts, len(items), expected=expected)
 
     def _plan_resume(self, items: list[RolloutItem], paths: ArtifactPaths) -> Plan:
         """Re-run what the recorded materialized set still lacks; settle the rest from disk."""
-        from .dispatch import PlannedRollout
         from .episodes import taskset_of
 
         settings = self.settings

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+
+from pytest_rollouts.jsonl import replaced_atomically
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -208,3 +211,34 @@ def test_an_output_place_that_cannot_be_written_is_a_usage_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*cannot write the artifacts next to *taken/r.jsonl: *File exists*"])
     assert agent.requests == []
+
+
+def test_a_metrics_file_that_cannot_be_written_is_reported_and_fails_the_run(pytester: pytest.Pytester) -> None:
+    """Was an INTERNALERROR in sessionfinish (a full disk at the very end), with no rollouts
+    section and a private file left behind."""
+    metrics = pytester.path / "out" / "r_aggregate_metrics.json"
+
+    def blocks_the_metrics_file(row: dict[str, Any], seen: int) -> Reply:
+        metrics.mkdir(exist_ok=True)  # after the fresh run's start: a directory where the file goes
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(blocks_the_metrics_file) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*default: mean reward 0.6667*", "*cannot write *r_aggregate_metrics.json: Is a directory*"]
+    )
+    assert [p.name for p in (pytester.path / "out").iterdir() if p.name.startswith(".r_aggregate")] == []
+
+
+def test_an_artifact_written_atomically_is_whole_or_untouched(tmp_path: Path) -> None:
+    target = tmp_path / "m.json"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), replaced_atomically(target) as out:
+        out.write(b"half")
+        raise RuntimeError("interrupted")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    with replaced_atomically(target) as out:
+        out.write(b"new")
+    assert target.read_bytes() == b"new"
