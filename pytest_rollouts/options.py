@@ -13,13 +13,21 @@ from types import UnionType
 
 @dataclass(frozen=True)
 class Option:
-    """One setting, reachable as ``--rollouts-<name>`` and as ini ``rollouts_<name>``."""
+    """One setting, reachable as ``--rollouts-<name>`` and as ini ``rollouts_<name>``.
+
+    A ``keyed`` repeatable option's entries each carry a key (an agent's name, a header's agent
+    and name, a routing key), so its sources combine: ini, then env, then the command line, an
+    entry replacing a weaker source's entry with the same key. Any other option takes its
+    strongest source whole: an unkeyed list (checks, failure classes) has no key by which the
+    command line could take back an ini entry, so it replaces the ini list instead.
+    """
 
     name: str
     help: str
     metavar: str | None = None
     flag: bool = False
     repeatable: bool = False
+    keyed: bool = False
     env: str | None = None
 
     @property
@@ -50,6 +58,7 @@ OPTIONS: tuple[Option, ...] = (
         "Agent server: URL sets the default agent, NAME=URL adds or overrides a named one (repeatable).",
         "[NAME=]URL",
         repeatable=True,
+        keyed=True,
     ),
     Option(
         "repeats",
@@ -62,6 +71,7 @@ OPTIONS: tuple[Option, ...] = (
         "_default, the rows that name none (repeatable).",
         "FROM=TO",
         repeatable=True,
+        keyed=True,
     ),
     Option(
         "fan_out",
@@ -69,6 +79,7 @@ OPTIONS: tuple[Option, ...] = (
         "rollout indices continue per task (repeatable).",
         "KEY=A,B[,...]",
         repeatable=True,
+        keyed=True,
     ),
     Option(
         "agent_header",
@@ -76,6 +87,7 @@ OPTIONS: tuple[Option, ...] = (
         "Never written or printed (repeatable; env ROLLOUTS_AGENT_HEADERS, one per line).",
         "[AGENT:]NAME=VALUE",
         repeatable=True,
+        keyed=True,
         env="ROLLOUTS_AGENT_HEADERS",
     ),
     Option(

@@ -373,10 +373,11 @@ def resolve_settings(config: pytest.Config) -> Settings:
     raw: dict[str, Any] = {}
     source: dict[str, str] = {}
     for option in OPTIONS:
-        value, where = _raw_value(config, option)
-        if value is not None:
-            raw[option.name] = value
-            source[option.name] = where
+        layers = _layers(config, option)
+        if option.keyed and len(layers) > 1:
+            raw[option.name], source[option.name] = _combine(option.name, layers)
+        elif layers:
+            source[option.name], raw[option.name] = layers[-1]
     try:
         settings = Settings.model_validate(raw, context={"sources": source})
     except ValidationError as exc:
@@ -393,19 +394,47 @@ def resolve_settings(config: pytest.Config) -> Settings:
     return settings
 
 
-def _raw_value(config: pytest.Config, option: Option) -> tuple[Any, str]:
+def _layers(config: pytest.Config, option: Option) -> list[tuple[str, Any]]:
+    """Where ``option`` is set, and to what, weakest first: ini, env, command line.
+
+    An empty ini or env value is unset; an empty command-line value (``--rollouts-out=``) was
+    typed, so it is validated.
+    """
+    found = [
+        (f"ini {option.ini}", config.getini(option.ini)),
+        (f"env {option.env}", os.environ.get(option.env) if option.env else None),
+    ]
+    layers = [(where, value) for where, value in found if value not in (None, "", [])]
     value = config.getoption("rollouts_" + option.name)
-    from_env = os.environ.get(option.env) if option.env else None
     if value not in (None, []):
-        if option.repeatable and from_env:  # a repeatable option adds to its variable's lines
-            return [*from_env.splitlines(), *value], f"{option.cli} and env {option.env}"
-        return value, option.cli
-    if from_env:
-        return from_env, f"env {option.env}"
-    value = config.getini(option.ini)
-    if value in (None, "", []):
-        return None, ""
-    return value, f"ini {option.ini}"
+        layers.append((option.cli, value))
+    return layers
+
+
+def _combine(name: str, layers: list[tuple[str, Any]]) -> tuple[Any, str]:
+    """A keyed option's entries from all its sources, and the sources whose entries are kept.
+
+    Each source is parsed on its own, so an error names it and a key given twice within it is
+    still refused; then a stronger source's entry replaces a weaker one's with the same key.
+    """
+    merged: dict[Hashable, Any] = {}
+    owner: dict[Hashable, str] = {}
+    for where, value in layers:
+        parsed = _parse_alone(name, value, where)
+        entries = parsed if isinstance(parsed, dict) else {entry.key: entry for entry in parsed}
+        merged.update(entries)
+        owner.update(dict.fromkeys(entries, where))
+    combined = merged if isinstance(parsed, dict) else tuple(merged.values())
+    kept = set(owner.values())
+    return combined, " and ".join(where for where, _ in layers if where in kept)
+
+
+def _parse_alone(name: str, value: Any, where: str) -> Any:
+    """One source's value of option ``name``, through the model's own validators."""
+    try:
+        return getattr(Settings.model_validate({name: value}, context={"sources": {name: where}}), name)
+    except ValidationError as exc:
+        raise pytest.UsageError(_describe(exc, {name: where})) from None
 
 
 def _describe(exc: ValidationError, source: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import run_rollouts
 
@@ -49,3 +50,60 @@ def test_one_key_given_two_values_in_one_source_is_a_usage_error(
     result = run_rollouts(pytester, "data.jsonl", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_headers_from_ini_env_and_command_line_combine(
+    pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ini header was dropped as soon as the environment or the command line gave any."""
+    pytester.makeini("[pytest]\nrollouts_agent_header =\n    X-Ini=from-ini\n    X-Over=ini\n")
+    monkeypatch.setenv("ROLLOUTS_AGENT_HEADERS", "X-Env=from-env\nX-Over=env")
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-header=x-over=cli")
+    result.assert_outcomes(passed=1)
+    sent = {name.lower(): value for name, value in agent.headers[-1].items()}
+    assert (sent["x-ini"], sent["x-env"], sent["x-over"]) == ("from-ini", "from-env", "cli")
+
+
+def test_a_named_agent_on_the_command_line_keeps_the_ini_default(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """Collection failed with "no default agent": the command line's agents replaced the ini's."""
+    rows = tasks(2)
+    rows[1]["agent_ref"] = {"name": "beta"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    pytester.makeini(f"[pytest]\nrollouts_agent = {agent.url}\n")
+    with ScriptedAgent() as beta:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent=beta={beta.url}")
+        result.assert_outcomes(passed=2)
+        assert (len(agent.requests), len(beta.requests)) == (1, 1)
+
+
+@pytest.mark.parametrize("option", ["agent_map", "fan_out"])
+def test_the_command_line_overrides_only_the_ini_entry_with_the_same_key(
+    pytester: pytest.Pytester, option: str
+) -> None:
+    """The ini entries for other keys were dropped, so the q row named an unknown agent."""
+    rows = tasks(2)
+    rows[0]["agent_ref"], rows[1]["agent_ref"] = {"name": "p"}, {"name": "q"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    pytester.makeini(f"[pytest]\nrollouts_{option} =\n    p=a\n    q=a\n")
+    with ScriptedAgent() as a, ScriptedAgent() as b:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent=a={a.url}",
+            f"--rollouts-agent=b={b.url}",
+            f"--rollouts-{option.replace('_', '-')}=p=b",
+        )
+        result.assert_outcomes(passed=2)
+        assert (a.keys(), b.keys()) == ([(1, 0)], [(0, 0)]), "q's row stays on a, p's moves to b"
+
+
+def test_a_bad_entry_names_its_source_when_sources_combine(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nrollouts_agent_header = not a header sk-secret\n")
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={ONE}", "--rollouts-agent-header=X-Key=1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini rollouts_agent_header: an agent header looks like NAME=VALUE*"])
+    assert "sk-secret" not in "\n".join(result.outlines + result.errlines)
