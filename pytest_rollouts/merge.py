@@ -87,6 +87,16 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
     """Every problem that keeps these shards from being one run, and the merged manifest."""
     if not shards:
         return None, ["no input files matched"]
+    # Before anything is read for the checks below, or written: a merge refused part-way through
+    # its writes would leave some merged files replaced and others not.
+    torn = [
+        f"{path}: the last line is cut short; resume that shard first (it repairs it)"
+        for shard in shards
+        for path in (shard.paths.out, shard.paths.failures, shard.paths.materialized)
+        if torn_tail(path)
+    ]
+    if torn:
+        return None, torn
     problems: list[str] = []
     with_manifest = [s for s in shards if s.manifest is not None]
     if with_manifest and len(with_manifest) != len(shards):
@@ -125,7 +135,6 @@ def _stray_rows(shards: list[Shard], keys_by_shard: dict[str, list[Key]]) -> lis
     foreign: list[str] = []
     for shard in shards:
         own = set(keys_by_shard[shard.name])
-        _refuse_torn(shard.paths.out)
         for row in read_rows(shard.paths.out):
             key = key_of(row)
             if key not in own:
@@ -223,12 +232,7 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
 
 
 def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:
-    _refuse_torn(path)
+    """``check`` has refused shards whose files end in a cut line."""
     if path.exists():
         with open(path, "rb") as handle:
             shutil.copyfileobj(handle, sink)
-
-
-def _refuse_torn(path: Path) -> None:
-    if torn_tail(path):
-        raise MergeError(f"{path}: the last line is cut short; resume that shard first (it repairs it)")

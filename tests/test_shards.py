@@ -77,6 +77,22 @@ def test_a_doubled_shard_is_named(sharded: Path) -> None:
     assert "rollout keys are in more than one shard" in result.stderr
 
 
+@pytest.mark.parametrize("sidecar", ["_failures", "_materialized_inputs", ""])
+def test_a_shard_file_with_a_cut_last_line_is_refused_before_anything_is_written(sharded: Path, sidecar: str) -> None:
+    """A cut failures sidecar was found only while writing, after the merged rows had replaced
+    an earlier merge's."""
+    earlier = aggregate(sharded, "--input", "shards/shard-*.jsonl", "--out", "m/r.jsonl")
+    assert earlier.returncode == 0, earlier.stderr
+    before = {p.name: p.read_bytes() for p in (sharded / "m").iterdir()}
+    cut = sharded / "shards" / f"shard-1{sidecar}.jsonl"
+    with open(cut, "ab") as out:
+        out.write(b'{"_ng_task_index": 1, "_ng_rol')
+    result = aggregate(sharded, "--input", "shards/shard-*.jsonl", "--out", "m/r.jsonl")
+    assert result.returncode == 8
+    assert f"{cut}: the last line is cut short; resume that shard first" in result.stderr
+    assert {p.name: p.read_bytes() for p in (sharded / "m").iterdir()} == before, "nothing is written"
+
+
 @pytest.mark.parametrize("stray", ["repeated", "never-materialized"])
 def test_a_result_row_twice_or_of_no_materialized_key_is_refused(sharded: Path, stray: str) -> None:
     """The merged file is what is kept and scored: a row repeated (in one shard or another) or of
