@@ -327,7 +327,7 @@ class RolloutRun:
             self._run_start = paths.start_run(run_id, resume=self.resuming)
         except OSError as exc:  # a read-only or missing place: nothing was sent
             raise pytest.UsageError(f"cannot write the artifacts next to {paths.out}: {exc}") from None
-        _tell_repaired(self._run_start)
+        _tell(self._run_start)
         if self.resuming:
             self._plan = self._plan_resume(selected, paths)
             return
@@ -482,6 +482,8 @@ class RolloutRun:
             if workerinput is None:
                 if not self.resuming:  # nothing was sent: the files are left as they were found
                     paths.take_back(self._run_start)
+                    if self._run_start.moved_to is not None:
+                        self._stopped += f"\nThe earlier results are back in place (from {self._run_start.moved_to})."
                 unhealthy = isinstance(exc, AgentsUnhealthy)
                 code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
                 pytest.exit(self._stopped, returncode=code)
@@ -489,7 +491,6 @@ class RolloutRun:
             # (after the worker's first item, which fails with the same message).
             session.shouldstop = self._stopped
             return
-        _tell_moved(self._run_start)
         if workerinput is None:  # a worker ends with its controller, which handles the signal
             self._term.install()
 
@@ -679,8 +680,7 @@ def _refuse_changed(paths: ArtifactPaths, changed: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _tell_moved(start: RunStart) -> None:
-    """Once dispatch has started: a run refused before that puts them back."""
+def _tell(start: RunStart) -> None:
     if start.moved_to is not None:
         warnings.warn(
             RolloutsWarning(
@@ -688,8 +688,5 @@ def _tell_moved(start: RunStart) -> None:
             ),
             stacklevel=1,
         )
-
-
-def _tell_repaired(start: RunStart) -> None:
     for path, size in (start.repaired or {}).items():
         warnings.warn(RolloutsWarning(f"{path}: dropped a last line cut short by a crash ({size} bytes)"), stacklevel=1)
