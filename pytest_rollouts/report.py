@@ -430,7 +430,50 @@ class RolloutReporter:
         terminal.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Failure classes alone leave the exit status 0; then score the run and apply the gate."""
+        """Settle the exit status; then score the run and apply the gate (or, for a run the user
+        stopped, only state what it covered)."""
+        run = self.config.stash.get(RUN_KEY, None)
+        self._settle_status(session, run)
+        interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(
+            self.tally.items or (run is not None and run.dispatched)
+        )
+        scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
+        if not_here or (session.exitstatus not in scoring_states and not interrupted):
+            if run is not None:
+                run.close()
+            return
+        if run is None and not self.tally.items:
+            return
+        from .gate import check_gate
+        from .run import RolloutRun
+
+        run = RolloutRun.get(self.config)
+        try:
+            self.score = run.score(
+                self.tally.perf_summary() if self.tally.items else None,
+                frozenset(self.tally.drained),
+                coverage_only=interrupted,
+            )
+        finally:
+            run.close()
+        if self.score is None or interrupted:
+            return
+        if self.score.metrics_error and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose metrics are lost is no success
+        settings = run.settings
+        self.gate = check_gate(
+            self.score.coverage,
+            self.score.mean_reward,
+            out=str(settings.out),
+            require_complete=settings.require_complete,
+            fail_under=settings.fail_under,
+        )
+        if self.gate is not None:  # the gate's verdict is the more specific one
+            session.exitstatus = self.gate.exit_code
+
+    def _settle_status(self, session: pytest.Session, run: Any) -> None:
+        """Failure classes alone leave the exit status 0; a run cut short or missing rows does not."""
         maxfail = self.config.option.maxfail
         # -x or --maxfail stopped the run: rollouts were left unsent, so it did not succeed.
         cut_short = bool(maxfail) and session.testsfailed >= maxfail
@@ -445,43 +488,10 @@ class RolloutReporter:
             and session.testsfailed == self.tally.failed_items
         ):
             session.exitstatus = pytest.ExitCode.OK
-        run = self.config.stash.get(RUN_KEY, None)
         if run is not None and run.dispatch_failure and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # its last rows were lost: not a whole run
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and run is not None and run.holds_no_task():
             session.exitstatus = pytest.ExitCode.OK  # nothing of the dataset is this shard's: done
-        scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
-        if not_here or session.exitstatus not in scoring_states:
-            if run is not None:
-                run.close()
-            return
-        if run is None and not self.tally.items:
-            return
-        from .gate import check_gate
-        from .run import RolloutRun
-
-        run = RolloutRun.get(self.config)
-        try:
-            self.score = run.score(
-                self.tally.perf_summary() if self.tally.items else None, frozenset(self.tally.drained)
-            )
-        finally:
-            run.close()
-        if self.score is None:
-            return
-        if self.score.metrics_error and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose metrics are lost is no success
-        settings = run.settings
-        self.gate = check_gate(
-            self.score.coverage,
-            self.score.mean_reward,
-            out=str(settings.out),
-            require_complete=settings.require_complete,
-            fail_under=settings.fail_under,
-        )
-        if self.gate is not None:  # the gate's verdict is the more specific one
-            session.exitstatus = self.gate.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.tally.items and self.score is None:

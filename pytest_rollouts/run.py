@@ -76,6 +76,8 @@ class RolloutRun:
         self.empty_shard = False
         # Why dispatch stopped early (an artifact unwritable, a dispatcher bug or death), or "".
         self.dispatch_failure = ""
+        # This session started dispatching (a refusal before any request leaves it False).
+        self.dispatched = False
         self._run_start = RunStart()
         self._term = TermAsInterrupt()
         self._stopped = ""
@@ -491,6 +493,7 @@ class RolloutRun:
             # (after the worker's first item, which fails with the same message).
             session.shouldstop = self._stopped
             return
+        self.dispatched = True
         if workerinput is None:  # a worker ends with its controller, which handles the signal
             self._term.install()
 
@@ -598,9 +601,16 @@ class RolloutRun:
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
     def score(
-        self, perf_summary: dict[str, Any] | None = None, drained: frozenset[tuple[int, int]] = frozenset()
+        self,
+        perf_summary: dict[str, Any] | None = None,
+        drained: frozenset[tuple[int, int]] = frozenset(),
+        *,
+        coverage_only: bool = False,
     ) -> RunScore | None:
-        """Coverage and metrics from the files on disk, once per run (never on an xdist worker)."""
+        """Coverage and metrics from the files on disk, once per run (never on an xdist worker).
+
+        ``coverage_only``: a run stopped by the user is not scored, but says what it covered.
+        """
         from .accounting import ScoringPolicy
         from .aggregate import score_run
         from .auth import headers_for
@@ -617,7 +627,7 @@ class RolloutRun:
                     policy,
                     agent_url=self._metrics_url,
                     agent_headers=lambda name: headers_for(settings.agent_header, name),
-                    write_metrics=not settings.no_aggregate,
+                    write_metrics=not (settings.no_aggregate or coverage_only),
                     timeout=settings.timeout,
                     perf_summary=perf_summary,
                     outputs=self._outputs,

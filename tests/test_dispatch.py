@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -231,6 +232,8 @@ def test_ctrl_c_or_sigterm_cancels_in_flight_and_keeps_lines_whole(pytester: pyt
         assert agent.in_flight == 0, "in-flight requests were cancelled"
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     assert b"= rollouts =" in output
+    # What the stopped run covered, against the whole input (was: "N of N rollouts scored" only).
+    assert re.search(rb"Rollouts missing from the score: \d+ of 200 materialized \(no row \d+", output), output
     data = out.read_bytes()
     assert data.endswith(b"\n")
     rows = read_rows(out)
