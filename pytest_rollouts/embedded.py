@@ -27,12 +27,17 @@ def load_factory(file: Path, name: str) -> object:
     module_name = "_rollouts_embedded_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)
     if module is None:
+        if not file.is_file():
+            raise EmbeddedServerError(f"{file}: no such file")
         spec = importlib.util.spec_from_file_location(module_name, file)
         if spec is None or spec.loader is None:
             raise EmbeddedServerError(f"cannot import embedded agent from {file}")
         module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the suite's own code: say which file broke
+            raise EmbeddedServerError(f"importing {file} failed: {exc!r}") from exc
         sys.modules[module_name] = module
-        spec.loader.exec_module(module)
     factory = getattr(module, name, None)
     if not callable(factory):
         raise EmbeddedServerError(f"{file} has no callable {name!r}")

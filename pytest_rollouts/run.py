@@ -451,8 +451,11 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
-        urls = self._agent_urls({r.agent for r in plan.rollouts})
         workerinput = getattr(self.config, "workerinput", None)
+        try:
+            urls = self._agent_urls({r.agent for r in plan.rollouts})
+        except pytest.UsageError as exc:
+            raise pytest.UsageError(f"{exc}{self._put_back(workerinput)}") from None
         parallel = self.settings.parallel
         if workerinput is not None:
             from .xdist import parallel_share
@@ -480,12 +483,8 @@ class RolloutRun:
             self._dispatcher.start()
         except (AgentsUnhealthy, DispatcherGone) as exc:
             self.finish()
-            self._stopped = str(exc)
+            self._stopped = f"{exc}{self._put_back(workerinput)}"
             if workerinput is None:
-                if not self.resuming:  # nothing was sent: the files are left as they were found
-                    paths.take_back(self._run_start)
-                    if self._run_start.moved_to is not None:
-                        self._stopped += f"\nThe earlier results are back in place (from {self._run_start.moved_to})."
                 unhealthy = isinstance(exc, AgentsUnhealthy)
                 code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
                 pytest.exit(self._stopped, returncode=code)
@@ -496,6 +495,15 @@ class RolloutRun:
         self.dispatched = True
         if workerinput is None:  # a worker ends with its controller, which handles the signal
             self._term.install()
+
+    def _put_back(self, workerinput: dict[str, Any] | None) -> str:
+        """A fresh run refused before any request leaves the files as it found them; what to add
+        to the refusal. Not on an xdist worker: others may be writing the same files."""
+        if workerinput is not None or self.resuming:
+            return ""
+        self.paths.take_back(self._run_start)
+        moved = self._run_start.moved_to
+        return "" if moved is None else f"\nThe earlier results are back in place (from {moved})."
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -526,14 +534,15 @@ class RolloutRun:
 
     def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:
         """Serve suite-embedded agents; aiohttp is imported only here, off the path of runs that have none."""
-        from .embedded import EmbeddedServers
+        from .embedded import EmbeddedServerError, EmbeddedServers
 
         servers = EmbeddedServers(factories)
         self._servers.append(servers)
         try:
             return servers.start()
         except Exception as exc:  # the suite's own code: say which agent, not an internal error
-            raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(names)}): {exc!r}") from exc
+            why = str(exc) if isinstance(exc, EmbeddedServerError) else repr(exc)
+            raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(names)}): {why}") from exc
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if self._stopped:

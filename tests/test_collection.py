@@ -63,6 +63,34 @@ def test_suite_runs_against_an_external_agent_given_on_the_command_line(
     assert len(agent.requests) == 2
 
 
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (None, "*cannot start an embedded agent (math): *suite/nofile.py: no such file*"),
+        ("raise ImportError('no model here')\n", "*importing *suite/nofile.py failed: ImportError('no model here')*"),
+    ],
+)
+def test_an_embedded_agent_that_cannot_start_names_its_file_and_leaves_results_alone(
+    pytester: pytest.Pytester, source: str | None, message: str
+) -> None:
+    """Was "FileNotFoundError(2, 'No such file or directory')", naming nothing, after the earlier
+    results had been moved aside."""
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text(
+        'datasets = ["*.jsonl"]\nagent = "math"\n[agents.math]\nembedded = "nofile.py:app"\n'
+    )
+    if source is not None:
+        (suite / "nofile.py").write_text(source)
+    (pytester.path / "out").mkdir()
+    (pytester.path / "out" / "r.jsonl").write_text('{"earlier": true}\n')
+    result = run_rollouts(pytester, "suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message, "*The earlier results are back in place*"])
+    assert (pytester.path / "out" / "r.jsonl").read_text() == '{"earlier": true}\n'
+    assert not list((pytester.path / "out").glob("r.prev-*"))
+
+
 def test_jsonl_in_an_ordinary_tree_is_never_collected(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
