@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
 CLOSE_TIMEOUT_S = 60.0
+# Once running, the engine writes at least every 2 s (its heartbeat). This long without a byte,
+# its loop is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
+SILENCE_LIMIT_S = 120.0
 READ_BYTES = 1 << 16
 
 
@@ -52,6 +55,10 @@ class PlannedRollout:
 
 class DispatcherError(RuntimeError):
     """Dispatching one task failed: a bug that must fail its item rather than hang it."""
+
+
+class EngineStuck(ChannelClosed):
+    """The engine sent nothing for longer than its heartbeat ever leaves it silent."""
 
 
 class DispatcherGone(DispatcherError):
@@ -128,8 +135,11 @@ class Dispatcher:
         self._received = FrameBuffer()
         self._inbox: deque[bytes] = deque()
         # Tells whether a message is there to read without blocking; without ``poll`` (Windows)
-        # there is no idle work.
+        # there is no idle work and no watch on silence.
         self._poller: Any = None
+        # Set once the engine is ready and heartbeating: before that, health checks may take long.
+        self._silence_limit_s: float | None = None
+        self._stuck = False
 
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
@@ -175,6 +185,7 @@ class Dispatcher:
             raise AgentsUnhealthy(reply[1])
         if reply != ["ready"]:
             raise DispatcherError("the dispatcher process did not start")
+        self._silence_limit_s = SILENCE_LIMIT_S
 
     def wait(self, slot: int) -> list[RolloutOutcome]:
         """Block until every rollout of ``slot`` finished (settled ones come from ``prior``)."""
@@ -239,16 +250,18 @@ class Dispatcher:
             return
         try:
             self._write_to(proc, message(["close"]))
-            while (msg := self._read_from(proc))[0] != "closed":
+            while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
                 if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
                     self._stop(f"dispatch stopped: {msg[1]}")
+        except EngineStuck:
+            self._stuck = True
         except (ChannelClosed, BrokenPipeError, OSError):
             pass
         finally:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.close()
             try:
-                proc.wait(timeout=CLOSE_TIMEOUT_S)
+                proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -280,6 +293,10 @@ class Dispatcher:
         assert self._proc is not None
         try:
             return self._read_from(self._proc, self.on_idle)
+        except EngineStuck as exc:
+            self._stuck = True
+            self._stop(str(exc))
+            raise DispatcherGone(self._gone) from None
         except ChannelClosed:
             self._stop(f"the dispatcher process exited ({_exit_status(self._proc)})")
             raise DispatcherGone(self._gone) from None
@@ -296,19 +313,25 @@ class Dispatcher:
         while not self._inbox:
             if idle is not None and self._nothing_to_read(fd) and idle():
                 continue
+            if self._silence_limit_s is not None and self._nothing_to_read(fd, self._silence_limit_s):
+                raise EngineStuck(
+                    f"the dispatcher process sent nothing for {self._silence_limit_s:.0f} s: it is stuck "
+                    "(a blocked file system? a stopped process?) and was stopped"
+                )
             data = os.read(fd, READ_BYTES)
             if not data:
                 raise ChannelClosed("the dispatcher channel closed")
             self._inbox.extend(self._received.feed(data))
         return orjson.loads(self._inbox.popleft())
 
-    def _nothing_to_read(self, fd: int) -> bool:
+    def _nothing_to_read(self, fd: int, wait_s: float = 0.0) -> bool:
+        """Still nothing after ``wait_s`` (an end of input counts as something to read)."""
         if self._poller is None:
             if not hasattr(select, "poll"):
                 return False
             self._poller = select.poll()
             self._poller.register(fd, select.POLLIN)
-        return not self._poller.poll(0)
+        return not self._poller.poll(wait_s * 1000)
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:

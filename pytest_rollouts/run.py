@@ -557,6 +557,7 @@ class RolloutRun:
             # Nothing not reported yet will be: stop here, like -x, instead of failing every item left.
             self._stopped = self.dispatch_failure = str(exc)
             item.session.shouldfail = "dispatch stopped"
+        if self._stopped:  # outside the handler, so the report shows the reason, not a chained traceback
             pytest.fail(self._stopped, pytrace=False)
         hook = self.config.hook.pytest_rollouts_task_finished
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener

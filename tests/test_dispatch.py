@@ -484,3 +484,30 @@ def test_an_output_removed_mid_run_stops_dispatch(pytester: pytest.Pytester) -> 
         )
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         assert_resume_completes(pytester, agent)
+
+
+def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dispatcher that stops answering (here SIGSTOP; in life a blocked file system) used to
+    leave pytest waiting forever. Its heartbeat comes every 2 s, so silence means stuck."""
+    from pytest_rollouts.dispatch import spawn_engine
+
+    def stop_on_fifth(row: dict[str, Any], seen: int) -> Reply:
+        if len(agent.requests) == 5:
+            spawned[0].send_signal(signal.SIGSTOP)
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(stop_on_fifth, latency=0.05) as agent:
+        with monkeypatch.context() as patch:
+            spawned = spawn_watched(patch, spawn_engine)
+            patch.setattr(importlib.import_module("pytest_rollouts.dispatch"), "SILENCE_LIMIT_S", 5.0)
+            result = run_rollouts(
+                pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
+            )
+        result.stdout.fnmatch_lines(["the dispatcher process sent nothing for 5 s: it is stuck*"])
+        assert "During handling" not in result.stdout.str()
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert spawned[0].poll() is not None, "the stuck process was killed"
+        assert_resume_completes(pytester, agent)
