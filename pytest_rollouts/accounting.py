@@ -72,7 +72,7 @@ class Coverage:
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
         }
 
-    def report_lines(self, sidecar: str) -> list[str]:
+    def report_lines(self, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero") -> list[str]:
         """NeMo Gym's wording, printed whenever the score does not cover the whole input."""
         if self.missing == 0 and self.imputed_zero == 0 and self.counted_as_zero == 0:
             return []
@@ -86,7 +86,7 @@ class Coverage:
         lines.append(f"Metrics cover: {self.scored} of {self.expected} rollouts")
         if self.counted_as_zero:
             lines.append(
-                f"Scored as zero by --rollouts-count-as-zero: {self.counted_as_zero} of {self.expected} rollouts"
+                f"Scored as zero by {count_as_zero_option}: {self.counted_as_zero} of {self.expected} rollouts"
             )
         if self.imputed_zero:
             lines.append(f"Scored as zero because they left no row: {self.imputed_zero} of {self.expected} rollouts")

@@ -105,7 +105,7 @@ def aggregate(args: argparse.Namespace) -> int:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_UNWRITABLE
     print(f"merged {len(shards)} inputs into {out.out}")
-    for line in score_lines(score, str(out.failures)):
+    for line in score_lines(score, str(out.failures), "--count-as-zero"):
         print(line)
     if score.metrics_error:
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
@@ -132,9 +132,9 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
     ``--agent`` would only fail once the merged files are written. ``ValueError`` says what is
     wrong."""
     try:
-        settings = Settings.model_validate({"out": args.out, "agent": args.agent})
+        settings = Settings.model_validate({"out": args.out, "agent": args.agent, "fail_under": args.fail_under})
     except ValidationError as exc:
-        raise ValueError(_describe(exc, {"out": "--out", "agent": "--agent"})) from None
+        raise ValueError(_describe(exc, {"out": "--out", "agent": "--agent", "fail_under": "--fail-under"})) from None
     out = Path(args.out).resolve()
     if out.is_dir():
         raise ValueError(f"--out: {out} is a directory; name the output file in it")

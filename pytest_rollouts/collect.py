@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 
 CREATE_PARAMS = "responses_create_params"
+_ABSENT = object()
 
 
 @cache
@@ -121,14 +122,13 @@ class DatasetFile(pytest.File):
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
             first_rollout, episode = 0, taskset_of(row) is not None
-            params = row.get(CREATE_PARAMS)
-            if params is None and not episode:
+            params = row.get(CREATE_PARAMS, _ABSENT)
+            if params is _ABSENT and not episode:
                 if not settings.responses_create_params:
                     unparametrized.append(line_no)
             elif not isinstance(params, dict) and not episode:
-                raise self.CollectError(
-                    f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}"
-                )
+                given = "null" if params is None else type(params).__name__
+                raise self.CollectError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
             for agent in agents:
                 # A task that runs on several agents shows which one in its id, joined the way
                 # pytest joins parameter ids, so -k can select it.

@@ -92,8 +92,15 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
     torn = [
         f"{path}: the last line is cut short; resume that shard first (it repairs it)"
         for shard in shards
-        for path in (shard.paths.out, shard.paths.failures, shard.paths.materialized)
+        for path in (shard.paths.out, shard.paths.failures)
         if torn_tail(path)
+    ]
+    torn += [
+        # Written whole, never appended to: resume cannot repair it (it refuses to go on).
+        f"{shard.paths.materialized}: the last line is cut short, so the file was damaged: restore it, "
+        "or run that shard afresh"
+        for shard in shards
+        if torn_tail(shard.paths.materialized)
     ]
     if torn:
         return None, torn

@@ -173,5 +173,10 @@ OPTIONS: tuple[Option, ...] = (
         "Default: the p75 of this run's successful rollout durations, once 5 have finished.",
         "S",
     ),
-    Option("no_aggregate", "Skip metrics (for shards merged later); coverage and the gate still apply.", flag=True),
+    Option(
+        "no_aggregate",
+        "Skip metrics (for shards merged later); coverage and --rollouts-require-complete still apply, "
+        "--rollouts-fail-under is refused (gate the merge).",
+        flag=True,
+    ),
 )

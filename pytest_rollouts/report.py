@@ -207,8 +207,11 @@ class Tally:
         return [f"mean reward {mean:.4f} over {self.rewarded} rollouts reported this session"]
 
 
-def score_lines(score: RunScore, sidecar: str) -> list[str]:
-    """Key metrics per group, then the coverage report; numbers come from the score, never recomputed."""
+def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero") -> list[str]:
+    """Key metrics per group, then the coverage report; numbers come from the score, never recomputed.
+
+    ``count_as_zero_option``: that policy's name where it was given (the merge calls it ``--count-as-zero``).
+    """
     lines = []
     coverage = score.coverage
     if coverage.completed == 0 and coverage.expected:
@@ -240,7 +243,7 @@ def score_lines(score: RunScore, sidecar: str) -> list[str]:
         )
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
-    lines.extend(coverage.report_lines(sidecar))
+    lines.extend(coverage.report_lines(sidecar, count_as_zero_option))
     return lines
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -134,8 +135,15 @@ def _each(value: Any, parse: Callable[[str], Any]) -> Any:
 def check_url(url: str) -> str:
     """An agent address (command line, ini or ``rollouts.toml``): another scheme would fail only at
     run time, after every retry."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"agent address {url!r} is not an http(s) URL")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"agent address {url!r} is not an http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"agent address {url!r} has a bad port") from None
+    if parts.netloc.endswith(":"):
+        raise ValueError(f"agent address {url!r} has an empty port")
     return url.rstrip("/")
 
 
@@ -171,7 +179,8 @@ class Settings(BaseModel):
     count_as_zero: frozenset[str] = frozenset()
     count_missing_as_zero: bool = False
     require_complete: bool = False
-    fail_under: float | None = None
+    # nan would compare false with every mean: a gate silently off.
+    fail_under: float | None = Field(None, allow_inf_nan=False)
     no_aggregate: bool = False
     shard: tuple[int, int] | None = None
     dispatch_budget: float | None = Field(None, gt=0)
@@ -193,7 +202,7 @@ class Settings(BaseModel):
     def _parse_out(cls, value: Any) -> Any:
         """A file named ``<stem>.jsonl``: the sidecars are named after it, and a fresh run moves an
         earlier one aside. An empty value would name the directory itself, which would be moved."""
-        if isinstance(value, str | Path) and (not str(value).strip() or not str(value).endswith(".jsonl")):
+        if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
         return value
 

@@ -59,6 +59,8 @@ class SuiteConfig(BaseModel):
         """A single pattern written as a string would otherwise get pydantic's 'valid tuple' message."""
         if isinstance(value, str):
             raise ValueError(f"must be a list of glob patterns, e.g. datasets = [{value!r}]")
+        if isinstance(value, list | tuple) and not value:  # a suite of nothing: exit 5, naming no file
+            raise ValueError("lists no pattern: name the suite's dataset files, e.g. datasets = ['*.jsonl']")
         return value
 
     @model_validator(mode="after")

@@ -121,3 +121,20 @@ def test_a_glob_that_matches_no_input_is_named(gym_shards: Path, inputs: list[st
     assert result.returncode == 8, result.stdout
     assert f"no input files matched {unmatched} (in {gym_shards})" in result.stderr
     assert not (gym_shards / "m").exists(), "nothing is written"
+
+
+def test_a_nan_threshold_is_a_usage_error(gym_shards: Path) -> None:
+    """nan compares false with every mean: the merge's gate was silently off (exit 0)."""
+    stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "nan")
+    assert "--fail-under: Input should be a finite number" in stderr
+
+
+def test_the_merge_names_its_own_count_as_zero_option(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}} for t in range(2)]
+    write_rows(work / "rs0_materialized_inputs.jsonl", rows)
+    write_rows(work / "rs0.jsonl", [{**rows[0], "reward": 1.0}])
+    write_rows(work / "rs0_failures.jsonl", [{**rows[1], "_ng_failure_class": "agent_run_error"}])
+    result = aggregate(work, "--input", "rs0.jsonl", "--out", "m/all.jsonl", "--count-as-zero", "agent_run_error")
+    assert result.returncode == 0, result.stderr
+    assert "Scored as zero by --count-as-zero: 1 of 2 rollouts" in result.stdout

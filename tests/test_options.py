@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.settings import check_url
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
@@ -27,6 +28,13 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ("--rollouts-out=", "--rollouts-out: must name the output file, <stem>.jsonl (got '')"),
         # The value was shown twice: once by the message, once by the error report.
         ("--rollouts-out=foo.txt", "--rollouts-out: must name the output file, <stem>.jsonl (got 'foo.txt')"),
+        # A stem-less name wrote hidden files (.jsonl, .jsonl_failures.jsonl, ...).
+        ("--rollouts-out=o/.jsonl", "--rollouts-out: must name the output file, <stem>.jsonl (got 'o/.jsonl')"),
+        # nan compares false with every mean: the gate was silently off.
+        ("--rollouts-fail-under=nan", "--rollouts-fail-under: Input should be a finite number"),
+        # Failed only at run time, on port 80 or with no host at all.
+        ("--rollouts-agent=http://127.0.0.1:", "agent address 'http://127.0.0.1:' has an empty port"),
+        ("--rollouts-agent=https://", "agent address 'https://' is not an http(s) URL with a host"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
@@ -121,6 +129,8 @@ def test_a_gate_on_metrics_that_are_skipped_is_a_usage_error(
             'datasets = "data.jsonl"\n',
             "rollouts.toml: datasets: must be a list of glob patterns, e.g. datasets = ['data.jsonl']",
         ),
+        # Collected nothing, exit 5, naming no file.
+        ("datasets = []\n", "rollouts.toml: datasets: lists no pattern"),
     ],
 )
 def test_bad_suite_declaration_names_file_and_key(pytester: pytest.Pytester, declaration: str, message: str) -> None:
@@ -162,3 +172,8 @@ def test_ini_flags_read_as_pytest_reads_them(
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
     result.assert_outcomes(passed=1)
     assert agent.health_checks == 0
+
+
+def test_an_agent_scheme_is_case_insensitive() -> None:
+    """HTTP://... was refused as not an http(s) URL."""
+    assert check_url("HTTP://127.0.0.1:8000/") == "HTTP://127.0.0.1:8000"

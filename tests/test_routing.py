@@ -45,6 +45,7 @@ def test_unknown_agent_stops_before_any_request(pytester: pytest.Pytester, agent
         (b"[1, 2]", "expected a JSON object, got list"),
         # It was replaced, silently, by run-level parameters or a seed.
         (b'{"responses_create_params": "oops"}', "responses_create_params must be a JSON object, not str"),
+        (b'{"responses_create_params": null}', "responses_create_params must be a JSON object, not null"),
     ],
 )
 def test_malformed_line_names_file_and_line(
