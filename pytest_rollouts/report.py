@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from .records import CANCELLED, RolloutOutcome, dominant_class
-from .stash import RUN_KEY
+from .stash import DISPATCH_STOPPED, RUN_KEY
 
 if TYPE_CHECKING:
     from .aggregate import RunScore
@@ -438,7 +438,7 @@ class RolloutReporter:
         run = self.config.stash.get(RUN_KEY, None)
         self._settle_status(session, run)
         interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(
-            self.tally.items or (run is not None and run.dispatched)
+            self.tally.items or (run is not None and run.began())
         )
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
@@ -480,9 +480,10 @@ class RolloutReporter:
         maxfail = self.config.option.maxfail
         # -x or --maxfail stopped the run: rollouts were left unsent, so it did not succeed.
         cut_short = bool(maxfail) and session.testsfailed >= maxfail
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED and cut_short:
-            # xdist ends such a run as interrupted (2), one process as failed (1): the same run,
-            # so the same status, score and gate.
+        # xdist ends a run that -x, --maxfail or a failed dispatch stopped as interrupted (2), one
+        # process as failed (1): the same run, so the same status, score and gate.
+        stopped_by = getattr(self.config.pluginmanager.get_plugin("dsession"), "shouldstop", None)
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED and (cut_short or stopped_by == DISPATCH_STOPPED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if (
             self.tally.failed_items

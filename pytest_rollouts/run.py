@@ -30,7 +30,7 @@ from .jsonl import ArtifactError, JsonlError, LineReader, parse_object, replaced
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
-from .stash import RUN_ID, RUN_ID_KEY, RUN_KEY
+from .stash import DISPATCH_STOPPED, RUN_ID, RUN_ID_KEY, RUN_KEY
 from .stopping import TermAsInterrupt
 
 if TYPE_CHECKING:
@@ -282,6 +282,12 @@ class RolloutRun:
             items[:] = keep
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
 
+    def began(self) -> bool:
+        """This session started the run: it dispatched, or (an xdist controller, which collects and
+        sends nothing itself) its workers prepared the files under its run id."""
+        run_id = self.config.stash.get(RUN_ID_KEY, None)
+        return self.dispatched or (run_id is not None and self.paths.started_by(run_id))
+
     def holds_no_task(self) -> bool:
         """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written.
 
@@ -328,7 +334,8 @@ class RolloutRun:
         try:
             self._run_start = paths.start_run(run_id, resume=self.resuming)
         except OSError as exc:  # a read-only or missing place: nothing was sent
-            raise pytest.UsageError(f"cannot write the artifacts next to {paths.out}: {exc}") from None
+            self._refuse_on_worker(f"cannot write the artifacts next to {paths.out}: {exc}")
+            return
         _tell(self._run_start)
         if self.resuming:
             self._plan = self._plan_resume(selected, paths)
@@ -340,7 +347,7 @@ class RolloutRun:
             write_manifest(paths.manifest, self._manifest)
             self._plan = self._materialize(selected, paths.materialized)
         except ArtifactError as exc:  # a full disk before anything was sent
-            raise pytest.UsageError(str(exc)) from None
+            self._refuse_on_worker(str(exc))
 
     def _materialize(self, items: list[RolloutItem], path: Path) -> Plan:
         """Write every planned rollout's request body, remembering where each one sits.
@@ -444,6 +451,8 @@ class RolloutRun:
 
     def start(self, session: pytest.Session) -> None:
         """Start embedded agents and begin dispatching the prepared plan."""
+        if not hasattr(self.config, "workerinput"):  # a worker ends with its controller, which handles it
+            self._term.install()
         plan, self._plan = self._plan, None
         if plan is None:
             return
@@ -455,7 +464,8 @@ class RolloutRun:
         try:
             urls = self._agent_urls({r.agent for r in plan.rollouts})
         except pytest.UsageError as exc:
-            raise pytest.UsageError(f"{exc}{self._put_back(workerinput)}") from None
+            self._refuse_on_worker(f"{exc}{self._put_back(workerinput)}")
+            return
         parallel = self.settings.parallel
         if workerinput is not None:
             from .xdist import parallel_share
@@ -488,13 +498,16 @@ class RolloutRun:
                 unhealthy = isinstance(exc, AgentsUnhealthy)
                 code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
                 pytest.exit(self._stopped, returncode=code)
-            # An xdist worker cannot exit on its own; the controller stops the session on this
-            # (after the worker's first item, which fails with the same message).
-            session.shouldstop = self._stopped
-            return
+            return  # see _refuse_on_worker
         self.dispatched = True
-        if workerinput is None:  # a worker ends with its controller, which handles the signal
-            self._term.install()
+
+    def _refuse_on_worker(self, why: str) -> None:
+        """Refuse the run before any request: a usage error in one process. An xdist worker must not
+        end on its own (its controller would see it vanish with items queued, and crash): its
+        first item fails with ``why`` and stops the session (``wait``)."""
+        if not hasattr(self.config, "workerinput"):
+            raise pytest.UsageError(why)
+        self._stopped = why
 
     def _put_back(self, workerinput: dict[str, Any] | None) -> str:
         """A fresh run refused before any request leaves the files as it found them; what to add
@@ -545,19 +558,22 @@ class RolloutRun:
             raise pytest.UsageError(f"cannot start an embedded agent ({', '.join(names)}): {why}") from exc
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
-        if self._stopped:
-            pytest.fail(self._stopped, pytrace=False)
-        if self._dispatcher is None:
-            raise RuntimeError("rollouts were not dispatched in this session")
-        if hasattr(self.config, "workerinput"):
-            self._dispatcher.claim(self._queued_slots(item.session.items))
-        try:
-            outcomes = self._dispatcher.wait(item.slot)
-        except DispatcherGone as exc:
-            # Nothing not reported yet will be: stop here, like -x, instead of failing every item left.
-            self._stopped = self.dispatch_failure = str(exc)
-            item.session.shouldfail = "dispatch stopped"
+        if not self._stopped:
+            if self._dispatcher is None:
+                raise RuntimeError("rollouts were not dispatched in this session")
+            try:
+                if hasattr(self.config, "workerinput"):
+                    self._dispatcher.claim(self._queued_slots(item.session.items))
+                outcomes = self._dispatcher.wait(item.slot)
+            except DispatcherGone as exc:
+                self._stopped = self.dispatch_failure = str(exc)
         if self._stopped:  # outside the handler, so the report shows the reason, not a chained traceback
+            # Nothing not reported yet will be: stop here, like -x, instead of failing every item
+            # left. A run that dispatched is scored; one refused before any request is not.
+            if self.dispatch_failure:
+                item.session.shouldfail = DISPATCH_STOPPED
+            else:
+                item.session.shouldstop = self._stopped
             pytest.fail(self._stopped, pytrace=False)
         hook = self.config.hook.pytest_rollouts_task_finished
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener

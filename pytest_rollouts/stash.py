@@ -18,3 +18,6 @@ RUN_ID = "rollouts_run_id"
 DIST = "rollouts_dist"
 # A suite's declaration: which files of its directory are datasets, and who serves them.
 DECLARATION = "rollouts.toml"
+# Why a session stops when its dispatcher failed mid-run; an xdist controller reads it back from
+# its workers' stop, to score and gate that run as one process would.
+DISPATCH_STOPPED = "dispatch stopped"
