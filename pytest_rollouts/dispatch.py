@@ -64,7 +64,8 @@ class EngineStuck(ChannelClosed):
 class DispatcherGone(DispatcherError):
     """The dispatcher process failed or went away: no task not reported yet will be.
 
-    Rows it wrote are kept (it fsyncs as it goes), and ``--rollouts-resume`` runs the rest.
+    Rows it wrote are kept (it fsyncs as it goes, unless the file itself is what was lost), and
+    ``--rollouts-resume`` runs what has no row.
     """
 
 
@@ -220,7 +221,7 @@ class Dispatcher:
 
     def _stop(self, why: str) -> None:
         """The first reason dispatch stopped is the one reported."""
-        self._gone = self._gone or f"{why}\nRows written so far are kept; --rollouts-resume runs the rest."
+        self._gone = self._gone or f"dispatch stopped: {why}\n--rollouts-resume runs what has no row yet."
 
     @property
     def failure(self) -> str:
@@ -252,7 +253,7 @@ class Dispatcher:
             self._write_to(proc, message(["close"]))
             while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
                 if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
-                    self._stop(f"dispatch stopped: {msg[1]}")
+                    self._stop(msg[1])
         except EngineStuck:
             self._stuck = True
         except (ChannelClosed, BrokenPipeError, OSError):
@@ -276,7 +277,7 @@ class Dispatcher:
                 self.on_progress()
             return
         if kind == "fatal":
-            self._stop(f"dispatch stopped: {rest[0]}")
+            self._stop(rest[0])
             return
         slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)

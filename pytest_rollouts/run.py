@@ -347,7 +347,7 @@ class RolloutRun:
             write_manifest(paths.manifest, self._manifest)
             self._plan = self._materialize(selected, paths.materialized)
         except ArtifactError as exc:  # a full disk before anything was sent
-            self._refuse_on_worker(str(exc))
+            self._refuse_on_worker(f"{exc}{self._put_back(workerinput)}")
 
     def _materialize(self, items: list[RolloutItem], path: Path) -> Plan:
         """Write every planned rollout's request body, remembering where each one sits.

@@ -407,7 +407,7 @@ def test_a_bug_in_the_dispatcher_stops_the_run_instead_of_hanging_it(
         output = result.stdout.str()
         assert "dispatch stopped: a bug in the dispatcher:" in output, output
         assert "RuntimeError: injected bug" in output
-        assert "--rollouts-resume runs the rest" in output
+        assert "--rollouts-resume runs what has no row yet" in output
         outcomes = result.parseoutcomes()
         assert outcomes["failed"] == 1 and outcomes.get("passed", 0) < 12, outcomes
         assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -432,7 +432,7 @@ def test_a_killed_dispatcher_stops_the_run_and_resume_finishes_it(
                 pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
             )
         output = result.stdout.str()
-        assert "the dispatcher process exited (killed by signal 9)" in output, output
+        assert "dispatch stopped: the dispatcher process exited (killed by signal 9)" in output, output
         assert result.parseoutcomes()["failed"] == 1
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         assert_resume_completes(pytester, agent)
@@ -506,7 +506,7 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
             result = run_rollouts(
                 pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
             )
-        result.stdout.fnmatch_lines(["the dispatcher process sent nothing for 5 s: it is stuck*"])
+        result.stdout.fnmatch_lines(["dispatch stopped: the dispatcher process sent nothing for 5 s: it is stuck*"])
         assert "During handling" not in result.stdout.str()
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         assert spawned[0].poll() is not None, "the stuck process was killed"
