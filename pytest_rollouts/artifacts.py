@@ -94,10 +94,11 @@ class ArtifactPaths:
             return False
 
     def _move_aside(self) -> Path | None:
-        """Earlier results are kept: a run whose every rollout failed has only its sidecar, and that
-        history (attempts, terminal verdicts) is what a resume of it would have gone on."""
-        if not any(path.exists() and path.stat().st_size for path in (self.out, self.failures)):
-            for path in (self.out, self.failures):
+        """Earlier artifacts are kept: a run whose every rollout failed has only its sidecar (the
+        attempts, terminal verdicts) and one killed before any row only its materialized inputs,
+        and either is what a resume of it would have gone on."""
+        if not any(path.exists() and path.stat().st_size for path in self.all()):
+            for path in self.all():
                 path.unlink(missing_ok=True)
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

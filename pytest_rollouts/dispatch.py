@@ -36,6 +36,7 @@ CLOSE_TIMEOUT_S = 60.0
 # Once running, the engine writes at least every 2 s (its heartbeat). This long without a byte,
 # its loop is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
+STUCK_GRACE_S = 5.0
 READ_BYTES = 1 << 16
 
 
@@ -202,8 +203,11 @@ class Dispatcher:
                 self._store(self._read())
             result = self._done.pop(slot)
             self._freed += self._planned[slot]
-            if self._freed >= FREED_BATCH or self._freed >= self._limit:
-                self._write(message(["freed", self._freed]))
+            if (self._freed >= FREED_BATCH or self._freed >= self._limit) and not self._gone:
+                try:
+                    self._write(message(["freed", self._freed]))
+                except DispatcherGone:
+                    pass  # this task's result is in hand; the next wait reports why dispatch stopped
                 self._freed_sent += self._freed
                 self._freed = 0
             if isinstance(result, str):
@@ -254,8 +258,9 @@ class Dispatcher:
             while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
                 if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
                     self._stop(msg[1])
-        except EngineStuck:
+        except EngineStuck as exc:  # its last fsync may not have happened: not a whole run
             self._stuck = True
+            self._stop(str(exc))
         except (ChannelClosed, BrokenPipeError, OSError):
             pass
         finally:
@@ -265,7 +270,10 @@ class Dispatcher:
                 proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns
+                    proc.wait(timeout=CLOSE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self._stop(f"the dispatcher process (pid {proc.pid}) did not exit, even when killed")
             proc.stdout.close()
 
     def _store(self, msg: list[Any]) -> None:
@@ -279,6 +287,8 @@ class Dispatcher:
         if kind == "fatal":
             self._stop(rest[0])
             return
+        if kind == "closed":  # its last words, read after it failed (see _read_last_words)
+            return
         slot, payload = rest
         self._done[slot] = payload if kind == "done" else str(payload)
 
@@ -287,8 +297,19 @@ class Dispatcher:
         try:
             self._write_to(self._proc, data)
         except (BrokenPipeError, OSError) as exc:
+            self._read_last_words()
             self._stop(f"the dispatcher process went away ({exc})")
             raise DispatcherGone(self._gone) from None
+
+    def _read_last_words(self) -> None:
+        """An engine that failed sends why (``fatal``) before it goes: read what it left in the pipe,
+        so that reason, not the broken pipe it caused, is the one reported."""
+        assert self._proc is not None
+        try:
+            while self._inbox or not self._nothing_to_read(self._proc.stdout.fileno()):  # type: ignore[union-attr]
+                self._store(self._read_from(self._proc))
+        except (ChannelClosed, OSError):
+            pass
 
     def _read(self) -> list[Any]:
         assert self._proc is not None
@@ -314,7 +335,7 @@ class Dispatcher:
         while not self._inbox:
             if idle is not None and self._nothing_to_read(fd) and idle():
                 continue
-            if self._silence_limit_s is not None and self._nothing_to_read(fd, self._silence_limit_s):
+            if self._silence_limit_s is not None and self._silent(fd, self._silence_limit_s):
                 raise EngineStuck(
                     f"the dispatcher process sent nothing for {self._silence_limit_s:.0f} s: it is stuck "
                     "(a blocked file system? a stopped process?) and was stopped"
@@ -324,6 +345,12 @@ class Dispatcher:
                 raise ChannelClosed("the dispatcher channel closed")
             self._inbox.extend(self._received.feed(data))
         return orjson.loads(self._inbox.popleft())
+
+    def _silent(self, fd: int, limit_s: float) -> bool:
+        """Nothing for ``limit_s``, and still nothing for two heartbeats more. A poll resumed after
+        both processes were suspended (Ctrl-Z, a scheduler's pause) returns at once when its
+        deadline passed meanwhile: the second wait gives the resumed engine time to speak."""
+        return self._nothing_to_read(fd, limit_s) and self._nothing_to_read(fd, STUCK_GRACE_S)
 
     def _nothing_to_read(self, fd: int, wait_s: float = 0.0) -> bool:
         """Still nothing after ``wait_s`` (an end of input counts as something to read)."""

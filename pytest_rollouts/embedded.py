@@ -33,11 +33,14 @@ def load_factory(file: Path, name: str) -> object:
         if spec is None or spec.loader is None:
             raise EmbeddedServerError(f"cannot import embedded agent from {file}")
         module = importlib.util.module_from_spec(spec)
+        # Registered first, as importlib's recipe does: code run at import (dataclasses resolving
+        # string annotations) looks the module up there.
+        sys.modules[module_name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as exc:  # the suite's own code: say which file broke
+            sys.modules.pop(module_name, None)
             raise EmbeddedServerError(f"importing {file} failed: {exc!r}") from exc
-        sys.modules[module_name] = module
     factory = getattr(module, name, None)
     if not callable(factory):
         raise EmbeddedServerError(f"{file} has no callable {name!r}")

@@ -217,6 +217,8 @@ class Engine:
             self.crash(task.exception())  # type: ignore[arg-type]
 
     def _admit(self) -> None:
+        if self._closing.is_set():  # after a crash pytest may still send freed and claim
+            return
         limit, total = self._h["limit"], len(self._admitted)
         while self._resident < limit and self._cursor < total:
             position = self._cursor
@@ -226,6 +228,8 @@ class Engine:
 
     def _claim(self, slot: int) -> None:
         """pytest waits on ``slot`` before look-ahead reached it: start it now, over the bound."""
+        if self._closing.is_set():
+            return
         for position in self._by_slot.get(slot, ()):
             if not self._admitted[position]:
                 self._start(position)
@@ -524,8 +528,10 @@ def _runner() -> Callable[[Coroutine[Any, Any, str]], str]:
 
 
 def main() -> None:
-    # Ctrl-C reaches the whole process group; pytest decides when dispatch stops.
+    # Ctrl-C, and a scheduler's SIGTERM, reach the whole process group; pytest decides when
+    # dispatch stops (and this process ends with its input if pytest dies).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)
     stdout = os.fdopen(sys.stdout.fileno(), "wb", buffering=0)
     crashed = _runner()(_serve(stdin, stdout))

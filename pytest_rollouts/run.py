@@ -451,9 +451,11 @@ class RolloutRun:
 
     def start(self, session: pytest.Session) -> None:
         """Start embedded agents and begin dispatching the prepared plan."""
-        if not hasattr(self.config, "workerinput"):  # a worker ends with its controller, which handles it
-            self._term.install()
         plan, self._plan = self._plan, None
+        controller = self.config.pluginmanager.get_plugin("dsession") is not None
+        # A worker ends with its controller, which takes the signal for it.
+        if not hasattr(self.config, "workerinput") and (plan is not None or controller):
+            self._term.install()
         if plan is None:
             return
         # Items and collection state live until the end; keeping them out of the cyclic
@@ -493,6 +495,7 @@ class RolloutRun:
             self._dispatcher.start()
         except (AgentsUnhealthy, DispatcherGone) as exc:
             self.finish()
+            self.dispatch_failure = ""  # a refusal before any request, not a run to score
             self._stopped = f"{exc}{self._put_back(workerinput)}"
             if workerinput is None:
                 unhealthy = isinstance(exc, AgentsUnhealthy)

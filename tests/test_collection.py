@@ -91,6 +91,28 @@ def test_an_embedded_agent_that_cannot_start_names_its_file_and_leaves_results_a
     assert not list((pytester.path / "out").glob("r.prev-*"))
 
 
+def test_an_embedded_agent_module_is_importable_while_it_runs(pytester: pytest.Pytester) -> None:
+    """A dataclass under postponed annotations looks its module up in sys.modules as it is made."""
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text('datasets = ["*.jsonl"]\nagent = "m"\n[agents.m]\nembedded = "agent.py:app"\n')
+    (suite / "agent.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "from aiohttp import web\n"
+        "@dataclass\n"
+        "class Config:\n"
+        "    reward: float = 1.0\n"
+        "async def run(request):\n"
+        "    return web.json_response({'reward': Config().reward})\n"
+        "def app():\n"
+        "    application = web.Application()\n"
+        "    application.router.add_post('/run', run)\n"
+        "    return application\n"
+    )
+    run_rollouts(pytester, "suite").assert_outcomes(passed=2)
+
+
 def test_jsonl_in_an_ordinary_tree_is_never_collected(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")

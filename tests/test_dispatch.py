@@ -502,7 +502,9 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
     with ScriptedAgent(stop_on_fifth, latency=0.05) as agent:
         with monkeypatch.context() as patch:
             spawned = spawn_watched(patch, spawn_engine)
-            patch.setattr(importlib.import_module("pytest_rollouts.dispatch"), "SILENCE_LIMIT_S", 5.0)
+            dispatch = importlib.import_module("pytest_rollouts.dispatch")
+            patch.setattr(dispatch, "SILENCE_LIMIT_S", 5.0)
+            patch.setattr(dispatch, "STUCK_GRACE_S", 1.0)
             result = run_rollouts(
                 pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
             )

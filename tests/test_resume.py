@@ -211,6 +211,19 @@ def test_a_fresh_run_after_one_that_only_failed_moves_its_sidecar_aside(pytester
     assert (backup / "r_failures.jsonl").read_bytes() == before
 
 
+def test_a_fresh_run_after_one_killed_before_any_row_moves_its_inputs_aside(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """Its materialized inputs (what a resume would go on) were overwritten."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    earlier = write_rows(pytester.path / "out" / "r_materialized_inputs.jsonl", [{"earlier": True}])
+    before = earlier.read_bytes()
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=2)
+    [backup] = (pytester.path / "out").glob("r.prev-*")
+    assert (backup / "r_materialized_inputs.jsonl").read_bytes() == before
+
+
 def test_last_failed_reruns_only_failed_items_with_resume_semantics(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(4))
 
