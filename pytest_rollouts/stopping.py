@@ -20,7 +20,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 class TermAsInterrupt:
-    """Installed while rollouts are dispatched; a handler someone else set is left alone."""
+    """Installed while this process dispatches rollouts, or an xdist controller's workers do; a
+    handler someone else set is left alone."""
 
     def __init__(self) -> None:
         self._previous: Any = None
