@@ -21,6 +21,9 @@ import pytest
 from .records import CANCELLED, RolloutOutcome, dominant_class
 from .stash import DISPATCH_STOPPED, RUN_KEY
 
+# The ``workeroutput`` key under which an xdist worker tells its controller why its dispatch stopped.
+DISPATCH_FAILURE = "rollouts_dispatch_failure"
+
 if TYPE_CHECKING:
     from .aggregate import RunScore
     from .gate import GateFailure
@@ -344,8 +347,17 @@ class RolloutReporter:
         self.progress.total = sum(isinstance(item, RolloutItem) for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A worker whose dispatch stopped says why; the controller's section repeats it."""
+        failure = getattr(node, "workeroutput", {}).get(DISPATCH_FAILURE)
+        run = self.config.stash.get(RUN_KEY, None)
+        if failure and run is not None and not run.dispatch_failure:
+            run.dispatch_failure = failure
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self.progress.total = len(ids)
+        """The controller has only node ids: a rollout item's is its dataset's, a ``.jsonl`` file."""
+        self.progress.total = sum(nodeid.split("::", 1)[0].endswith(".jsonl") for nodeid in ids)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -441,6 +453,9 @@ class RolloutReporter:
             self.tally.items or (run is not None and run.began())
         )
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None and run is not None and run.dispatch_failure:
+            workeroutput[DISPATCH_FAILURE] = run.dispatch_failure  # for the controller's section
         not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
         if not_here or (session.exitstatus not in scoring_states and not interrupted):
             if run is not None:

@@ -175,6 +175,8 @@ def test_a_dispatch_that_stops_on_a_worker_is_scored_like_one_process(pytester: 
         assert "INTERNALERROR" not in done.stdout + done.stderr
         assert "dispatch stopped: cannot write" in done.stdout and "File too large" in done.stdout
         assert "Rollouts missing from the score:" in done.stdout, "scored from disk"
+        section = done.stdout.split("= rollouts =", 1)[1]
+        assert "dispatch stopped: cannot write" in section, "the section says why, as in one process"
         resumed = run_n(pytester, agent, 2, "--rollouts-resume", "--rollouts-out=out/r.jsonl")
     assert resumed.ret == 0, resumed.stdout.str()
     rows = Artifacts(pytester.path, "out/r.jsonl").rows
@@ -200,3 +202,13 @@ def test_sigterm_stops_an_n2_run_like_ctrl_c(pytester: pytest.Pytester) -> None:
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     assert re.search(rb"Rollouts missing from the score: \d+ of 80 materialized", output), output.decode()
+
+
+def test_progress_under_n_counts_rollout_items_only(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """A .py test in the session was counted as a task ('/4 tasks done' for 3 tasks)."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    result = run_n(pytester, agent, 2, "test_plain.py")
+    result.assert_outcomes(passed=4)
+    output = result.stdout.str()
+    assert "/3 tasks done" in output and "/4 tasks done" not in output, output
