@@ -175,7 +175,7 @@ def test_a_dispatch_that_stops_on_a_worker_is_scored_like_one_process(pytester: 
         assert "INTERNALERROR" not in done.stdout + done.stderr
         assert "dispatch stopped: cannot write" in done.stdout and "File too large" in done.stdout
         assert "Rollouts missing from the score:" in done.stdout, "scored from disk"
-        section = done.stdout.split("= rollouts =", 1)[1]
+        section = done.stdout.split("= rollouts =", 1)[1].split("short test summary", 1)[0]
         assert "dispatch stopped: cannot write" in section, "the section says why, as in one process"
         resumed = run_n(pytester, agent, 2, "--rollouts-resume", "--rollouts-out=out/r.jsonl")
     assert resumed.ret == 0, resumed.stdout.str()
