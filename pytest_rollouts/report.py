@@ -118,7 +118,6 @@ class Tally:
     started_at: float = field(default_factory=time.perf_counter)
     last_at: float = 0.0
     items: int = 0
-    scored: int = 0
     reward_sum: float = 0.0
     rewarded: int = 0
     unrewarded: int = 0
@@ -134,8 +133,11 @@ class Tally:
             return
         self.items += 1
         self.last_at = time.perf_counter()
+        unscored = 0
         for reward in props.get(REWARDS, ()):
-            if reward is not None:
+            if reward is None:
+                unscored += 1
+            else:
                 self.reward_sum += reward
                 self.rewarded += 1
         elapsed = props.get(ELAPSED, ())
@@ -147,11 +149,8 @@ class Tally:
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)
-        rewards = props.get(REWARDS, ())
         # A failure has no reward either: what is left is a result whose reply carried none.
-        unrewarded = sum(reward is None for reward in rewards) - sum(failures.values())
-        self.unrewarded += unrewarded
-        self.scored += len(rewards) - sum(failures.values()) - unrewarded
+        self.unrewarded += unscored - sum(failures.values())
         if report.failed and failures:
             self.failed_items += 1
             if len(self.examples) < SHOWN_FAILURES:
@@ -162,10 +161,10 @@ class Tally:
 
     def lines(self) -> list[str]:
         failed = sum(self.failures.values())
-        total = self.scored + self.unrewarded + failed
+        total = self.rewarded + self.unrewarded + failed
         by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
         lines = [
-            f"{self.scored} of {total} rollouts scored"
+            f"{self.rewarded} of {total} rollouts scored"
             + (f"; {self.unrewarded} results without a numeric reward" if self.unrewarded else "")
             + (f"; failed: {by_class}" if failed else "")
         ]
