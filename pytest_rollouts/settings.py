@@ -86,6 +86,8 @@ class AgentHeader(BaseModel):
         return self.agent, self.name.lower()
 
     def clash(self, earlier: AgentHeader) -> str:
+        if self.value.get_secret_value() == earlier.value.get_secret_value():
+            return ""  # the same header, its name in another case: HTTP reads them as one
         scope = f"{self.agent}:" if self.agent else ""
         return f"header {scope}{self.name} is given twice with different values (not shown)"
 
@@ -97,7 +99,8 @@ class Keyed(Protocol):
     def key(self) -> Hashable: ...
 
     def clash(self, earlier: Any) -> str:
-        """Why this entry and an earlier one with its key cannot both come from one place."""
+        """Why this entry and an earlier one with its key cannot both come from one place, or ""
+        when they only differ in how they are written."""
         ...
 
 
@@ -348,8 +351,8 @@ class Settings(BaseModel):
         chosen: dict[Hashable, Keyed] = {}
         for entry in entries:
             earlier = chosen.setdefault(entry.key, entry)
-            if earlier != entry:
-                raise ValueError(entry.clash(earlier))
+            if earlier != entry and (why := entry.clash(earlier)):
+                raise ValueError(why)
         return tuple(chosen.values())
 
     @field_validator("responses_create_params", mode="before")

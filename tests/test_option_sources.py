@@ -52,6 +52,18 @@ def test_one_key_given_two_values_in_one_source_is_a_usage_error(
     result.stderr.fnmatch_lines([f"*{message}*"])
 
 
+def test_one_header_written_in_two_cases_with_one_value_is_accepted(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """It was refused as "given twice with different values", though the values were the same."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    args = ["--rollouts-agent-header=Authorization=tok", "--rollouts-agent-header=authorization=tok"]
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *args)
+    result.assert_outcomes(passed=1)
+    sent = {name.lower(): value for name, value in agent.headers[-1].items()}
+    assert sent["authorization"] == "tok"
+
+
 def test_headers_from_ini_env_and_command_line_combine(
     pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
