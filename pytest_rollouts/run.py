@@ -283,23 +283,26 @@ class RolloutRun:
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
 
     def began(self) -> bool:
-        """This session started the run: it dispatched, or (an xdist controller, which collects and
-        sends nothing itself) its workers prepared the files under its run id."""
-        run_id = self.config.stash.get(RUN_ID_KEY, None)
-        return self.dispatched or (run_id is not None and self.paths.started_by(run_id))
+        """This session started the run: it dispatched, or its xdist workers did."""
+        return self.dispatched or self._workers_started()
 
     def holds_no_task(self) -> bool:
-        """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written.
-
-        An xdist controller collects nothing: its workers' files, started under its run id, say so.
-        """
+        """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written."""
         if self.empty_shard:
             return True
-        run_id = self.config.stash.get(RUN_ID_KEY, None)
-        if self.settings.shard is None or run_id is None:
-            return False
         paths = self.paths
-        return paths.started_by(run_id) and paths.materialized.exists() and paths.materialized.stat().st_size == 0
+        return (
+            self.settings.shard is not None
+            and self._workers_started()
+            and paths.materialized.exists()
+            and paths.materialized.stat().st_size == 0
+        )
+
+    def _workers_started(self) -> bool:
+        """On an xdist controller, which collects and sends nothing itself: its workers prepared the
+        files under its run id."""
+        run_id = self.config.stash.get(RUN_ID_KEY, None)
+        return run_id is not None and self.paths.started_by(run_id)
 
     def _wants_resume(self, paths: ArtifactPaths) -> bool:
         """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import resource
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +66,26 @@ class Artifacts:
 
 def keys(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
     return [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]
+
+
+def file_size_limit(size: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the process and its children may write files of at most ``size`` bytes;
+    a write past it fails (EFBIG) the way a full disk does, instead of killing the writer."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+def stop_midway(command: list[str], cwd: Path, out: Path, stop: int, rows: int = 8) -> tuple[int, bytes]:
+    """Run a pytest session in a child process and send it ``stop`` once ``out`` holds ``rows`` rows;
+    its exit status and output."""
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while (not out.exists() or out.read_bytes().count(b"\n") < rows) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(stop)
+    output, _ = proc.communicate(timeout=60)
+    return proc.returncode, output

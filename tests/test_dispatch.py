@@ -6,7 +6,6 @@ import asyncio
 import importlib
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pytest_rollouts.settings import Settings
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import Artifacts, file_size_limit, keys, pytest_command, run_rollouts, stop_midway
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -205,32 +204,12 @@ def test_ctrl_c_or_sigterm_cancels_in_flight_and_keeps_lines_whole(pytester: pyt
     write_rows(pytester.path / "data.jsonl", tasks(200))
     out = pytester.path / "out" / "r.jsonl"
     with ScriptedAgent(latency=0.2) as agent:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                "data.jsonl",
-                f"--rollouts-agent={agent.url}",
-                f"--rollouts-out={out}",
-                "--rollouts-parallel=8",
-            ],
-            cwd=pytester.path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while (not out.exists() or out.read_bytes().count(b"\n") < 8) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(stop)
-        output, _ = proc.communicate(timeout=60)
+        returncode, output = stop_midway(pytest_command(agent.url, "--rollouts-parallel=8"), pytester.path, out, stop)
         deadline = time.monotonic() + 5
         while agent.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
         assert agent.in_flight == 0, "in-flight requests were cancelled"
-    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+    assert returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     assert b"= rollouts =" in output
     # What the stopped run covered, against the whole input (was: "N of N rollouts scored" only).
     assert re.search(rb"Rollouts missing from the score: \d+ of 200 materialized \(no row \d+", output), output
@@ -444,12 +423,8 @@ def test_an_unwritable_output_stops_dispatch_at_once(
     """A full disk (here: a file-size limit on the dispatcher) used to fail each task with a
     traceback while every later rollout was still sent and its reply thrown away."""
 
-    def limited() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
-
     def spawn() -> subprocess.Popen[bytes]:
-        return engine_process("-m", "pytest_rollouts.engine", preexec_fn=limited)
+        return engine_process("-m", "pytest_rollouts.engine", preexec_fn=file_size_limit(1500))
 
     write_rows(pytester.path / "data.jsonl", tasks(12))
     with ScriptedAgent(latency=0.05) as agent:

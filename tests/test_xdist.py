@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import resource
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
-from .helpers import QUIET, Artifacts, keys
+from .helpers import QUIET, Artifacts, file_size_limit, keys, pytest_command, stop_midway
 
 
 def run_n(pytester: pytest.Pytester, agent: ScriptedAgent, workers: int, *args: str) -> pytest.RunResult:
@@ -151,12 +149,6 @@ def test_unhealthy_agent_stops_every_worker_before_any_run(pytester: pytest.Pyte
         assert sick.requests == []
 
 
-def _limited() -> None:
-    """A file-size limit the whole session inherits: a write past it fails (EFBIG) like a full disk."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (5000, 5000))
-
-
 def test_a_dispatch_that_stops_on_a_worker_is_scored_like_one_process(pytester: pytest.Pytester) -> None:
     """It crashed the controller (INTERNALERROR, a worker gone with items queued), or was left
     unscored as interrupted (exit 2)."""
@@ -169,7 +161,7 @@ def test_a_dispatch_that_stops_on_a_worker_is_scored_like_one_process(pytester: 
         command = [sys.executable, "-m", "pytest", *QUIET, "-n", "2", "data.jsonl", f"--rollouts-agent={agent.url}"]
         command += ["--rollouts-out=out/r.jsonl", "--rollouts-parallel=4", "--rollouts-no-aggregate"]
         done = subprocess.run(
-            command, cwd=pytester.path, capture_output=True, text=True, timeout=120, preexec_fn=_limited
+            command, cwd=pytester.path, capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(5000)
         )
         assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
         assert "INTERNALERROR" not in done.stdout + done.stderr
@@ -188,19 +180,9 @@ def test_sigterm_stops_an_n2_run_like_ctrl_c(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(80))
     out = pytester.path / "out" / "r.jsonl"
     with ScriptedAgent(latency=0.3) as agent:
-        command = [sys.executable, "-m", "pytest", *QUIET, "-n", "2", "data.jsonl", f"--rollouts-agent={agent.url}"]
-        proc = subprocess.Popen(
-            [*command, f"--rollouts-out={out}", "--rollouts-parallel=4"],
-            cwd=pytester.path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while (not out.exists() or out.read_bytes().count(b"\n") < 8) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output.decode()
+        command = pytest_command(agent.url, "-n", "2", "--rollouts-parallel=4")
+        returncode, output = stop_midway(command, pytester.path, out, signal.SIGTERM)
+    assert returncode == pytest.ExitCode.INTERRUPTED, output.decode()
     assert re.search(rb"Rollouts missing from the score: \d+ of 80 materialized", output), output.decode()
 
 
