@@ -8,14 +8,15 @@ status (429/502/503/504) or no reply at all says nothing about the rollout
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
+from .http1 import HttpError, Pool, Reply, Target
 from .records import FAILURE_CLASS, MAX_BODY_CHARS
 
 AGENT_RUN_ERROR = "agent_run_error"
@@ -57,54 +58,49 @@ class Attempt:
     http_status: int | None = None
 
 
-async def post_run(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    timeout: aiohttp.ClientTimeout,
-    headers: Mapping[str, str] = JSON_HEADERS,
-) -> Attempt:
-    """One attempt; ``headers`` must include the JSON content type (``JSON_HEADERS`` plus any agent headers)."""
+async def post_run(pool: Pool, target: Target, body: bytes, timeout: float) -> Attempt:
+    """One attempt of at most ``timeout`` seconds, connecting included."""
     started = time.perf_counter()
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
-            status = resp.status
-            if 200 <= status < 300:
-                raw = await resp.read()
-            else:
-                raw = await resp.content.read(4 * MAX_BODY_CHARS)
-                failure = _status_failure(status, raw, resp.headers.get("Retry-After"))
-                return Attempt(None, failure, time.perf_counter() - started, status)
+        async with asyncio.timeout(timeout):
+            reply = await pool.request(target, body, error_limit=4 * MAX_BODY_CHARS)
     except TimeoutError:
-        failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError", f"no reply from {url} within {timeout.total:g}s")
+        failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError", f"no reply from {target.url} within {timeout:g}s")
         return Attempt(None, failure, time.perf_counter() - started)
-    except aiohttp.ClientError as exc:
-        failure = Failure(AGENT_REQUEST_FAILED, type(exc).__name__, str(exc) or type(exc).__name__, retryable=True)
+    except HttpError as exc:
+        failure = Failure(AGENT_REQUEST_FAILED, exc.kind, str(exc) or exc.kind, retryable=True)
         return Attempt(None, failure, time.perf_counter() - started)
     elapsed = time.perf_counter() - started
+    status, raw = reply.status, reply.body
+    if not 200 <= status < 300:
+        return Attempt(None, _status_failure(reply), elapsed, status)
     try:
-        reply = orjson.loads(raw)
+        parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        reply = None
+        parsed = None
         reason = f"reply is not valid JSON ({exc})"
     else:
-        reason = f"reply is a JSON {type(reply).__name__}, not an object"
-    if not isinstance(reply, dict):
+        reason = f"reply is a JSON {type(parsed).__name__}, not an object"
+    if not isinstance(parsed, dict):
         failure = Failure(AGENT_RUN_ERROR, "InvalidReply", reason, status, _cut(raw))
         return Attempt(None, failure, elapsed, status)
-    return Attempt(reply, None, elapsed, status)
+    return Attempt(parsed, None, elapsed, status)
 
 
-def _status_failure(status: int, raw: bytes, retry_after: str | None) -> Failure:
-    retryable = status in RETRYABLE_STATUSES
+def _status_failure(reply: Reply) -> Failure:
+    status, retryable = reply.status, reply.status in RETRYABLE_STATUSES
+    message = f"agent answered HTTP {status}"
+    location = reply.header(b"location")
+    if 300 <= status < 400 and location:  # an agent's /run never moves; the address must be off
+        message += f", a redirect to {location} (not followed: check the agent's address)"
     return Failure(
         AGENT_REQUEST_FAILED if retryable else AGENT_RUN_ERROR,
         "HTTPStatus",
-        f"agent answered HTTP {status}",
+        message,
         status,
-        _cut(raw),
+        _cut(reply.body),
         retryable=retryable,
-        retry_after=_seconds(retry_after) if retryable else None,
+        retry_after=_seconds(reply.header(b"retry-after")) if retryable else None,
     )
 
 

@@ -363,7 +363,7 @@ class Dispatcher:
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
-    """Start the dispatcher process; it imports aiohttp while pytest is still collecting.
+    """Start the dispatcher process; it starts up while pytest is still collecting.
 
     It imports this package from wherever pytest did, installed or not.
     """

@@ -1,4 +1,4 @@
-"""The dispatcher process: one asyncio loop, one aiohttp session, every artifact row written here.
+"""The dispatcher process: one asyncio loop, one connection pool, every artifact row written here.
 
 pytest runs items one at a time and spends real CPU on each; HTTP and JSON need CPU
 too. In one process they would take turns on the GIL, so dispatch runs here, in a
@@ -33,7 +33,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 from .auth import Redactor
@@ -42,6 +41,7 @@ from .collector import pace_process
 from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
+from .http1 import Pool, Target
 from .jsonl import ArtifactError, JsonlAppender, whole_lines
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import (
@@ -57,6 +57,7 @@ from .records import (
 
 MAX_BACKOFF_S = 60.0
 SYNC_INTERVAL_S = 1.0
+CONNECT_TIMEOUT_S = 30.0
 PROGRESS_INTERVAL_S = 2.0
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
 COLUMN_TYPES = {"agent": "H", "episode": "B"}
@@ -71,10 +72,12 @@ class Engine:
         self._write = send
         # Reports completed in one turn of the loop go to pytest in one write (and one read there).
         self._outbox: list[bytes] = []
-        self._agents = [header["urls"][name] + "/run" for name in header["agents"]]
         self._names = header["agents"]
         self._agent_headers: dict[str, dict[str, str]] = header.get("headers", {})
-        self._headers = [{**JSON_HEADERS, **self._agent_headers.get(name, {})} for name in self._names]
+        self._targets = [
+            Target.of("POST", header["urls"][name] + "/run", {**JSON_HEADERS, **self._agent_headers.get(name, {})})
+            for name in self._names
+        ]
         self._redact = Redactor(self._agent_headers)
         count = len(columns["slot"])
         self._admitted = bytearray(count)
@@ -98,10 +101,8 @@ class Engine:
         self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
-        self._timeout = aiohttp.ClientTimeout(total=header["timeout"], sock_connect=min(header["timeout"], 30.0))
         self._in_flight = asyncio.Semaphore(header["parallel"])
-        connector = aiohttp.TCPConnector(limit=header["parallel"], limit_per_host=0)
-        self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
+        self._pool = Pool(connect_timeout=min(header["timeout"], CONNECT_TIMEOUT_S))
         self._shared = SharedOutput(Path(header["out"])) if header.get("shared_output") else None
         self._deadline = Deadline(header["budget"], header["margin"]) if header.get("budget") else None
 
@@ -136,7 +137,7 @@ class Engine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self._session.close()
+        self._pool.close()
         os.close(self._bodies_fd)
         for appender in (self._outputs, self._failures):
             try:
@@ -153,7 +154,7 @@ class Engine:
         if not health:
             return []
         return await check_agents(
-            self._session,
+            self._pool,
             {name: self._h["urls"][name] for name in self._names},
             self._agent_headers,
             workers=health["workers"],
@@ -290,8 +291,7 @@ class Engine:
             ROLLOUT_INDEX: rollout_index,
             **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
         }
-        url = self._agents[col["agent"][position]]
-        headers = self._headers[col["agent"][position]]
+        target = self._targets[col["agent"][position]]
         first = col["first_attempt"][position]
         # In-run retries and earlier runs' attempts share one cap per rollout.
         last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
@@ -311,7 +311,7 @@ class Engine:
                 if not drained:
                     self._in_flight_since[position] = time.monotonic()
                     try:
-                        attempt = await post_run(self._session, url, body, self._timeout, headers)
+                        attempt = await post_run(self._pool, target, body, self._h["timeout"])
                     finally:
                         del self._in_flight_since[position]
             if drained:
@@ -517,7 +517,7 @@ def _runner() -> Callable[[Coroutine[Any, Any, str]], str]:
     """uvloop where it installs (Linux, macOS), asyncio's own loop elsewhere.
 
     Against a fast agent this process's CPU is what bounds throughput, and the same
-    aiohttp work costs 10-25% less of it on uvloop (10k rollouts, four A/B pairs in one
+    work costs 10-25% less of it on uvloop (10k rollouts, four A/B pairs in one
     sitting: 4.1-4.9 s instead of 5.0-5.7 s).
     """
     try:

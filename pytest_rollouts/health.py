@@ -4,11 +4,12 @@ A dead agent would otherwise turn every one of its rollouts into an
 ``agent_request_failed`` row after the retries; checking first stops the session
 before any ``/run`` with one message that names the agent, its address and its reply.
 The checks run in the dispatcher process, which already has an HTTP client and an
-event loop, in parallel up to ``--rollouts-health-workers``.
+event loop (and keeps the connections for the first ``/run``), in parallel up to ``--rollouts-health-workers``.
 
 A reply is judged by ``judge``: a 2xx is healthy unless its JSON body reports a
 failing ``status`` or failing named ``checks`` that are not ignored; a 404 means the
-server accepts connections but has no such route, which counts as healthy. An ignored
+server accepts connections but has no such route, which counts as healthy, and so does
+a redirect (``/health`` to ``/health/``: the client follows none). An ignored
 CHECK is one of those names, or an agent's name: that agent is not checked at all.
 """
 
@@ -19,8 +20,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
+
+from .http1 import HttpError, Pool, Target
 
 HEALTH_PATH = "/health"
 TIMEOUT_S = 10.0
@@ -44,7 +46,7 @@ class Unhealthy:
 
 def judge(status: int, body: bytes, ignored: Collection[str]) -> str | None:
     """Why a ``/health`` reply is unhealthy, or None when it is healthy."""
-    if status == 404:
+    if status == 404 or 300 <= status < 400:
         return None
     shown = body[:SHOWN_BODY_CHARS].decode("utf-8", errors="replace")
     if not 200 <= status < 300:
@@ -83,7 +85,7 @@ def _healthy(value: Any) -> bool:
 
 
 async def check_agents(
-    session: aiohttp.ClientSession,
+    pool: Pool,
     urls: Mapping[str, str],
     headers: Mapping[str, Mapping[str, str]],
     *,
@@ -96,7 +98,7 @@ async def check_agents(
 
     async def one(name: str, url: str) -> Unhealthy | None:
         async with gate:
-            why = await _check(session, url + HEALTH_PATH, headers.get(name, {}), ignored)
+            why = await _check(pool, Target.of("GET", url + HEALTH_PATH, headers.get(name, {})), ignored)
         return None if why is None else Unhealthy(name, url, redact(why) or "")
 
     checked = sorted((name, url) for name, url in urls.items() if name not in ignored)
@@ -104,14 +106,12 @@ async def check_agents(
     return [r for r in results if r is not None]
 
 
-async def _check(
-    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str], ignored: Collection[str]
-) -> str | None:
+async def _check(pool: Pool, target: Target, ignored: Collection[str]) -> str | None:
     try:
-        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as resp:
-            body = await resp.content.read(MAX_JUDGED_BYTES)
-            return judge(resp.status, body, ignored)
+        async with asyncio.timeout(TIMEOUT_S):
+            reply = await pool.request(target, error_limit=MAX_JUDGED_BYTES)
     except TimeoutError:
         return f"no reply within {TIMEOUT_S:g}s"
-    except aiohttp.ClientError as exc:
-        return f"{type(exc).__name__}: {exc}"
+    except HttpError as exc:
+        return f"{exc.kind}: {exc}"
+    return judge(reply.status, reply.body[:MAX_JUDGED_BYTES], ignored)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 
-from pytest_rollouts.client import post_run
+from pytest_rollouts.client import JSON_HEADERS, post_run
+from pytest_rollouts.http1 import Pool, Target
 
 from .agents import Reply, ScriptedAgent
+from .test_http1 import answering, server
 
-TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+TIMEOUT = 2.0
 BODY = b'{"_ng_task_index": 0, "_ng_rollout_index": 0}'
 
 
@@ -29,8 +30,7 @@ BODY = b'{"_ng_task_index": 0, "_ng_rollout_index": 0}'
 )
 async def test_post_run_classifies(reply: Reply, failure_class: str | None, retryable: bool) -> None:
     with ScriptedAgent(lambda row, seen: reply) as agent:
-        async with aiohttp.ClientSession() as session:
-            attempt = await post_run(session, agent.url + "/run", BODY, TIMEOUT)
+        attempt = await post_run(Pool(TIMEOUT), Target.of("POST", agent.url + "/run", JSON_HEADERS), BODY, TIMEOUT)
     if failure_class is None:
         assert attempt.failure is None and attempt.reply == reply.json
     else:
@@ -42,6 +42,17 @@ async def test_post_run_classifies(reply: Reply, failure_class: str | None, retr
 @pytest.mark.asyncio
 async def test_error_body_is_kept_for_the_sidecar() -> None:
     with ScriptedAgent(lambda row, seen: Reply(status=503, raw=b"busy")) as agent:
-        async with aiohttp.ClientSession() as session:
-            attempt = await post_run(session, agent.url + "/run", BODY, TIMEOUT)
+        attempt = await post_run(Pool(TIMEOUT), Target.of("POST", agent.url + "/run", JSON_HEADERS), BODY, TIMEOUT)
     assert attempt.failure is not None and attempt.failure.body == "busy"
+
+
+@pytest.mark.asyncio
+async def test_a_redirect_is_not_followed_and_says_where_it_pointed() -> None:
+    moved = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /run/\r\nContent-Length: 0\r\n\r\n"
+    async with server(answering(moved)) as agent:
+        pool = Pool(TIMEOUT)
+        attempt = await post_run(pool, Target.of("POST", agent.url + "/run", JSON_HEADERS), BODY, TIMEOUT)
+        pool.close()
+    assert attempt.failure is not None
+    assert (attempt.failure.failure_class, attempt.failure.http_status) == ("agent_run_error", 307)
+    assert "a redirect to /run/ (not followed" in attempt.failure.message

@@ -89,7 +89,8 @@ def test_timeout_is_a_request_failure_and_not_retried(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines(["*2 passed, 1 agent_request_failed*"])
     [failure] = Artifacts(pytester.path).failures
     assert failure["_ng_failure_type"] == "TimeoutError"
-    assert 0.3 <= failure["elapsed_seconds"] < 3
+    # uvloop's clock ticks in whole milliseconds, so its timer may fire a fraction of one early.
+    assert 0.299 <= failure["elapsed_seconds"] < 3
 
 
 def test_retry_that_succeeds_keeps_the_failed_attempt(pytester: pytest.Pytester) -> None:

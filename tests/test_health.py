@@ -252,3 +252,12 @@ def test_a_long_health_reply_is_read_whole(pytester: pytest.Pytester) -> None:
         assert result.ret == UNHEALTHY_EXIT
         result.stdout.fnmatch_lines(["*failing checks zz_gpu:*"])
         assert agent.requests == []
+
+
+def test_a_redirecting_health_route_is_an_agent_that_answers(pytester: pytest.Pytester) -> None:
+    """``/health`` redirected to ``/health/`` (FastAPI does): the server is up, and the client follows no redirect."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=Reply(status=307, raw=b"")) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        assert agent.health_checks == 1
+    result.assert_outcomes(passed=2)

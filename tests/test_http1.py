@@ -1,0 +1,294 @@
+"""The lean HTTP/1.1 client against raw servers on 127.0.0.1 that answer byte for byte as scripted.
+
+aiohttp's server would always answer well-formed HTTP; these servers also answer the
+ways real agents and proxies do (chunked, read-until-close, gzip, ``Connection: close``,
+idle timeouts) and the ways broken ones do (garbage, hang-ups, resets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from pytest_rollouts import http1
+from pytest_rollouts.http1 import HttpError, Pool, Target
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Server:
+    """Counts connections and keeps every request head it read."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.heads: list[bytes] = []
+        self.url = ""
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        self.heads.append(head)
+        length = next(
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+            0,
+        )
+        return await reader.readexactly(length)
+
+
+@asynccontextmanager
+async def server(
+    script: Callable[[Server, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    tls: ssl.SSLContext | None = None,
+) -> AsyncIterator[Server]:
+    box = Server(lambda r, w: script(box, r, w))
+    listener = await asyncio.start_server(box.serve, "127.0.0.1", 0, ssl=tls)
+    box.url = f"{'https' if tls else 'http'}://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    try:
+        yield box
+    finally:
+        listener.close()
+
+
+def answering(*replies: bytes, then_close: bool = False) -> Callable[..., Awaitable[None]]:
+    """Answers each request on a connection with the next reply, keeping the connection open."""
+
+    async def script(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in replies:
+            await box.read_request(reader)
+            writer.write(reply)
+            await writer.drain()
+        if not then_close:
+            await reader.read()
+
+    return script
+
+
+def ok(body: bytes, *headers: str) -> bytes:
+    lines = ["HTTP/1.1 200 OK", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def post(pool: Pool, url: str, body: bytes = b"{}", **headers: str) -> http1.Reply:
+    try:
+        async with asyncio.timeout(5):
+            return await pool.request(Target.of("POST", url + "/run", headers), body, error_limit=8)
+    finally:
+        await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_one_connection_carries_requests_one_after_another() -> None:
+    async with server(answering(ok(b'{"a":1}'), ok(b'{"a":2}'), ok(b'{"a":3}'))) as agent:
+        pool = Pool(5)
+        bodies = [(await post(pool, agent.url)).body for _ in range(3)]
+        pool.close()
+    assert bodies == [b'{"a":1}', b'{"a":2}', b'{"a":3}']
+    assert agent.connections == 1
+
+
+@pytest.mark.asyncio
+async def test_request_head_names_host_path_length_and_each_header_once() -> None:
+    async with server(answering(ok(b"{}"))) as agent:
+        pool = Pool(5)
+        target = Target.of("POST", agent.url + "/prefix/run?x=1", {"Content-Type": "application/json", "X-Key": "k"})
+        await pool.request(target, b'{"q": 1}')
+        pool.close()
+    lines = agent.heads[0].decode().split("\r\n")
+    port = agent.url.rsplit(":", 1)[1]
+    assert lines[0] == "POST /prefix/run?x=1 HTTP/1.1"
+    assert sorted(lines[1:-2]) == sorted(
+        [f"Host: 127.0.0.1:{port}", "Content-Type: application/json", "X-Key: k", "Content-Length: 8"]
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("reply", "connections"),
+    [
+        pytest.param(
+            b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"a\r\n4\r\n":1}\r\n0\r\n\r\n',
+            1,
+            id="chunked",
+        ),
+        pytest.param(ok(gzip.compress(b'{"a":1}'), "Content-Encoding: gzip"), 1, id="gzip"),
+        pytest.param(ok(zlib.compress(b'{"a":1}'), "Content-Encoding: deflate"), 1, id="deflate"),
+        pytest.param(ok(zlib.compress(b'{"a":1}')[2:-4], "Content-Encoding: deflate"), 1, id="raw-deflate"),
+        # No length: the body ends with the connection, so each reply takes one.
+        pytest.param(b'HTTP/1.0 200 OK\r\n\r\n{"a":1}', 2, id="read-until-close"),
+    ],
+)
+async def test_reply_bodies_are_read_whole_and_decoded(reply: bytes, connections: int) -> None:
+    # A server that closes after a reply answers one per connection.
+    script = answering(reply, then_close=True) if connections > 1 else answering(reply, reply)
+    async with server(script) as agent:
+        pool = Pool(5)
+        first, second = await post(pool, agent.url), await post(pool, agent.url)
+        pool.close()
+    assert first.body == second.body == b'{"a":1}'
+    assert agent.connections == connections
+
+
+@pytest.mark.asyncio
+async def test_connection_close_and_idle_hang_ups_get_a_fresh_connection() -> None:
+    """A server that says ``Connection: close``, or closes an idle kept-alive connection (uvicorn
+    does after 5 s), costs a new connection, never a failed request."""
+    async with server(answering(ok(b"{}", "Connection: close"), then_close=True)) as agent:
+        pool = Pool(5)
+        for _ in range(3):
+            await post(pool, agent.url)
+            await asyncio.sleep(0.05)  # the hang-up reaches the client before the next request
+        pool.close()
+    assert agent.connections == 3
+
+
+@pytest.mark.asyncio
+async def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http1, "KEEP_IDLE_S", 0.0)
+    async with server(answering(ok(b"{}"), ok(b"{}"))) as agent:
+        pool = Pool(5)
+        await post(pool, agent.url)
+        await asyncio.sleep(0.01)
+        await post(pool, agent.url)
+        pool.close()
+    assert agent.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_an_error_body_is_cut_and_its_connection_kept() -> None:
+    error = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 26\r\n\r\nabcdefghijklmnopqrstuvwxyz"
+    async with server(answering(error, ok(b'{"a":1}', "Retry-After: 7"))) as agent:
+        pool = Pool(5)
+        first, second = await post(pool, agent.url), await post(pool, agent.url)
+        pool.close()
+    assert (first.status, first.body) == (500, b"abcdefgh")
+    assert (second.status, second.body, second.header(b"retry-after")) == (200, b'{"a":1}', "7")
+    assert agent.connections == 1
+
+
+def hang_up_after(data: bytes, *, reset: bool = False) -> Callable[..., Awaitable[None]]:
+    async def script(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await box.read_request(reader)
+        writer.write(data)
+        await writer.drain()
+        if reset:  # RST instead of FIN
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    return script
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        (hang_up_after(b"this is not http\r\n\r\n"), "ClientResponseError"),
+        (hang_up_after(b""), "ServerDisconnectedError"),
+        (hang_up_after(b"HTTP/1.1 200 OK\r\nContent-"), "ServerDisconnectedError"),
+        (hang_up_after(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"a":'), "ClientPayloadError"),
+        (hang_up_after(b"", reset=True), "ClientOSError"),
+        (hang_up_after(ok(b"\x00\x01", "Content-Encoding: gzip")), "ClientPayloadError"),
+        (hang_up_after(ok(b"{}", "Content-Encoding: br")), "ClientPayloadError"),
+    ],
+    ids=["garbage", "no-reply", "cut-head", "cut-body", "reset", "bad-gzip", "brotli"],
+)
+async def test_broken_replies_raise_aiohttps_names(script: Callable[..., Awaitable[None]], kind: str) -> None:
+    async with server(script) as agent:
+        pool = Pool(5)
+        with pytest.raises(HttpError) as caught:
+            await post(pool, agent.url)
+        # The failed connection is dropped: the next request gets a fresh one.
+        with pytest.raises(HttpError):
+            await post(pool, agent.url)
+        pool.close()
+    assert caught.value.kind == kind
+    assert agent.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_connection_refused_is_a_connector_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(HttpError) as caught:
+        await post(Pool(5), f"http://127.0.0.1:{port}")
+    assert caught.value.kind == "ClientConnectorError"
+    assert f"127.0.0.1:{port}" in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_a_request_cut_off_by_its_timeout_leaves_no_connection_behind() -> None:
+    """Its late reply would otherwise answer the next request sent on that connection."""
+
+    async def slow(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in (b'{"late":1}', b'{"next":1}'):
+            await box.read_request(reader)
+            await asyncio.sleep(0.2)
+            writer.write(ok(answer))
+            await writer.drain()
+        await reader.read()
+
+    async with server(slow) as agent:
+        pool = Pool(5)
+        target = Target.of("POST", agent.url + "/run", {})
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await pool.request(target, b"{}")
+        await asyncio.sleep(0.3)
+        reply = await pool.request(target, b"{}")
+        pool.close()
+    assert reply.body == b'{"late":1}'  # a fresh connection's first reply
+    assert agent.connections == 2
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate to serve TLS with")
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.asyncio
+async def test_https_verifies_the_agent_against_the_trust_store(
+    self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    async with server(answering(ok(b'{"a":1}')), tls=tls) as agent:
+        with pytest.raises(HttpError) as caught:
+            await post(Pool(5), agent.url)
+        assert caught.value.kind == "ClientConnectorCertificateError"
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        pool = Pool(5)
+        reply = await post(pool, agent.url)
+        pool.close()
+    assert reply.body == b'{"a":1}'
