@@ -102,7 +102,8 @@ class Engine:
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
         self._in_flight = asyncio.Semaphore(header["parallel"])
-        self._pool = Pool(connect_timeout=min(header["timeout"], CONNECT_TIMEOUT_S))
+        # A shorter --rollouts-timeout ends the attempt first (TimeoutError, not retried), as with aiohttp.
+        self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
         self._shared = SharedOutput(Path(header["out"])) if header.get("shared_output") else None
         self._deadline = Deadline(header["budget"], header["margin"]) if header.get("budget") else None
 

@@ -16,13 +16,14 @@ same failure (``ServerDisconnectedError``, ``ClientConnectorError``, ...): the s
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httptools
 
@@ -30,6 +31,13 @@ import httptools
 # request sent on one the server is closing fails, though the agent never saw it.
 KEEP_IDLE_S = 2.0
 DECODED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# Codings a server may use that this client cannot decode; any other name is passed through as
+# identity, as aiohttp does (``Content-Encoding: UTF-8`` is a common mistake).
+UNDECODED = frozenset({"br", "zstd", "compress", "x-compress"})
+# What a path or query keeps as is: RFC 3986's reserved and unreserved characters and ``%``
+# (an escape already made stays one).
+PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+QUERY_SAFE = PATH_SAFE + "?"
 
 
 class HttpError(Exception):
@@ -52,21 +60,31 @@ class Target:
 
     @classmethod
     def of(cls, method: str, url: str, headers: Mapping[str, str]) -> Target:
+        """``url`` as given to ``--rollouts-agent``: a non-ASCII path is percent-encoded, a non-ASCII
+        host IDNA-encoded, and ``user:password@`` becomes Basic auth (unless an Authorization
+        header is given), all as aiohttp did; messages show the URL without the password."""
         parts = urlsplit(url)
         tls = parts.scheme == "https"
         host = parts.hostname or ""
         port = parts.port or (443 if tls else 80)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        netloc = f"[{host}]" if ":" in host else host
+        path = quote(parts.path or "/", safe=PATH_SAFE)
+        if parts.query:
+            path += "?" + quote(parts.query, safe=QUERY_SAFE)
+        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
+        netloc = f"[{ascii_host}]" if ":" in host else ascii_host
         if parts.port is not None:
             netloc += f":{port}"
         given = {name.lower() for name in headers}
         lines = [f"{method} {path} HTTP/1.1"]
         if "host" not in given:
             lines.append(f"Host: {netloc}")
+        if parts.username is not None and "authorization" not in given:
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            lines.append(f"Authorization: Basic {base64.b64encode(credentials).decode('ascii')}")
         lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "content-length"]
         lines.append("Content-Length: ")
-        return cls(url, host, port, tls, "\r\n".join(lines).encode("latin-1"))
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return cls(shown, ascii_host, port, tls, "\r\n".join(lines).encode("latin-1"))
 
     @property
     def origin(self) -> tuple[str, int, bool]:
@@ -96,7 +114,6 @@ class _Connection(asyncio.Protocol):
         self._limit: int | None = None
         self._headers: dict[bytes, bytes] = {}
         self._status = 0
-        self._seen_bytes = False
         self._headers_done = False
         self._until_close = False
         self.reusable = False
@@ -111,7 +128,6 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None:  # bytes nobody asked for: the connection's state is unknown
             self.close()
             return
-        self._seen_bytes = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -152,7 +168,14 @@ class _Connection(asyncio.Protocol):
         if body:
             self._body.append(body)
 
+    def on_message_begin(self) -> None:
+        if self._waiter is None:  # a reply nobody asked for, in the same read as the last one
+            self.reusable = False
+
     def on_message_complete(self) -> None:
+        if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue): the reply follows
+            self._headers, self._body, self._headers_done = {}, [], False
+            return
         self.reusable = self._parser.should_keep_alive()
         self._complete()
 
@@ -163,7 +186,7 @@ class _Connection(asyncio.Protocol):
         assert self._transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
         self._body, self._kept, self._limit, self._headers = [], 0, error_limit, {}
-        self._seen_bytes = self._headers_done = self._until_close = self.reusable = False
+        self._headers_done = self._until_close = self.reusable = False
         self._transport.write(data)
         return self._waiter
 
@@ -182,10 +205,11 @@ class _Connection(asyncio.Protocol):
             return
         body = b"".join(self._body)
         self._body = []
-        encoding = self._headers.get(b"content-encoding", b"identity").strip().lower().decode("latin-1")
-        if body and encoding != "identity":
+        encoding = self._headers.get(b"content-encoding", b"").strip().lower().decode("latin-1")
+        if body and (encoding in DECODED or encoding in UNDECODED):
             try:
-                body = _decoded(body, encoding)
+                cut = None if 200 <= self._status < 300 else self._limit
+                body = _decoded(body, encoding, cut)
             except HttpError as exc:
                 waiter.set_exception(exc)
                 return
@@ -198,8 +222,16 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(exc)
 
 
-def _decoded(body: bytes, encoding: str) -> bytes:
+def _decoded(body: bytes, encoding: str, cut: int | None) -> bytes:
+    """``cut``: an error reply's body is kept only to that many bytes (``error_limit``), so what its
+    start decodes to is kept, as many bytes again at most, or the raw bytes when even that fails:
+    its status says enough."""
     wbits = DECODED.get(encoding)
+    if cut is not None:
+        try:
+            return zlib.decompressobj(wbits).decompress(body, cut) if wbits is not None else body
+        except zlib.error:
+            return body
     if wbits is None:
         raise HttpError("ClientPayloadError", f"the reply's Content-Encoding {encoding!r} is not supported")
     try:

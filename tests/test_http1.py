@@ -8,7 +8,9 @@ idle timeouts) and the ways broken ones do (garbage, hang-ups, resets).
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
+import os
 import shutil
 import socket
 import ssl
@@ -133,6 +135,10 @@ async def test_request_head_names_host_path_length_and_each_header_once() -> Non
         pytest.param(ok(gzip.compress(b'{"a":1}'), "Content-Encoding: gzip"), 1, id="gzip"),
         pytest.param(ok(zlib.compress(b'{"a":1}'), "Content-Encoding: deflate"), 1, id="deflate"),
         pytest.param(ok(zlib.compress(b'{"a":1}')[2:-4], "Content-Encoding: deflate"), 1, id="raw-deflate"),
+        pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b'{"a":1}'), 1, id="after-100-continue"),
+        pytest.param(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + ok(b'{"a":1}'), 1, id="after-103"),
+        pytest.param(ok(b'{"a":1}', "Content-Encoding: UTF-8"), 1, id="unknown-coding-as-none"),
+        pytest.param(ok(b'{"a":1}', "Content-Encoding: "), 1, id="empty-coding"),
         # No length: the body ends with the connection, so each reply takes one.
         pytest.param(b'HTTP/1.0 200 OK\r\n\r\n{"a":1}', 2, id="read-until-close"),
     ],
@@ -146,6 +152,47 @@ async def test_reply_bodies_are_read_whole_and_decoded(reply: bytes, connections
         pool.close()
     assert first.body == second.body == b'{"a":1}'
     assert agent.connections == connections
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("junk", [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", b"H"], ids=["head", "byte"])
+async def test_bytes_after_a_reply_in_the_same_read_retire_its_connection(junk: bytes) -> None:
+    """They would be read as the start of the next request's reply."""
+    async with server(answering(ok(b'{"a":1}') + junk, ok(b'{"a":2}'))) as agent:
+        pool = Pool(5)
+        first, second = await post(pool, agent.url), await post(pool, agent.url)
+        pool.close()
+    assert first.body == second.body == b'{"a":1}'
+    assert agent.connections == 2
+
+
+@pytest.mark.asyncio
+async def test_a_compressed_error_body_keeps_what_its_kept_start_decodes_to() -> None:
+    text = os.urandom(30_000).hex().encode()
+    packed = gzip.compress(text)
+    error = f"HTTP/1.1 500 Oops\r\nContent-Encoding: gzip\r\nContent-Length: {len(packed)}\r\n\r\n".encode()
+    async with server(answering(error + packed)) as agent:
+        pool = Pool(5)
+        reply = await pool.request(Target.of("POST", agent.url + "/run", {}), b"{}", error_limit=2000)
+        pool.close()
+    assert reply.status == 500
+    assert reply.body == text[:2000]
+
+
+@pytest.mark.asyncio
+async def test_url_path_host_and_credentials_are_sent_as_aiohttp_sent_them() -> None:
+    async with server(answering(ok(b"{}"))) as agent:
+        pool = Pool(5)
+        port = agent.url.rsplit(":", 1)[1]
+        target = Target.of("POST", f"http://u:p%40ss@127.0.0.1:{port}/pr\u00e9fix/run?q=\u00e9&r=%41", {})
+        await pool.request(target, b"{}")
+        pool.close()
+    lines = agent.heads[0].decode().split("\r\n")
+    assert lines[0] == "POST /pr%C3%A9fix/run?q=%C3%A9&r=%41 HTTP/1.1"
+    assert f"Authorization: Basic {base64.b64encode(b'u:p@ss').decode()}" in lines
+    assert target.url == f"http://127.0.0.1:{port}/pr\u00e9fix/run?q=\u00e9&r=%41"
+    given = Target.of("POST", f"http://u:p@127.0.0.1:{port}/run", {"Authorization": "Bearer t"})
+    assert b"Basic" not in given.head and b"Authorization: Bearer t" in given.head
 
 
 @pytest.mark.asyncio
