@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit
 
 import orjson
 
 from .accounting import Coverage, Key, ScoringPolicy, account
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
+from .http1 import Address
 from .jsonl import ArtifactError, LineReader, object_from, parse_object, replaced_atomically, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
@@ -358,33 +358,34 @@ def _server_metrics(
     One blocking request at session end: stdlib ``http.client`` streams the chunked body
     from disk and spares pytest's process the aiohttp import.
     """
-    parts = urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    address = Address.parse(url + "/aggregate_metrics")
+    url = address.shown
+    kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
+    connection = kind(address.host, address.port, timeout=timeout)
     redact = Redactor({"": headers})
     try:
         connection.request(
             "POST",
-            parts.path.rstrip("/") + "/aggregate_metrics",
+            address.path,
             body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
-            headers={**headers, "Content-Type": "application/json"},
+            headers=address.headers({**headers, "Content-Type": "application/json"}),
             encode_chunked=True,
         )
         response = connection.getresponse()
         body = response.read()
     except OSError as exc:
-        raise MetricsServerError(f"{url}/aggregate_metrics failed: {redact(str(exc))}") from None
+        raise MetricsServerError(f"{url} failed: {redact(str(exc))}") from None
     finally:
         connection.close()
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
         shown = redact(body[:200].decode("utf-8", errors="replace"))
-        raise MetricsServerError(f"{url}/aggregate_metrics answered HTTP {response.status}: {shown!r}")
+        raise MetricsServerError(f"{url} answered HTTP {response.status}: {shown!r}")
     try:
         return object_from(body)
     except ValueError as exc:
-        raise MetricsServerError(f"{url}/aggregate_metrics replied with {exc}") from None
+        raise MetricsServerError(f"{url} replied with {exc}") from None
 
 
 def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:

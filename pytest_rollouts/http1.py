@@ -49,6 +49,50 @@ class HttpError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Address:
+    """An agent's URL as a request needs it, made the way aiohttp made it: a non-ASCII path
+    percent-encoded, a non-ASCII host IDNA-encoded, ``user:password@`` sent as Basic auth (unless
+    an Authorization header is given). ``shown`` is the URL for messages, without the password."""
+
+    shown: str
+    host: str
+    port: int
+    tls: bool
+    path: str
+    netloc: str
+    authorization: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> Address:
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        host = parts.hostname or ""
+        host = host if host.isascii() else host.encode("idna").decode("ascii")
+        port = parts.port or (443 if tls else 80)
+        path = quote(parts.path or "/", safe=PATH_SAFE)
+        if parts.query:
+            path += "?" + quote(parts.query, safe=QUERY_SAFE)
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{port}"
+        authorization = None
+        if parts.username is not None:
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            authorization = f"Basic {base64.b64encode(credentials).decode('ascii')}"
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return cls(shown, host, port, tls, path, netloc, authorization)
+
+    def headers(self, given: Mapping[str, str]) -> dict[str, str]:
+        """``given`` (but Content-Length, the sender's to set) after Host and the URL's credentials."""
+        names = {name.lower() for name in given}
+        headers = {} if "host" in names else {"Host": self.netloc}
+        if self.authorization is not None and "authorization" not in names:
+            headers["Authorization"] = self.authorization
+        headers.update((name, value) for name, value in given.items() if name.lower() != "content-length")
+        return headers
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where one kind of request goes (an agent's ``/run``), and the head they all share up to Content-Length."""
 
@@ -60,31 +104,11 @@ class Target:
 
     @classmethod
     def of(cls, method: str, url: str, headers: Mapping[str, str]) -> Target:
-        """``url`` as given to ``--rollouts-agent``: a non-ASCII path is percent-encoded, a non-ASCII
-        host IDNA-encoded, and ``user:password@`` becomes Basic auth (unless an Authorization
-        header is given), all as aiohttp did; messages show the URL without the password."""
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        host = parts.hostname or ""
-        port = parts.port or (443 if tls else 80)
-        path = quote(parts.path or "/", safe=PATH_SAFE)
-        if parts.query:
-            path += "?" + quote(parts.query, safe=QUERY_SAFE)
-        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
-        netloc = f"[{ascii_host}]" if ":" in host else ascii_host
-        if parts.port is not None:
-            netloc += f":{port}"
-        given = {name.lower() for name in headers}
-        lines = [f"{method} {path} HTTP/1.1"]
-        if "host" not in given:
-            lines.append(f"Host: {netloc}")
-        if parts.username is not None and "authorization" not in given:
-            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            lines.append(f"Authorization: Basic {base64.b64encode(credentials).decode('ascii')}")
-        lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "content-length"]
+        address = Address.parse(url)
+        lines = [f"{method} {address.path} HTTP/1.1"]
+        lines += [f"{name}: {value}" for name, value in address.headers(headers).items()]
         lines.append("Content-Length: ")
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-        return cls(shown, ascii_host, port, tls, "\r\n".join(lines).encode("latin-1"))
+        return cls(address.shown, address.host, address.port, address.tls, "\r\n".join(lines).encode("latin-1"))
 
     @property
     def origin(self) -> tuple[str, int, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 
@@ -261,3 +262,19 @@ def test_a_redirecting_health_route_is_an_agent_that_answers(pytester: pytest.Py
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
         assert agent.health_checks == 1
     result.assert_outcomes(passed=2)
+
+
+def test_credentials_in_an_agent_url_reach_every_request_it_gets(pytester: pytest.Pytester) -> None:
+    """``http://user:password@host`` is Basic auth on the health check, ``/run`` and
+    ``/aggregate_metrics`` alike, as aiohttp sent it."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+
+    def metrics(body: dict) -> dict:
+        return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
+
+    with ScriptedAgent(aggregate=metrics) as agent:
+        with_credentials = agent.url.replace("http://", "http://evals:s3cret%2Fpass@")
+        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={with_credentials}").assert_outcomes(passed=1)
+        assert len(agent.headers) == 3, "a health check, a /run and /aggregate_metrics"
+    expected = "Basic " + base64.b64encode(b"evals:s3cret/pass").decode()
+    assert {h.get("Authorization") for h in agent.headers} == {expected}
