@@ -341,6 +341,8 @@ class RolloutReporter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The rollout items that will run: after every deselection, --lf's wrapper included."""
+        if RUN_KEY not in session.config.stash:  # no dataset, no rollouts option: spare the import
+            return
         from .collect import RolloutItem
 
         self.progress.total = sum(isinstance(item, RolloutItem) for item in session.items)

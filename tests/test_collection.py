@@ -120,18 +120,29 @@ def test_jsonl_in_an_ordinary_tree_is_never_collected(pytester: pytest.Pytester)
     result.assert_outcomes(passed=1)
 
 
-def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
-    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+def _modules_a_plain_session_imported(pytester: pytest.Pytester, *names: str) -> str:
+    """Of ``names`` (and aiohttp), those a session of one plain test in ``pytester.path`` imported."""
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
     probe = (
         "import sys, pytest\n"
         "code = pytest.main(['-q', '-p', 'no:cacheprovider', '.'])\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp' "
-        "or m in ('pytest_rollouts.dispatch', 'pytest_rollouts.settings', 'pytest_rollouts.run'))\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp' or m in {names!r})\n"
         "print('HEAVY', heavy, int(code))\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], cwd=pytester.path, capture_output=True, text=True, timeout=120)
-    assert "HEAVY [] 0" in proc.stdout, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+    names = ("pytest_rollouts.dispatch", "pytest_rollouts.settings", "pytest_rollouts.run")
+    assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
+
+
+def test_a_session_without_datasets_does_not_import_collection(pytester: pytest.Pytester) -> None:
+    """Every pytest session loads the plugin: it must cost next to nothing there (issue 6: < 20 ms)."""
+    names = ("pytest_rollouts.collect", "pytest_rollouts.dispatch", "pytest_rollouts.settings", "httptools")
+    assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
 
 
 def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:
