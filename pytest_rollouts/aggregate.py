@@ -20,9 +20,9 @@ from typing import Any, BinaryIO
 import orjson
 
 from .accounting import Coverage, Key, ScoringPolicy, account
+from .address import Address
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
-from .http1 import Address
 from .jsonl import ArtifactError, LineReader, object_from, parse_object, replaced_atomically, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
@@ -358,10 +358,11 @@ def _server_metrics(
     One blocking request at session end: stdlib ``http.client`` streams the chunked body
     from disk and spares pytest's process the aiohttp import.
     """
-    address = Address.parse(url + "/aggregate_metrics")
+    address = Address.parse(url, "/aggregate_metrics")
     url = address.shown
     kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
     connection = kind(address.host, address.port, timeout=timeout)
+    headers = {**address.credentials(headers), **headers}
     redact = Redactor({"": headers})
     try:
         connection.request(
@@ -373,8 +374,8 @@ def _server_metrics(
         )
         response = connection.getresponse()
         body = response.read()
-    except OSError as exc:
-        raise MetricsServerError(f"{url} failed: {redact(str(exc))}") from None
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, or a reply that is not HTTP
+        raise MetricsServerError(f"{url} failed: {redact(str(exc) or type(exc).__name__)}") from None
     finally:
         connection.close()
     if response.status in NOT_IMPLEMENTED:

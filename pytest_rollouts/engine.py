@@ -35,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from .address import Address
 from .auth import Redactor
 from .client import JSON_HEADERS, Attempt, post_run
 from .collector import pace_process
@@ -73,9 +74,14 @@ class Engine:
         # Reports completed in one turn of the loop go to pytest in one write (and one read there).
         self._outbox: list[bytes] = []
         self._names = header["agents"]
-        self._agent_headers: dict[str, dict[str, str]] = header.get("headers", {})
+        given: dict[str, dict[str, str]] = header.get("headers", {})
+        # Credentials in an agent's URL are a header like the others, kept out of what is written too.
+        self._agent_headers = {
+            name: {**Address.parse(header["urls"][name]).credentials(given.get(name, {})), **given.get(name, {})}
+            for name in self._names
+        }
         self._targets = [
-            Target.of("POST", header["urls"][name] + "/run", {**JSON_HEADERS, **self._agent_headers.get(name, {})})
+            Target.of("POST", header["urls"][name], "/run", {**JSON_HEADERS, **self._agent_headers[name]})
             for name in self._names
         ]
         self._redact = Redactor(self._agent_headers)

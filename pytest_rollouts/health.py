@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from .address import Address
 from .http1 import HttpError, Pool, Target
 
 HEALTH_PATH = "/health"
@@ -98,8 +99,9 @@ async def check_agents(
 
     async def one(name: str, url: str) -> Unhealthy | None:
         async with gate:
-            why = await _check(pool, Target.of("GET", url + HEALTH_PATH, headers.get(name, {})), ignored)
-        return None if why is None else Unhealthy(name, url, redact(why) or "")
+            target = Target.of("GET", url, HEALTH_PATH, headers.get(name, {}))
+            why = await _check(pool, target, ignored)
+        return None if why is None else Unhealthy(name, Address.parse(url).shown, redact(why) or "")
 
     checked = sorted((name, url) for name, url in urls.items() if name not in ignored)
     results = await asyncio.gather(*(one(name, url) for name, url in checked))

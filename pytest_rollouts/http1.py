@@ -16,28 +16,29 @@ same failure (``ServerDisconnectedError``, ``ClientConnectorError``, ...): the s
 from __future__ import annotations
 
 import asyncio
-import base64
 import ssl
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, urlsplit
 
 import httptools
+
+from .address import Address
 
 # A connection idle this long is not reused: servers close idle ones (uvicorn after 5 s), and a
 # request sent on one the server is closing fails, though the agent never saw it.
 KEEP_IDLE_S = 2.0
-DECODED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# How each coding's body is tried: deflate with the zlib wrapper, then raw as some servers send it.
+DECODED = {
+    "gzip": (16 + zlib.MAX_WBITS,),
+    "x-gzip": (16 + zlib.MAX_WBITS,),
+    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
+}
 # Codings a server may use that this client cannot decode; any other name is passed through as
 # identity, as aiohttp does (``Content-Encoding: UTF-8`` is a common mistake).
 UNDECODED = frozenset({"br", "zstd", "compress", "x-compress"})
-# What a path or query keeps as is: RFC 3986's reserved and unreserved characters and ``%``
-# (an escape already made stays one).
-PATH_SAFE = "/%:@!$&'()*+,;=-._~"
-QUERY_SAFE = PATH_SAFE + "?"
 
 
 class HttpError(Exception):
@@ -46,50 +47,6 @@ class HttpError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-@dataclass(frozen=True, slots=True)
-class Address:
-    """An agent's URL as a request needs it, made the way aiohttp made it: a non-ASCII path
-    percent-encoded, a non-ASCII host IDNA-encoded, ``user:password@`` sent as Basic auth (unless
-    an Authorization header is given). ``shown`` is the URL for messages, without the password."""
-
-    shown: str
-    host: str
-    port: int
-    tls: bool
-    path: str
-    netloc: str
-    authorization: str | None
-
-    @classmethod
-    def parse(cls, url: str) -> Address:
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        host = parts.hostname or ""
-        host = host if host.isascii() else host.encode("idna").decode("ascii")
-        port = parts.port or (443 if tls else 80)
-        path = quote(parts.path or "/", safe=PATH_SAFE)
-        if parts.query:
-            path += "?" + quote(parts.query, safe=QUERY_SAFE)
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port is not None:
-            netloc += f":{port}"
-        authorization = None
-        if parts.username is not None:
-            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            authorization = f"Basic {base64.b64encode(credentials).decode('ascii')}"
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-        return cls(shown, host, port, tls, path, netloc, authorization)
-
-    def headers(self, given: Mapping[str, str]) -> dict[str, str]:
-        """``given`` (but Content-Length, the sender's to set) after Host and the URL's credentials."""
-        names = {name.lower() for name in given}
-        headers = {} if "host" in names else {"Host": self.netloc}
-        if self.authorization is not None and "authorization" not in names:
-            headers["Authorization"] = self.authorization
-        headers.update((name, value) for name, value in given.items() if name.lower() != "content-length")
-        return headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +60,9 @@ class Target:
     head: bytes
 
     @classmethod
-    def of(cls, method: str, url: str, headers: Mapping[str, str]) -> Target:
-        address = Address.parse(url)
+    def of(cls, method: str, url: str, route: str, headers: Mapping[str, str]) -> Target:
+        """``route`` (``/run``) joins ``url``'s path (see ``Address``)."""
+        address = Address.parse(url, route)
         lines = [f"{method} {address.path} HTTP/1.1"]
         lines += [f"{name}: {value}" for name, value in address.headers(headers).items()]
         lines.append("Content-Length: ")
@@ -154,6 +112,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # 101 Switching Protocols: its status is the reply
+            self._fail(HttpError("ClientResponseError", "the agent switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(HttpError("ClientResponseError", f"the agent's reply is not valid HTTP: {exc}"))
 
@@ -197,6 +157,9 @@ class _Connection(asyncio.Protocol):
             self.reusable = False
 
     def on_message_complete(self) -> None:
+        if self._waiter is None:  # the end of a reply nobody asked for
+            self.reusable = False
+            return
         if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue): the reply follows
             self._headers, self._body, self._headers_done = {}, [], False
             return
@@ -250,23 +213,18 @@ def _decoded(body: bytes, encoding: str, cut: int | None) -> bytes:
     """``cut``: an error reply's body is kept only to that many bytes (``error_limit``), so what its
     start decodes to is kept, as many bytes again at most, or the raw bytes when even that fails:
     its status says enough."""
-    wbits = DECODED.get(encoding)
-    if cut is not None:
+    for wbits in DECODED.get(encoding, ()):
         try:
-            return zlib.decompressobj(wbits).decompress(body, cut) if wbits is not None else body
+            if cut is None:
+                return zlib.decompress(body, wbits)
+            return zlib.decompressobj(wbits).decompress(body, cut)
         except zlib.error:
-            return body
-    if wbits is None:
-        raise HttpError("ClientPayloadError", f"the reply's Content-Encoding {encoding!r} is not supported")
-    try:
-        return zlib.decompress(body, wbits)
-    except zlib.error:
-        if encoding != "deflate":
-            raise HttpError("ClientPayloadError", f"the reply is not valid {encoding}") from None
-    try:  # deflate as some servers send it: raw, without the zlib wrapper
-        return zlib.decompress(body, -zlib.MAX_WBITS)
-    except zlib.error:
-        raise HttpError("ClientPayloadError", "the reply is not valid deflate") from None
+            continue
+    if cut is not None:
+        return body
+    if encoding in DECODED:
+        raise HttpError("ClientPayloadError", f"the reply is not valid {encoding}")
+    raise HttpError("ClientPayloadError", f"the reply's Content-Encoding {encoding!r} is not supported")
 
 
 class Pool:

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from .address import ascii_host
 from .options import OPTIONS, Option
 
 
@@ -147,6 +148,12 @@ def check_url(url: str) -> str:
         raise ValueError(f"agent address {url!r} has a bad port") from None
     if parts.netloc.endswith(":"):
         raise ValueError(f"agent address {url!r} has an empty port")
+    if parts.fragment or url.endswith("#"):
+        raise ValueError(f"agent address {url!r} has a #fragment, which no request carries")
+    try:
+        ascii_host(parts.hostname)
+    except ValueError:
+        raise ValueError(f"agent address {url!r} has a host that is no domain name (IDNA)") from None
     return url.rstrip("/")
 
 

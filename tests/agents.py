@@ -114,7 +114,13 @@ class ScriptedAgent:
         self.aggregate_bodies.append(body)
         self.headers.append(dict(request.headers))
         assert self.aggregate is not None
-        return web.Response(body=orjson.dumps(self.aggregate(body)), content_type="application/json")
+        reply = self.aggregate(body)
+        if isinstance(reply, Reply) and reply.reset:  # ``raw`` as the only bytes sent: not even HTTP
+            assert request.transport is not None
+            request.transport.write(reply.raw or b"")
+            request.transport.close()
+            raise ConnectionResetError("scripted hang-up")
+        return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
         row = orjson.loads(await request.read())

@@ -278,3 +278,28 @@ def test_credentials_in_an_agent_url_reach_every_request_it_gets(pytester: pytes
         assert len(agent.headers) == 3, "a health check, a /run and /aggregate_metrics"
     expected = "Basic " + base64.b64encode(b"evals:s3cret/pass").decode()
     assert {h.get("Authorization") for h in agent.headers} == {expected}
+
+
+def test_credentials_in_an_agent_url_are_never_shown_or_written(pytester: pytest.Pytester) -> None:
+    """Neither the password nor the Basic value made of it: not in a failed health check's message,
+    nor where an agent echoes its request headers (sidecar, terminal, junitxml)."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    basic = base64.b64encode(b"evals:hunter2-pass").decode()
+
+    def echoes_headers(row: dict, seen: int) -> Reply:
+        return Reply(status=500, json={"detail": f"refused {agent.headers[-1].get('Authorization')}"})
+
+    def with_password(url: str) -> str:
+        return url.replace("http://", "http://evals:hunter2-pass@")
+
+    with ScriptedAgent(echoes_headers) as agent, ScriptedAgent(health=Reply(status=503)) as sick:
+        echoed = run_rollouts(
+            pytester, "data.jsonl", "--junitxml=j.xml", f"--rollouts-agent={with_password(agent.url)}"
+        )
+        refused = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={with_password(sick.url)}")
+    assert echoed.parseoutcomes().get("agent_run_error") == 2
+    refused.stdout.fnmatch_lines([f"*agent 'default' at {sick.url}: HTTP 503*"])
+    shown = [echoed.stdout.str(), refused.stdout.str(), (pytester.path / "j.xml").read_text()]
+    shown += [p.read_text() for p in (pytester.path / "out").glob("r*.json*")]
+    assert all("hunter2" not in text and basic not in text for text in shown)
+    assert "[redacted]" in (pytester.path / "out" / "r_failures.jsonl").read_text()

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pytest_rollouts import http1
+from pytest_rollouts.address import Address
 from pytest_rollouts.http1 import HttpError, Pool, Target
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -93,7 +94,7 @@ def ok(body: bytes, *headers: str) -> bytes:
 async def post(pool: Pool, url: str, body: bytes = b"{}", **headers: str) -> http1.Reply:
     try:
         async with asyncio.timeout(5):
-            return await pool.request(Target.of("POST", url + "/run", headers), body, error_limit=8)
+            return await pool.request(Target.of("POST", url, "/run", headers), body, error_limit=8)
     finally:
         await asyncio.sleep(0)
 
@@ -112,7 +113,8 @@ async def test_one_connection_carries_requests_one_after_another() -> None:
 async def test_request_head_names_host_path_length_and_each_header_once() -> None:
     async with server(answering(ok(b"{}"))) as agent:
         pool = Pool(5)
-        target = Target.of("POST", agent.url + "/prefix/run?x=1", {"Content-Type": "application/json", "X-Key": "k"})
+        headers = {"Content-Type": "application/json", "X-Key": "k"}
+        target = Target.of("POST", agent.url + "/prefix/?x=1", "/run", headers)
         await pool.request(target, b'{"q": 1}')
         pool.close()
     lines = agent.heads[0].decode().split("\r\n")
@@ -155,7 +157,11 @@ async def test_reply_bodies_are_read_whole_and_decoded(reply: bytes, connections
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("junk", [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", b"H"], ids=["head", "byte"])
+@pytest.mark.parametrize(
+    "junk",
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", b"H", ok(b'{"a":9}')],
+    ids=["head", "byte", "whole-reply"],
+)
 async def test_bytes_after_a_reply_in_the_same_read_retire_its_connection(junk: bytes) -> None:
     """They would be read as the start of the next request's reply."""
     async with server(answering(ok(b'{"a":1}') + junk, ok(b'{"a":2}'))) as agent:
@@ -167,13 +173,20 @@ async def test_bytes_after_a_reply_in_the_same_read_retire_its_connection(junk: 
 
 
 @pytest.mark.asyncio
-async def test_a_compressed_error_body_keeps_what_its_kept_start_decodes_to() -> None:
+@pytest.mark.parametrize(
+    ("coding", "pack"),
+    [("gzip", gzip.compress), ("deflate", zlib.compress), ("deflate", lambda data: zlib.compress(data)[2:-4])],
+    ids=["gzip", "deflate", "raw-deflate"],
+)
+async def test_a_compressed_error_body_keeps_what_its_kept_start_decodes_to(
+    coding: str, pack: Callable[[bytes], bytes]
+) -> None:
     text = os.urandom(30_000).hex().encode()
-    packed = gzip.compress(text)
-    error = f"HTTP/1.1 500 Oops\r\nContent-Encoding: gzip\r\nContent-Length: {len(packed)}\r\n\r\n".encode()
+    packed = pack(text)
+    error = f"HTTP/1.1 500 Oops\r\nContent-Encoding: {coding}\r\nContent-Length: {len(packed)}\r\n\r\n".encode()
     async with server(answering(error + packed)) as agent:
         pool = Pool(5)
-        reply = await pool.request(Target.of("POST", agent.url + "/run", {}), b"{}", error_limit=2000)
+        reply = await pool.request(Target.of("POST", agent.url, "/run", {}), b"{}", error_limit=2000)
         pool.close()
     assert reply.status == 500
     assert reply.body == text[:2000]
@@ -184,15 +197,29 @@ async def test_url_path_host_and_credentials_are_sent_as_aiohttp_sent_them() -> 
     async with server(answering(ok(b"{}"))) as agent:
         pool = Pool(5)
         port = agent.url.rsplit(":", 1)[1]
-        target = Target.of("POST", f"http://u:p%40ss@127.0.0.1:{port}/pr\u00e9fix/run?q=\u00e9&r=%41", {})
+        target = Target.of("POST", f"http://u:p%40ss@127.0.0.1:{port}/pr\u00e9fix?q=\u00e9&r=%41#top", "/run", {})
         await pool.request(target, b"{}")
         pool.close()
     lines = agent.heads[0].decode().split("\r\n")
     assert lines[0] == "POST /pr%C3%A9fix/run?q=%C3%A9&r=%41 HTTP/1.1"
     assert f"Authorization: Basic {base64.b64encode(b'u:p@ss').decode()}" in lines
     assert target.url == f"http://127.0.0.1:{port}/pr\u00e9fix/run?q=\u00e9&r=%41"
-    given = Target.of("POST", f"http://u:p@127.0.0.1:{port}/run", {"Authorization": "Bearer t"})
+    given = Target.of("POST", f"http://u:p@127.0.0.1:{port}", "/run", {"Authorization": "Bearer t"})
     assert b"Basic" not in given.head and b"Authorization: Bearer t" in given.head
+    # As yarl encodes it (UTS 46): IDNA 2003 would send another host, strasse.de.
+    assert Address.parse("http://stra\u00dfe.de:8000").host == "xn--strae-oqa.de"
+
+
+@pytest.mark.asyncio
+async def test_101_switching_protocols_is_its_status_without_a_logged_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with server(answering(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")) as agent:
+        pool = Pool(5)
+        reply = await post(pool, agent.url)
+        pool.close()
+    assert reply.status == 101
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 @pytest.mark.asyncio
@@ -295,7 +322,7 @@ async def test_a_request_cut_off_by_its_timeout_leaves_no_connection_behind() ->
 
     async with server(slow) as agent:
         pool = Pool(5)
-        target = Target.of("POST", agent.url + "/run", {})
+        target = Target.of("POST", agent.url, "/run", {})
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.05):
                 await pool.request(target, b"{}")

@@ -35,6 +35,10 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         # Failed only at run time, on port 80 or with no host at all.
         ("--rollouts-agent=http://127.0.0.1:", "agent address 'http://127.0.0.1:' has an empty port"),
         ("--rollouts-agent=https://", "agent address 'https://' is not an http(s) URL with a host"),
+        # Killed the dispatcher: a host IDNA cannot encode.
+        ("--rollouts-agent=http://ex\u00e4mple..com:9", "has a host that is no domain name (IDNA)"),
+        # Every endpoint was appended to the fragment: /run, /health and /aggregate_metrics were one route.
+        ("--rollouts-agent=http://127.0.0.1:9/p#frag", "has a #fragment, which no request carries"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:

@@ -307,6 +307,17 @@ def test_server_without_aggregate_metrics_falls_back_to_local(pytester: pytest.P
     assert [g["_ng_task_index"] for g in entry["group_level_metrics"]] == [0, 1, 2]
 
 
+def test_a_metrics_server_answering_garbage_falls_back_to_local(pytester: pytest.Pytester) -> None:
+    """Not even HTTP (http.client raised BadStatusLine, no OSError): the session died with a traceback."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(aggregate=lambda body: Reply(reset=True, raw=b"garbage\r\n\r\n")) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=3)
+    [entry] = metrics_file(pytester)
+    assert entry["metrics_source"] == "local"
+    assert "/aggregate_metrics failed: " in entry["metrics_note"]
+
+
 def test_all_failed_run_says_so(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent(lambda row, seen: Reply(status=500)) as agent:

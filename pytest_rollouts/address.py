@@ -1,0 +1,79 @@
+"""An agent's URL as HTTP requests need it: one reading for ``/health``, ``/run`` and ``/aggregate_metrics``.
+
+Kept apart from ``http1.py`` so pytest's process (settings, scoring) reads URLs without
+importing the dispatcher's parser.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit
+
+# What a path or query keeps as is: RFC 3986's reserved and unreserved characters and ``%``
+# (an escape already made stays one).
+PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+QUERY_SAFE = PATH_SAFE + "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """An agent's URL as a request needs it, made the way aiohttp made it: a non-ASCII path
+    percent-encoded, a non-ASCII host IDNA-encoded (UTS 46, as yarl does), ``user:password@`` sent
+    as Basic auth (unless an Authorization header is given; UTF-8, as RFC 7617 asks). ``shown`` is
+    the URL for messages, without the password.
+
+    A route (``/run``) joins the URL's path, ahead of its query: a gateway's ``?key=...`` reaches
+    every endpoint (appended to the URL as text, it would have joined the query instead)."""
+
+    shown: str
+    host: str
+    port: int
+    tls: bool
+    path: str
+    netloc: str
+    authorization: str | None
+
+    @classmethod
+    def parse(cls, url: str, route: str = "") -> Address:
+        parts = urlsplit(url)
+        parts = parts._replace(path=parts.path.rstrip("/") + route, fragment="")
+        tls = parts.scheme == "https"
+        host = ascii_host(parts.hostname or "")
+        port = parts.port or (443 if tls else 80)
+        path = quote(parts.path or "/", safe=PATH_SAFE)
+        if parts.query:
+            path += "?" + quote(parts.query, safe=QUERY_SAFE)
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{port}"
+        authorization = None
+        if parts.username is not None:
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            authorization = f"Basic {base64.b64encode(credentials).decode('ascii')}"
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return cls(shown, host, port, tls, path, netloc, authorization)
+
+    def credentials(self, given: Mapping[str, str]) -> dict[str, str]:
+        """The URL's credentials as a header, unless ``given`` has one: a secret like any header's,
+        for the redactor too."""
+        if self.authorization is None or any(name.lower() == "authorization" for name in given):
+            return {}
+        return {"Authorization": self.authorization}
+
+    def headers(self, given: Mapping[str, str]) -> dict[str, str]:
+        """``given`` (but Content-Length, the sender's to set) after Host and the URL's credentials."""
+        headers = {} if any(name.lower() == "host" for name in given) else {"Host": self.netloc}
+        headers.update(self.credentials(given))
+        headers.update((name, value) for name, value in given.items() if name.lower() != "content-length")
+        return headers
+
+
+def ascii_host(host: str) -> str:
+    """``host`` as DNS and a Host header take it; a ``ValueError`` (``idna.IDNAError``) when it has none."""
+    if host.isascii():
+        return host
+    import idna  # yarl's dependency, and aiohttp's through it: only for the rare non-ASCII host
+
+    return idna.encode(host, uts46=True).decode("ascii")
