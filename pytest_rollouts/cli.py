@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from pydantic import ValidationError
 
 from .accounting import ScoringPolicy
@@ -25,7 +26,7 @@ from .jsonl import ArtifactError, JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .options import OPTIONS
 from .report import score_lines
-from .settings import Settings, _describe, parse_agent_headers
+from .settings import AgentHeader, Settings, _combine, _describe
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
@@ -71,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def aggregate(args: argparse.Namespace) -> int:
     try:
-        out, settings = _validated(args)
-        headers = parse_agent_headers([*os.environ.get(HEADERS_ENV, "").splitlines(), *args.agent_header])
+        out, settings, headers = _validated(args)
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -125,12 +125,15 @@ def aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
+def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple[AgentHeader, ...]]:
     """The options a run has too, checked by the run's own rules before anything is read or
     written, so the merge refuses what the run refuses: an ``--out`` not named ``<stem>.jsonl``
     would get sidecars named after a stem that another run's may already use, and a bad
     ``--agent`` would only fail once the merged files are written. ``ValueError`` says what is
-    wrong."""
+    wrong.
+
+    Headers combine as a run's do: the environment's, then ``--agent-header`` replacing any
+    with the same agent and name, and one header given twice within one of them is refused."""
     try:
         settings = Settings.model_validate({"out": args.out, "agent": args.agent, "fail_under": args.fail_under})
     except ValidationError as exc:
@@ -138,7 +141,13 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
     out = Path(args.out).resolve()
     if out.is_dir():
         raise ValueError(f"--out: {out} is a directory; name the output file in it")
-    return ArtifactPaths(out), settings
+    sources = [(HEADERS_ENV, os.environ.get(HEADERS_ENV, "").splitlines()), ("--agent-header", args.agent_header)]
+    given = [(where, lines) for where, lines in sources if any(line.strip() for line in lines)]
+    try:
+        headers = _combine("agent_header", given)[0] if given else ()
+    except pytest.UsageError as exc:
+        raise ValueError(str(exc)) from None
+    return ArtifactPaths(out), settings, headers
 
 
 if __name__ == "__main__":

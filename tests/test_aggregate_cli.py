@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_rollouts.cli import HEADERS_ENV
+
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import run_rollouts
@@ -71,6 +73,27 @@ def test_a_bad_agent_is_a_usage_error_before_anything_is_written(gym_shards: Pat
     that is no http(s) URL was taken as one. Both are refused the way --rollouts-agent refuses them."""
     stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent", agent)
     assert message in stderr
+
+
+def test_a_header_given_twice_is_refused_as_a_run_refuses_it(gym_shards: Path) -> None:
+    """The last value won silently; a run refuses two values within one source."""
+    args = ("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent-header=X-Key=one", "--agent-header=x-key=two")
+    stderr = refused(gym_shards, *args)
+    assert "--agent-header: header x-key is given twice with different values (not shown)" in stderr
+    assert "one" not in stderr.split("given twice")[1] and "two" not in stderr
+
+
+def test_command_line_headers_replace_the_environments_one_by_one(
+    gym_shards: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(HEADERS_ENV, "X-Key=from-env-0123\nX-Team=evals")
+    with ScriptedAgent(aggregate=lambda body: {"agent_metrics": {}}) as server:
+        result = aggregate(
+            gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent", server.url, "--agent-header=x-key=c1"
+        )
+        assert result.returncode == 0, result.stderr
+        [headers] = server.headers
+    assert (headers["x-key"], headers["X-Team"]) == ("c1", "evals")
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "url-alone"])
