@@ -52,8 +52,7 @@ class Address:
         if parts.username is not None:
             credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             authorization = f"Basic {base64.b64encode(credentials).decode('ascii')}"
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-        return cls(shown, host, port, tls, path, netloc, authorization)
+        return cls(without_password(parts.geturl()), host, port, tls, path, netloc, authorization)
 
     def credentials(self, given: Mapping[str, str]) -> dict[str, str]:
         """The URL's credentials as a header, unless ``given`` has one: a secret like any header's,
@@ -71,9 +70,17 @@ class Address:
 
 
 def ascii_host(host: str) -> str:
-    """``host`` as DNS and a Host header take it; a ``ValueError`` (``idna.IDNAError``) when it has none."""
+    """``host`` as DNS and a Host header take it; a ``ValueError`` (``UnicodeError``) when it has none,
+    an ASCII one included (``example..com``: the resolver would raise it mid-run)."""
     if host.isascii():
+        host.encode("idna")
         return host
     import idna  # yarl's dependency, and aiohttp's through it: only for the rare non-ASCII host
 
     return idna.encode(host, uts46=True).decode("ascii")
+
+
+def without_password(url: str) -> str:
+    """``url`` fit for a message: ``user:password@`` left out (the rest as given, even if malformed)."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url

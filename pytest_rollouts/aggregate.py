@@ -356,7 +356,7 @@ def _server_metrics(
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
     One blocking request at session end: stdlib ``http.client`` streams the chunked body
-    from disk and spares pytest's process the aiohttp import.
+    from disk, without an event loop in pytest's process.
     """
     address = Address.parse(url, "/aggregate_metrics")
     url = address.shown

@@ -4,9 +4,10 @@ Against a fast agent the dispatcher's CPU bounds the whole run, and aiohttp's cl
 spent most of it: 10k requests cost it 3.6-3.9 s of CPU, this client 1.0 s (same agent,
 same loop). It does only what ``/run`` needs -- pooled connections, a fixed request
 head, httptools' parser (llhttp, the parser Node.js uses) for replies, chunked and
-read-until-close bodies, gzip/deflate -- and nothing a rollout does not: no redirects,
-cookies or proxies (aiohttp followed none of these for us either: redirects aside, which
-no agent sends).
+read-until-close bodies, gzip/deflate -- and nothing a rollout does not: redirects are
+not followed (an agent's ``/run`` does not move; see ``health.judge`` for ``/health``),
+cookies are not kept (aiohttp's session kept them: a load balancer's affinity cookie is
+no longer sent back), and proxy variables are not read (aiohttp did not read them either).
 
 A request that gets no complete reply raises ``HttpError`` named as aiohttp names the
 same failure (``ServerDisconnectedError``, ``ClientConnectorError``, ...): the sidecar's
@@ -90,6 +91,11 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
+        # What aiohttp's parser tolerates in replies, so do we: bare LF line ends, odd header
+        # bytes, spaces after a chunk size. Agents are often quick servers, not strict ones.
+        self._parser.set_dangerous_leniencies(
+            lenient_headers=True, lenient_optional_cr_before_lf=True, lenient_spaces_after_chunk_size=True
+        )
         self._waiter: asyncio.Future[Reply] | None = None
         self._body: list[bytes] = []
         self._kept = 0
@@ -146,11 +152,16 @@ class _Connection(asyncio.Protocol):
         )
 
     def on_body(self, body: bytes) -> None:
-        if self._limit is not None and not 200 <= self._status < 300:
-            body = body[: max(0, self._limit - self._kept)]
-            self._kept += len(body)
+        if self._limit is None or 200 <= self._status < 300:
+            self._body.append(body)
+            return
+        body = body[: max(0, self._limit - self._kept)]
+        self._kept += len(body)
         if body:
             self._body.append(body)
+        if self._until_close and self._kept >= self._limit:  # enough to show; the rest may never end
+            self.reusable = False
+            self._complete()
 
     def on_message_begin(self) -> None:
         if self._waiter is None:  # a reply nobody asked for, in the same read as the last one
@@ -171,11 +182,14 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes, error_limit: int | None) -> asyncio.Future[Reply]:
         """``error_limit``: how much of a non-2xx body to keep (the rest is read and dropped)."""
         assert self._transport is not None
-        self._waiter = asyncio.get_running_loop().create_future()
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
         self._body, self._kept, self._limit, self._headers = [], 0, error_limit, {}
         self._headers_done = self._until_close = self.reusable = False
-        self._transport.write(data)
-        return self._waiter
+        if not self.alive:  # a write to a lost connection is dropped silently: no reply would come
+            self._fail(HttpError("ServerDisconnectedError", "Server disconnected"))
+        else:
+            self._transport.write(data)
+        return waiter
 
     @property
     def alive(self) -> bool:
@@ -199,6 +213,9 @@ class _Connection(asyncio.Protocol):
                 body = _decoded(body, encoding, cut)
             except HttpError as exc:
                 waiter.set_exception(exc)
+                return
+            except Exception as exc:  # MemoryError from a bomb: the waiter must still be answered
+                waiter.set_exception(HttpError("ClientPayloadError", f"cannot decode the reply: {exc!r}"))
                 return
         waiter.set_result(Reply(self._status, body, self._headers))
 
@@ -259,7 +276,7 @@ class Pool:
         self._idle.clear()
 
     def _idle_connection(self, target: Target) -> _Connection | None:
-        """The most recently used live one; older ones are closed (the server may be closing them)."""
+        """The most recently used live one; dead or stale ones met on the way are closed."""
         idle = self._idle.get(target.origin)
         fresh_after = time.monotonic() - KEEP_IDLE_S
         while idle:
@@ -283,14 +300,14 @@ class Pool:
                 "ConnectionTimeoutError",
                 f"Connection timeout to host {target.host}:{target.port} after {self._connect_timeout:g}s",
             ) from None
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host the resolver cannot encode
             kind = "ClientConnectorError"
             if isinstance(exc, ssl.SSLCertVerificationError):
                 kind = "ClientConnectorCertificateError"
             elif isinstance(exc, ssl.SSLError):
                 kind = "ClientConnectorSSLError"
             where = f"{target.host}:{target.port} ssl:{'default' if tls else 'False'}"
-            raise HttpError(kind, f"Cannot connect to host {where} [{exc.strerror or exc}]") from None
+            raise HttpError(kind, f"Cannot connect to host {where} [{getattr(exc, 'strerror', None) or exc}]") from None
         self._open.add(connection)
         return connection
 

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from .address import ascii_host
+from .address import ascii_host, without_password
 from .options import OPTIONS, Option
 
 
@@ -51,7 +51,7 @@ class AgentAddress(BaseModel):
 
     def clash(self, earlier: AgentAddress) -> str:
         which = "the default agent" if self.name is None else f"agent {self.name}"
-        return f"{which} is given twice ({earlier.url} and {self.url})"
+        return f"{which} is given twice ({without_password(earlier.url)} and {without_password(self.url)})"
 
 
 class AgentHeader(BaseModel):
@@ -140,20 +140,21 @@ def check_url(url: str) -> str:
     """An agent address (command line, ini or ``rollouts.toml``): another scheme would fail only at
     run time, after every retry."""
     parts = urlsplit(url)
+    shown = without_password(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"agent address {url!r} is not an http(s) URL with a host")
+        raise ValueError(f"agent address {shown!r} is not an http(s) URL with a host")
     try:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
-        raise ValueError(f"agent address {url!r} has a bad port") from None
+        raise ValueError(f"agent address {shown!r} has a bad port") from None
     if parts.netloc.endswith(":"):
-        raise ValueError(f"agent address {url!r} has an empty port")
+        raise ValueError(f"agent address {shown!r} has an empty port")
     if parts.fragment or url.endswith("#"):
-        raise ValueError(f"agent address {url!r} has a #fragment, which no request carries")
+        raise ValueError(f"agent address {shown!r} has a #fragment, which no request carries")
     try:
         ascii_host(parts.hostname)
     except ValueError:
-        raise ValueError(f"agent address {url!r} has a host that is no domain name (IDNA)") from None
+        raise ValueError(f"agent address {shown!r} has a host that is no domain name (IDNA)") from None
     return url.rstrip("/")
 
 
@@ -461,7 +462,11 @@ def _describe(exc: ValidationError, source: dict[str, str]) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         where = source.get(field, field) or "options"
-        # A header value is a secret: say what is wrong, never what was given.
-        given = "" if field == "agent_header" or not error["loc"] else f" (got {error.get('input')!r})"
+        # A header value is a secret: say what is wrong, never what was given; nor an address's password.
+        value = error.get("input")
+        if field == "agent":
+            value = [without_password(str(v)) for v in value] if isinstance(value, list | tuple) else value
+            value = without_password(value) if isinstance(value, str) else value
+        given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
         lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)

@@ -141,6 +141,11 @@ async def test_request_head_names_host_path_length_and_each_header_once() -> Non
         pytest.param(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + ok(b'{"a":1}'), 1, id="after-103"),
         pytest.param(ok(b'{"a":1}', "Content-Encoding: UTF-8"), 1, id="unknown-coding-as-none"),
         pytest.param(ok(b'{"a":1}', "Content-Encoding: "), 1, id="empty-coding"),
+        # Sloppy servers that aiohttp's parser tolerated: bare LF, a space after a chunk size.
+        pytest.param(b'HTTP/1.1 200 OK\nContent-Length: 7\n\n{"a":1}', 1, id="bare-lf"),
+        pytest.param(
+            b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7 \r\n{"a":1}\r\n0\r\n\r\n', 1, id="chunk-size-space"
+        ),
         # No length: the body ends with the connection, so each reply takes one.
         pytest.param(b'HTTP/1.0 200 OK\r\n\r\n{"a":1}', 2, id="read-until-close"),
     ],
@@ -223,10 +228,11 @@ async def test_101_switching_protocols_is_its_status_without_a_logged_traceback(
 
 
 @pytest.mark.asyncio
-async def test_connection_close_and_idle_hang_ups_get_a_fresh_connection() -> None:
+@pytest.mark.parametrize("hangs_up", [True, False], ids=["and-hangs-up", "socket-left-open"])
+async def test_connection_close_and_idle_hang_ups_get_a_fresh_connection(hangs_up: bool) -> None:
     """A server that says ``Connection: close``, or closes an idle kept-alive connection (uvicorn
     does after 5 s), costs a new connection, never a failed request."""
-    async with server(answering(ok(b"{}", "Connection: close"), then_close=True)) as agent:
+    async with server(answering(ok(b"{}", "Connection: close"), then_close=hangs_up)) as agent:
         pool = Pool(5)
         for _ in range(3):
             await post(pool, agent.url)
@@ -257,6 +263,21 @@ async def test_an_error_body_is_cut_and_its_connection_kept() -> None:
     assert (first.status, first.body) == (500, b"abcdefgh")
     assert (second.status, second.body, second.header(b"retry-after")) == (200, b'{"a":1}', "7")
     assert agent.connections == 1
+
+
+@pytest.mark.asyncio
+async def test_an_error_reply_is_settled_once_its_kept_part_is_read() -> None:
+    """A 502 from a proxy that neither gives a length nor hangs up: its status is the answer, now,
+    not a timeout (which would not even be retried). With a length it is read to its end, and its
+    connection kept (``test_an_error_body_is_cut_and_its_connection_kept``)."""
+    left_open = b"HTTP/1.1 502 Bad Gateway\r\n\r\n" + b"x" * 20
+
+    async with server(answering(left_open)) as agent:
+        pool = Pool(5)
+        async with asyncio.timeout(2):
+            reply = await pool.request(Target.of("POST", agent.url, "/run", {}), b"{}", error_limit=8)
+        pool.close()
+    assert (reply.status, reply.body) == (502, b"xxxxxxxx")
 
 
 def hang_up_after(data: bytes, *, reset: bool = False) -> Callable[..., Awaitable[None]]:

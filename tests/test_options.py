@@ -37,6 +37,7 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ("--rollouts-agent=https://", "agent address 'https://' is not an http(s) URL with a host"),
         # Killed the dispatcher: a host IDNA cannot encode.
         ("--rollouts-agent=http://ex\u00e4mple..com:9", "has a host that is no domain name (IDNA)"),
+        ("--rollouts-agent=http://example..com:9", "has a host that is no domain name (IDNA)"),
         # Every endpoint was appended to the fragment: /run, /health and /aggregate_metrics were one route.
         ("--rollouts-agent=http://127.0.0.1:9/p#frag", "has a #fragment, which no request carries"),
     ],
@@ -181,3 +182,11 @@ def test_ini_flags_read_as_pytest_reads_them(
 def test_an_agent_scheme_is_case_insensitive() -> None:
     """HTTP://... was refused as not an http(s) URL."""
     assert check_url("HTTP://127.0.0.1:8000/") == "HTTP://127.0.0.1:8000"
+
+
+def test_a_refused_agent_address_is_shown_without_its_password(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://evals:hunter2-pass@127.0.0.1:9#frag")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*agent address 'http://127.0.0.1:9#frag' has a #fragment*"])
+    assert "hunter2" not in result.stdout.str() + result.stderr.str()
