@@ -7,6 +7,7 @@ importing the dispatcher's parser.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
@@ -15,6 +16,7 @@ from urllib.parse import quote, unquote, urlsplit
 # (an escape already made stays one).
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 QUERY_SAFE = PATH_SAFE + "?"
+LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,9 @@ class Address:
         tls = parts.scheme == "https"
         host = ascii_host(parts.hostname or "")
         port = parts.port or (443 if tls else 80)
-        path = quote(parts.path or "/", safe=PATH_SAFE)
+        path = _quoted(parts.path or "/", PATH_SAFE)
         if parts.query:
-            path += "?" + quote(parts.query, safe=QUERY_SAFE)
+            path += "?" + _quoted(parts.query, QUERY_SAFE)
         netloc = f"[{host}]" if ":" in host else host
         if parts.port is not None:
             netloc += f":{port}"
@@ -78,6 +80,12 @@ def ascii_host(host: str) -> str:
     import idna  # yarl's dependency, and aiohttp's through it: only for the rare non-ASCII host
 
     return idna.encode(host, uts46=True).decode("ascii")
+
+
+def _quoted(text: str, safe: str) -> str:
+    """``text`` percent-encoded where needed: an escape already made stays one, a lone ``%``
+    (``?q=50%off``) becomes ``%25``, as yarl makes it."""
+    return quote(LONE_PERCENT.sub("%25", text), safe=safe)
 
 
 def without_password(url: str) -> str:

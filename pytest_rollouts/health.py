@@ -111,9 +111,9 @@ async def check_agents(
 async def _check(pool: Pool, target: Target, ignored: Collection[str]) -> str | None:
     try:
         async with asyncio.timeout(TIMEOUT_S):
-            reply = await pool.request(target, error_limit=MAX_JUDGED_BYTES)
+            reply = await pool.request(target, read_limit=MAX_JUDGED_BYTES)
     except TimeoutError:
         return f"no reply within {TIMEOUT_S:g}s"
     except HttpError as exc:
         return f"{exc.kind}: {exc}"
-    return judge(reply.status, reply.body[:MAX_JUDGED_BYTES], ignored)
+    return judge(reply.status, reply.body, ignored)

@@ -100,6 +100,7 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._kept = 0
         self._limit: int | None = None
+        self._read_limit: int | None = None
         self._headers: dict[bytes, bytes] = {}
         self._status = 0
         self._headers_done = False
@@ -152,16 +153,26 @@ class _Connection(asyncio.Protocol):
         )
 
     def on_body(self, body: bytes) -> None:
-        if self._limit is None or 200 <= self._status < 300:
+        cap = self._cap
+        if cap is None:
             self._body.append(body)
             return
-        body = body[: max(0, self._limit - self._kept)]
+        body = body[: max(0, cap - self._kept)]
         self._kept += len(body)
         if body:
             self._body.append(body)
-        if self._until_close and self._kept >= self._limit:  # enough to show; the rest may never end
+        # Enough to show or judge, and the rest may never end: an error reply without a length
+        # left open (a proxy's 502), or any reply under ``read_limit`` (a /health that streams).
+        if self._kept >= cap and (self._until_close or cap == self._read_limit):
             self.reusable = False
             self._complete()
+
+    @property
+    def _cap(self) -> int | None:
+        """How much of this reply's body is kept (None: all of it)."""
+        if self._limit is not None and not 200 <= self._status < 300:
+            return self._limit
+        return self._read_limit
 
     def on_message_begin(self) -> None:
         if self._waiter is None:  # a reply nobody asked for, in the same read as the last one
@@ -179,11 +190,12 @@ class _Connection(asyncio.Protocol):
 
     # -- requests ----------------------------------------------------------------------------
 
-    def send(self, data: bytes, error_limit: int | None) -> asyncio.Future[Reply]:
-        """``error_limit``: how much of a non-2xx body to keep (the rest is read and dropped)."""
+    def send(self, data: bytes, error_limit: int | None, read_limit: int | None) -> asyncio.Future[Reply]:
+        """``error_limit``: how much of a non-2xx body to keep (the rest is read and dropped, unless
+        it has no length); ``read_limit``: how much of any reply to read at all."""
         assert self._transport is not None
         waiter = self._waiter = asyncio.get_running_loop().create_future()
-        self._body, self._kept, self._limit, self._headers = [], 0, error_limit, {}
+        self._body, self._kept, self._limit, self._read_limit, self._headers = [], 0, error_limit, read_limit, {}
         self._headers_done = self._until_close = self.reusable = False
         if not self.alive:  # a write to a lost connection is dropped silently: no reply would come
             self._fail(HttpError("ServerDisconnectedError", "Server disconnected"))
@@ -209,8 +221,7 @@ class _Connection(asyncio.Protocol):
         encoding = self._headers.get(b"content-encoding", b"").strip().lower().decode("latin-1")
         if body and (encoding in DECODED or encoding in UNDECODED):
             try:
-                cut = None if 200 <= self._status < 300 else self._limit
-                body = _decoded(body, encoding, cut)
+                body = _decoded(body, encoding, self._cap)
             except HttpError as exc:
                 waiter.set_exception(exc)
                 return
@@ -253,10 +264,14 @@ class Pool:
         self._open: set[_Connection] = set()
         self._tls: ssl.SSLContext | None = None
 
-    async def request(self, target: Target, body: bytes = b"", error_limit: int | None = None) -> Reply:
+    async def request(
+        self, target: Target, body: bytes = b"", error_limit: int | None = None, read_limit: int | None = None
+    ) -> Reply:
+        """One request on a kept-alive connection; limits as ``_Connection.send`` takes them."""
         connection = self._idle_connection(target) or await self._connect(target)
         try:
-            reply = await connection.send(target.head + str(len(body)).encode() + b"\r\n\r\n" + body, error_limit)
+            head = target.head + str(len(body)).encode() + b"\r\n\r\n"
+            reply = await connection.send(head + body, error_limit, read_limit)
         except BaseException:  # cancelled or timed out mid-reply: what comes next on it is unknown
             connection.close()
             self._open.discard(connection)

@@ -211,6 +211,8 @@ async def test_url_path_host_and_credentials_are_sent_as_aiohttp_sent_them() -> 
     assert target.url == f"http://127.0.0.1:{port}/pr\u00e9fix/run?q=\u00e9&r=%41"
     given = Target.of("POST", f"http://u:p@127.0.0.1:{port}", "/run", {"Authorization": "Bearer t"})
     assert b"Basic" not in given.head and b"Authorization: Bearer t" in given.head
+    # A lone % is escaped, an escape kept, as yarl does: ?q=50%off was an invalid request target.
+    assert Address.parse("http://h:1/a%2Fb%zz?q=50%off&r=%41", "/run").path == "/a%2Fb%25zz/run?q=50%25off&r=%41"
     # As yarl encodes it (UTS 46): IDNA 2003 would send another host, strasse.de.
     assert Address.parse("http://stra\u00dfe.de:8000").host == "xn--strae-oqa.de"
 
@@ -278,6 +280,20 @@ async def test_an_error_reply_is_settled_once_its_kept_part_is_read() -> None:
             reply = await pool.request(Target.of("POST", agent.url, "/run", {}), b"{}", error_limit=8)
         pool.close()
     assert (reply.status, reply.body) == (502, b"xxxxxxxx")
+
+
+@pytest.mark.asyncio
+async def test_a_read_limit_settles_a_reply_that_never_ends() -> None:
+    """A ``/health`` that streams: judged on its first bytes, not waited on until the check times out."""
+    chunk = b"x" * 100_000
+    streaming = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + f"{len(chunk):x}\r\n".encode() + chunk
+
+    async with server(answering(streaming)) as agent:
+        pool = Pool(5)
+        async with asyncio.timeout(2):
+            reply = await pool.request(Target.of("GET", agent.url, "/health", {}), read_limit=65536)
+        pool.close()
+    assert (reply.status, reply.body) == (200, b"x" * 65536)
 
 
 def hang_up_after(data: bytes, *, reset: bool = False) -> Callable[..., Awaitable[None]]:
