@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from pydantic import ValidationError
@@ -34,9 +35,18 @@ EXIT_UNWRITABLE = 1  # an artifact could not be written (disk full): nothing par
 HEADERS_ENV = next(o.env for o in OPTIONS if o.name == "agent_header")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a bad command line, a code the merge gives no meaning; every other
+    usage error of this command exits ``EXIT_USAGE``, and so does this one."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
     merge.add_argument(
         "--input",

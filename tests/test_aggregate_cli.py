@@ -75,6 +75,20 @@ def test_a_bad_agent_is_a_usage_error_before_anything_is_written(gym_shards: Pat
     assert message in stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--out", "m/all.jsonl"), "the following arguments are required: --input"),
+        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "half"), "invalid float value: 'half'"),
+        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--bogus"), "unrecognized arguments: --bogus"),
+    ],
+    ids=["missing", "bad-value", "unknown"],
+)
+def test_a_bad_command_line_exits_as_every_usage_error(gym_shards: Path, args: tuple[str, ...], words: str) -> None:
+    """argparse's own 2 meant nothing in the merge's codes; 4 is its usage error."""
+    assert words in refused(gym_shards, *args)
+
+
 def test_a_header_given_twice_is_refused_as_a_run_refuses_it(gym_shards: Path) -> None:
     """The last value won silently; a run refuses two values within one source."""
     args = ("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--agent-header=X-Key=one", "--agent-header=x-key=two")
