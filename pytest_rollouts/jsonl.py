@@ -30,7 +30,8 @@ def replaced_atomically(path: Path) -> Iterator[BinaryIO]:
     """Write ``path`` through a private file renamed into place once written and fsynced: a reader
     (or another xdist worker writing the same file) sees the old file or the whole new one.
 
-    A failed write leaves neither a partial file nor the private one, and says which file.
+    A failed write leaves neither a partial file nor the private one, and says which file: the
+    one written, or the one the body could not read for it (a shard, the outputs).
     """
     private = path.with_name(f".{path.name}.{os.getpid()}")
     try:
@@ -42,6 +43,8 @@ def replaced_atomically(path: Path) -> Iterator[BinaryIO]:
     except BaseException as exc:
         private.unlink(missing_ok=True)
         if isinstance(exc, OSError) and not isinstance(exc, ArtifactError):
+            if exc.filename not in (None, str(private), str(path)):  # the body's own reading failed
+                raise ArtifactError(f"cannot read {exc.filename} to write {path}: {exc.strerror or exc}") from exc
             raise ArtifactError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from pytest_rollouts.jsonl import replaced_atomically
+from pytest_rollouts.jsonl import ArtifactError, replaced_atomically
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -243,3 +243,12 @@ def test_an_artifact_written_atomically_is_whole_or_untouched(tmp_path: Path) ->
     with replaced_atomically(target) as out:
         out.write(b"new")
     assert target.read_bytes() == b"new"
+
+
+def test_a_file_the_body_cannot_read_is_named_as_read(tmp_path: Path) -> None:
+    """It was reported as 'cannot write <target>', naming the wrong file and the wrong act."""
+    target, missing = tmp_path / "merged.jsonl", tmp_path / "shard.jsonl"
+    with pytest.raises(ArtifactError) as caught, replaced_atomically(target) as out:
+        out.write(missing.read_bytes())
+    assert str(caught.value) == f"cannot read {missing} to write {target}: No such file or directory"
+    assert list(tmp_path.iterdir()) == []
