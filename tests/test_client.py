@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_rollouts.client import JSON_HEADERS, post_run
+from pytest_rollouts.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.http1 import Pool, Target
 
 from .agents import Reply, ScriptedAgent
@@ -12,6 +12,15 @@ from .test_http1 import answering, server
 
 TIMEOUT = 2.0
 BODY = b'{"_ng_task_index": 0, "_ng_rollout_index": 0}'
+
+
+async def attempt_on(url: str) -> Attempt:
+    """One ``post_run`` on a pool of its own, closed after."""
+    pool = Pool(TIMEOUT)
+    try:
+        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, TIMEOUT)
+    finally:
+        pool.close()
 
 
 @pytest.mark.asyncio
@@ -30,7 +39,7 @@ BODY = b'{"_ng_task_index": 0, "_ng_rollout_index": 0}'
 )
 async def test_post_run_classifies(reply: Reply, failure_class: str | None, retryable: bool) -> None:
     with ScriptedAgent(lambda row, seen: reply) as agent:
-        attempt = await post_run(Pool(TIMEOUT), Target.of("POST", agent.url, "/run", JSON_HEADERS), BODY, TIMEOUT)
+        attempt = await attempt_on(agent.url)
     if failure_class is None:
         assert attempt.failure is None and attempt.reply == reply.json
     else:
@@ -42,7 +51,7 @@ async def test_post_run_classifies(reply: Reply, failure_class: str | None, retr
 @pytest.mark.asyncio
 async def test_error_body_is_kept_for_the_sidecar() -> None:
     with ScriptedAgent(lambda row, seen: Reply(status=503, raw=b"busy")) as agent:
-        attempt = await post_run(Pool(TIMEOUT), Target.of("POST", agent.url, "/run", JSON_HEADERS), BODY, TIMEOUT)
+        attempt = await attempt_on(agent.url)
     assert attempt.failure is not None and attempt.failure.body == "busy"
 
 
@@ -50,9 +59,7 @@ async def test_error_body_is_kept_for_the_sidecar() -> None:
 async def test_a_redirect_is_not_followed_and_says_where_it_pointed() -> None:
     moved = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /run/\r\nContent-Length: 0\r\n\r\n"
     async with server(answering(moved)) as agent:
-        pool = Pool(TIMEOUT)
-        attempt = await post_run(pool, Target.of("POST", agent.url, "/run", JSON_HEADERS), BODY, TIMEOUT)
-        pool.close()
+        attempt = await attempt_on(agent.url)
     assert attempt.failure is not None
     assert (attempt.failure.failure_class, attempt.failure.http_status) == ("agent_run_error", 307)
     assert "a redirect to /run/ (not followed" in attempt.failure.message
