@@ -21,8 +21,10 @@ import pytest
 from .records import CANCELLED, RolloutOutcome, dominant_class
 from .stash import DISPATCH_STOPPED, RUN_KEY
 
-# The ``workeroutput`` key under which an xdist worker tells its controller why its dispatch stopped.
+# The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
+# stopped, and what it did with the files (``RolloutRun.worker_report``).
 DISPATCH_FAILURE = "rollouts_dispatch_failure"
+WORKER_REPORT = "rollouts_worker_report"
 
 if TYPE_CHECKING:
     from .aggregate import RunScore
@@ -330,6 +332,8 @@ class RolloutReporter:
         self.tally = Tally()
         self.score: RunScore | None = None
         self.gate: GateFailure | None = None
+        # An xdist run refused before any request, its files put back as found: what was said of it.
+        self.put_back = ""
         self.progress = Progress(tty=sys.stdout.isatty())
         # Without -v, a session of rollout items only shows no letter per item: its progress
         # lines say more, and at 100k items a log of dots says nothing. On a terminal the
@@ -350,9 +354,13 @@ class RolloutReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """A worker whose dispatch stopped says why; the controller's section repeats it."""
-        failure = getattr(node, "workeroutput", {}).get(DISPATCH_FAILURE)
+        output = getattr(node, "workeroutput", {})
+        failure = output.get(DISPATCH_FAILURE)
         run = self.config.stash.get(RUN_KEY, None)
-        if failure and run is not None and not run.dispatch_failure:
+        if run is None:
+            return
+        run.hear_worker(output.get(WORKER_REPORT))
+        if failure and not run.dispatch_failure:
             run.dispatch_failure = failure
 
     @pytest.hookimpl(optionalhook=True)
@@ -439,6 +447,9 @@ class RolloutReporter:
             terminal.write(("\n" if named else "") + line + "\n", flush=True)
             self.progress_after = terminal.currentfspath
             return
+        self._own_line(terminal, line)
+
+    def _own_line(self, terminal: Any, line: str) -> None:
         terminal.ensure_newline()
         if self.config.get_terminal_writer().width_of_current_line:
             # Letters with no file name before them (xdist's), which write_line would not end.
@@ -455,8 +466,15 @@ class RolloutReporter:
         )
         scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None and run is not None and run.dispatch_failure:
-            workeroutput[DISPATCH_FAILURE] = run.dispatch_failure  # for the controller's section
+        if workeroutput is not None and run is not None:
+            workeroutput[WORKER_REPORT] = run.worker_report()
+            if run.dispatch_failure:
+                workeroutput[DISPATCH_FAILURE] = run.dispatch_failure  # for the controller's section
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
+            self.put_back = run.put_back_unsent()
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            if self.put_back and terminal is not None:
+                self._own_line(terminal, self.put_back)
         not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
         if not_here or (session.exitstatus not in scoring_states and not interrupted):
             if run is not None:
@@ -514,7 +532,7 @@ class RolloutReporter:
             session.exitstatus = pytest.ExitCode.OK  # nothing of the dataset is this shard's: done
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.tally.items and self.score is None:
+        if (not self.tally.items and self.score is None) or self.put_back:  # a refused run: no section
             return
         from .run import RolloutRun
 

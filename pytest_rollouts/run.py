@@ -94,6 +94,9 @@ class RolloutRun:
         self._urls: dict[str, str] = {}
         self._engine: subprocess.Popen[bytes] | None = None
         self._worker_queue: Any = None
+        # On an xdist controller, what each worker said of its part when it went down (None: it
+        # crashed before saying anything).
+        self._worker_reports: list[dict[str, Any] | None] = []
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -523,6 +526,33 @@ class RolloutRun:
         self.paths.take_back(self._run_start)
         moved = self._run_start.moved_to
         return "" if moved is None else f"\nThe earlier results are back in place (from {moved})."
+
+    def worker_report(self) -> dict[str, Any]:
+        """What an xdist worker tells its controller: whether it sent anything, and where it moved
+        the earlier results (the worker that prepared the files did)."""
+        moved = self._run_start.moved_to
+        return {"dispatched": self.dispatched, "moved_to": None if moved is None else str(moved)}
+
+    def hear_worker(self, report: dict[str, Any] | None) -> None:
+        self._worker_reports.append(report)
+
+    def put_back_unsent(self) -> str:
+        """On an xdist controller: a fresh run that no worker sent anything for (each refused, as
+        one process would) leaves the files as it found them, as one process does; what to tell.
+
+        Only when every worker said so: one that crashed may have sent requests.
+        """
+        reports = self._worker_reports
+        if (
+            self.resuming
+            or not reports
+            or any(r is None or r["dispatched"] for r in reports)
+            or not self._workers_started()
+        ):
+            return ""
+        moved = next((Path(r["moved_to"]) for r in reports if r is not None and r["moved_to"]), None)
+        self.paths.take_back(RunStart(moved_to=moved))
+        return "" if moved is None else f"The earlier results are back in place (from {moved})."
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.

@@ -149,6 +149,22 @@ def test_unhealthy_agent_stops_every_worker_before_any_run(pytester: pytest.Pyte
         assert sick.requests == []
 
 
+def test_a_run_no_worker_sent_anything_for_leaves_earlier_results_in_place(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """As one process does: the workers had moved them aside and left empty files in their place."""
+    write_rows(pytester.path / "data.jsonl", tasks(6))
+    assert run_n(pytester, agent, 2).ret == pytest.ExitCode.OK
+    before = {p.name: p.read_bytes() for p in (pytester.path / "n2").glob("r*")}
+    with ScriptedAgent(health=Reply(status=503)) as sick:
+        result = run_n(pytester, sick, 2)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert {p.name: p.read_bytes() for p in (pytester.path / "n2").glob("r*")} == before
+    result.stdout.fnmatch_lines(["The earlier results are back in place (from *r.prev-*)."])
+    result.stdout.no_fnmatch_line("*rollouts scored*")
+    assert not list((pytester.path / "n2").glob("r.prev-*"))
+
+
 def test_a_dispatch_that_stops_on_a_worker_is_scored_like_one_process(pytester: pytest.Pytester) -> None:
     """It crashed the controller (INTERNALERROR, a worker gone with items queued), or was left
     unscored as interrupted (exit 2)."""
