@@ -599,7 +599,8 @@ class RolloutRun:
                 raise RuntimeError("rollouts were not dispatched in this session")
             try:
                 if hasattr(self.config, "workerinput"):
-                    self._dispatcher.claim(self._queued_slots(item.session.items))
+                    # Its own task first: claimed after the queue's, it waited behind all of them.
+                    self._dispatcher.claim([item.slot, *self._queued_slots(item.session.items)])
                 outcomes = self._dispatcher.wait(item.slot)
             except DispatcherGone as exc:
                 self._stopped = self.dispatch_failure = str(exc)

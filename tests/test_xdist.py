@@ -149,6 +149,16 @@ def test_unhealthy_agent_stops_every_worker_before_any_run(pytester: pytest.Pyte
         assert sick.requests == []
 
 
+def test_each_worker_sends_the_task_it_waits_on_first(pytester: pytest.Pytester) -> None:
+    """It claimed the tasks queued behind its running one first: task 0 went out after all of them,
+    and under a dispatch budget was never sent while later tasks were."""
+    write_rows(pytester.path / "data.jsonl", tasks(60))
+    with ScriptedAgent(latency=0.05) as agent:
+        assert run_n(pytester, agent, 2, "--rollouts-parallel=4", "--rollouts-repeats=3").ret == pytest.ExitCode.OK
+        order = [row["_ng_task_index"] for row in agent.requests]
+    assert order.index(0) < 8, f"task 0 went out as request {order.index(0)}, after tasks {order[: order.index(0)]}"
+
+
 def test_a_run_no_worker_sent_anything_for_leaves_earlier_results_in_place(
     pytester: pytest.Pytester, agent: ScriptedAgent
 ) -> None:
