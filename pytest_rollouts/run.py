@@ -139,6 +139,10 @@ class RolloutRun:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.registry  # noqa: B018 - discovery happens on first use
+        settings = self.settings
+        if settings.drain_margin is not None and settings.dispatch_budget is None:
+            unused = RolloutsWarning("--rollouts-drain-margin has no effect without --rollouts-dispatch-budget")
+            self.config.issue_config_time_warning(unused, stacklevel=2)
 
     def _dispatches_here(self) -> bool:
         """Not on an xdist controller: its workers dispatch."""
