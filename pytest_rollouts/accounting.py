@@ -19,6 +19,8 @@ MASKED = "mask_sample"
 # A result row whose reply carried no numeric reward: it is kept and enters the metric input
 # (its tokens are real), but it is not a score, so the mean and pass@k leave it out.
 NO_REWARD = "no reward"
+# Reasons a rollout is missing that leave nothing in the failures sidecar.
+OUTSIDE_SIDECAR = frozenset({NO_ROW, MASKED, NO_REWARD, CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,12 @@ class Coverage:
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
         }
 
+    def pointer(self, sidecar: str) -> str:
+        """Where the missing rollouts' failures are written, when some of them are: not a drained
+        rollout's, nor one with no row, nor a row without a reward or masked."""
+        written = any(name not in OUTSIDE_SIDECAR for name in self.missing_by_class)
+        return f"; see {sidecar}" if written else ""
+
     def report_lines(self, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero") -> list[str]:
         """NeMo Gym's wording, printed whenever the score does not cover the whole input."""
         if self.missing == 0 and self.imputed_zero == 0 and self.counted_as_zero == 0:
@@ -81,7 +89,7 @@ class Coverage:
             counts = ", ".join(f"{name} {count}" for name, count in sorted(self.missing_by_class.items()))
             lines.append(
                 f"Rollouts missing from the score: {self.missing} of {self.expected} materialized "
-                f"({counts} routed this run; see {sidecar})"
+                f"({counts} routed this run{self.pointer(sidecar)})"
             )
         lines.append(f"Metrics cover: {self.scored} of {self.expected} rollouts")
         if self.counted_as_zero:

@@ -221,7 +221,8 @@ def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--ro
     if coverage.completed == 0 and coverage.expected:
         by_class = ", ".join(f"{n} {c}" for n, c in sorted(coverage.missing_by_class.items()))
         lines.append(
-            f"None of the {coverage.expected} materialized rollouts produced a result ({by_class}; see {sidecar})"
+            f"None of the {coverage.expected} materialized rollouts produced a result "
+            f"({by_class}{coverage.pointer(sidecar)})"
         )
     for group in score.groups:
         if not group.metrics:
