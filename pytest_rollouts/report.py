@@ -44,9 +44,11 @@ FAILURES = "rollouts_failures"
 DRAINED = "rollouts_drained"
 ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, DRAINED})
 SHOWN_FAILURES = 10
-# A passed rollout item while the loop runs: no letter, and no reward list formatted for a
-# word only -v shows (one is needed all the same: pytest counts progress by items with one).
+# A passed (or skipped: drained) rollout item while the loop runs: no letter, and no reward list
+# formatted for a word only -v shows (one is needed all the same: pytest counts progress by
+# items with one).
 QUIET_PASSED = ("passed", "", "PASSED")
+QUIET_SKIPPED = ("skipped", "", "SKIPPED")
 
 
 def record_outcomes(
@@ -393,8 +395,8 @@ class RolloutReporter:
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         if not getattr(report, "user_properties", None):
             return None
-        if self.quiet and report.passed and report.when == "call":
-            return QUIET_PASSED
+        if self.quiet and report.when == "call" and (report.passed or report.skipped):
+            return QUIET_PASSED if report.passed else QUIET_SKIPPED
         status = teststatus(report)
         if status is not None and self.quiet:
             return status[0], "", status[2]
