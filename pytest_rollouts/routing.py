@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .address import without_password
 from .episodes import taskset_of
 from .settings import DEFAULT_KEY, Settings
 from .suite import Suite
@@ -204,6 +205,6 @@ def _maybe(name: str | None) -> frozenset[str]:
 
 def _describe(endpoint: Endpoint) -> str:
     if endpoint.url is not None:
-        return endpoint.url
+        return without_password(endpoint.url)
     assert endpoint.embedded is not None
     return f"embedded {endpoint.embedded[0]}:{endpoint.embedded[1]}"

@@ -78,11 +78,12 @@ def test_suite_with_conflicting_agent_addresses_is_refused(pytester: pytest.Pyte
     for name, port in (("a", 1), ("b", 2)):
         write_rows(pytester.path / name / "data.jsonl", tasks(1))
         (pytester.path / name / "rollouts.toml").write_text(
-            f'datasets = ["data.jsonl"]\nagent = "x"\n[agents.x]\nurl = "http://127.0.0.1:{port}"\n'
+            f'datasets = ["data.jsonl"]\nagent = "x"\n[agents.x]\nurl = "http://u:hunter2-pass@127.0.0.1:{port}"\n'
         )
     result = run_rollouts(pytester, "a", "b")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*agent 'x' is declared with a different address elsewhere*"])
+    assert "hunter2" not in result.stdout.str() + result.stderr.str(), "an address is shown without its password"
 
 
 @pytest.mark.parametrize("datasets", [["data.jsonl", "nothere.jsonl"], ["nothere.jsonl"]])
