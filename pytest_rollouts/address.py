@@ -56,18 +56,20 @@ class Address:
             authorization = f"Basic {base64.b64encode(credentials).decode('ascii')}"
         return cls(without_password(parts.geturl()), host, port, tls, path, netloc, authorization)
 
-    def credentials(self, given: Mapping[str, str]) -> dict[str, str]:
-        """The URL's credentials as a header, unless ``given`` has one: a secret like any header's,
-        for the redactor too."""
+    def with_credentials(self, given: Mapping[str, str]) -> dict[str, str]:
+        """``given`` and, unless it has one, the URL's credentials as an Authorization header: the
+        headers an agent gets, and the secrets the redactor must know."""
         if self.authorization is None or any(name.lower() == "authorization" for name in given):
-            return {}
-        return {"Authorization": self.authorization}
+            return dict(given)
+        return {"Authorization": self.authorization, **given}
 
     def headers(self, given: Mapping[str, str]) -> dict[str, str]:
-        """``given`` (but Content-Length, the sender's to set) after Host and the URL's credentials."""
+        """What a request sends: Host, then ``given`` with the URL's credentials (but Content-Length,
+        the sender's to set)."""
         headers = {} if any(name.lower() == "host" for name in given) else {"Host": self.netloc}
-        headers.update(self.credentials(given))
-        headers.update((name, value) for name, value in given.items() if name.lower() != "content-length")
+        headers.update(
+            (name, value) for name, value in self.with_credentials(given).items() if name.lower() != "content-length"
+        )
         return headers
 
 

@@ -362,7 +362,7 @@ def _server_metrics(
     url = address.shown
     kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
     connection = kind(address.host, address.port, timeout=timeout)
-    headers = {**address.credentials(headers), **headers}
+    headers = address.with_credentials(headers)
     redact = Redactor({"": headers})
     try:
         connection.request(

@@ -77,8 +77,7 @@ class Engine:
         given: dict[str, dict[str, str]] = header.get("headers", {})
         # Credentials in an agent's URL are a header like the others, kept out of what is written too.
         self._agent_headers = {
-            name: {**Address.parse(header["urls"][name]).credentials(given.get(name, {})), **given.get(name, {})}
-            for name in self._names
+            name: Address.parse(header["urls"][name]).with_credentials(given.get(name, {})) for name in self._names
         }
         self._targets = [
             Target.of("POST", header["urls"][name], "/run", {**JSON_HEADERS, **self._agent_headers[name]})

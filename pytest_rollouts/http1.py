@@ -119,7 +119,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:  # 101 Switching Protocols: its status is the reply
+        except httptools.HttpParserUpgrade:  # a 101 with Connection: Upgrade, after its status answered
             self._fail(HttpError("ClientResponseError", "the agent switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(HttpError("ClientResponseError", f"the agent's reply is not valid HTTP: {exc}"))
@@ -270,8 +270,8 @@ class Pool:
         """One request on a kept-alive connection; limits as ``_Connection.send`` takes them."""
         connection = self._idle_connection(target) or await self._connect(target)
         try:
-            head = target.head + str(len(body)).encode() + b"\r\n\r\n"
-            reply = await connection.send(head + body, error_limit, read_limit)
+            data = b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body))  # one copy of the body
+            reply = await connection.send(data, error_limit, read_limit)
         except BaseException:  # cancelled or timed out mid-reply: what comes next on it is unknown
             connection.close()
             self._open.discard(connection)

@@ -108,6 +108,7 @@ def test_command_line_headers_replace_the_environments_one_by_one(
         assert result.returncode == 0, result.stderr
         [headers] = server.headers
     assert (headers["x-key"], headers["X-Team"]) == ("c1", "evals")
+    assert "from-env-0123" not in headers.values(), "the replaced value is not sent too"
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "url-alone"])

@@ -17,6 +17,11 @@ from .helpers import Artifacts, run_rollouts
 UNHEALTHY_EXIT = pytest.ExitCode.INTERRUPTED
 
 
+def empty_metrics(body: dict) -> dict:
+    """An ``/aggregate_metrics`` that answers (its headers are what a test looks at)."""
+    return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
+
+
 def _two_agent_rows(pytester: pytest.Pytester) -> None:
     rows = tasks(4)
     rows[1]["agent_ref"] = rows[3]["agent_ref"] = {"name": "judge"}
@@ -128,14 +133,11 @@ def test_agent_headers_are_sent_and_never_written(pytester: pytest.Pytester, mon
     def refuse_with_echo(row: dict, seen: int) -> Reply:
         return Reply(status=401, json={"error": f"key {token} is not allowed here"})
 
-    def metrics(body: dict) -> dict:
-        return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
-
     def echo_token(row: dict, seen: int) -> Reply:
         return Reply(json={"reward": 1.0, "debug": f"called with Bearer {token}"})
 
     with (
-        ScriptedAgent(behaviour=echo_token, aggregate=metrics) as main,
+        ScriptedAgent(behaviour=echo_token, aggregate=empty_metrics) as main,
         ScriptedAgent(behaviour=refuse_with_echo) as gated,
     ):
         result = run_rollouts(
@@ -269,10 +271,7 @@ def test_credentials_in_an_agent_url_reach_every_request_it_gets(pytester: pytes
     ``/aggregate_metrics`` alike, as aiohttp sent it."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
 
-    def metrics(body: dict) -> dict:
-        return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "repeat_level_metrics": []}
-
-    with ScriptedAgent(aggregate=metrics) as agent:
+    with ScriptedAgent(aggregate=empty_metrics) as agent:
         with_credentials = agent.url.replace("http://", "http://evals:s3cret%2Fpass@")
         run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={with_credentials}").assert_outcomes(passed=1)
         assert len(agent.headers) == 3, "a health check, a /run and /aggregate_metrics"
