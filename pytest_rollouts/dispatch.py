@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .auth import headers_for
-from .frames import ChannelClosed, FrameBuffer, frame, message, write_all
+from .frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, message, write_all
 from .records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
 CLOSE_TIMEOUT_S = 60.0
-# Once running, the engine writes at least every 2 s (its heartbeat). This long without a byte,
-# its loop is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
+# Once it has the plan, the engine writes at least every 2 s (its heartbeat), health checks
+# included; before that it takes the plan as fast as pytest writes it. This long without a byte
+# either way, it is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
 READ_BYTES = 1 << 16
@@ -56,10 +57,6 @@ class PlannedRollout:
 
 class DispatcherError(RuntimeError):
     """Dispatching one task failed: a bug that must fail its item rather than hang it."""
-
-
-class EngineStuck(ChannelClosed):
-    """The engine sent nothing for longer than its heartbeat ever leaves it silent."""
 
 
 class DispatcherGone(DispatcherError):
@@ -139,8 +136,10 @@ class Dispatcher:
         # Tells whether a message is there to read without blocking; without ``poll`` (Windows)
         # there is no idle work and no watch on silence.
         self._poller: Any = None
-        # Set once the engine is ready and heartbeating: before that, health checks may take long.
-        self._silence_limit_s: float | None = None
+        # Whether the engine has the whole plan: until then a ``close`` message would be read as
+        # part of it, so closing its input is the only way to stop it.
+        self._plan_sent = False
+        self._ready = False
         self._stuck = False
 
     def start(self) -> None:
@@ -182,12 +181,15 @@ class Dispatcher:
         if self._proc is None:
             self._proc = spawn_engine()
         self._write(message(header) + b"".join(frame(c.tobytes()) for c in columns))
-        reply = self._read()
+        self._plan_sent = True
+        # Health checks may take long; the engine's heartbeat comes meanwhile.
+        while (reply := self._read())[0] == "progress":
+            pass
         if reply[0] == "unhealthy":
             raise AgentsUnhealthy(reply[1])
         if reply != ["ready"]:
             raise DispatcherError("the dispatcher process did not start")
-        self._silence_limit_s = SILENCE_LIMIT_S
+        self._ready = True
 
     def wait(self, slot: int) -> list[RolloutOutcome]:
         """Block until every rollout of ``slot`` finished (settled ones come from ``prior``)."""
@@ -253,12 +255,17 @@ class Dispatcher:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        if not self._plan_sent:
+            # Stopped before the whole plan went out (Ctrl-C, an error building it): the engine has
+            # opened no artifact and sent nothing, and it may be still starting or stopped itself.
+            proc.kill()
         try:
-            self._write_to(proc, message(["close"]))
-            while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
-                if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
-                    self._stop(msg[1])
-        except EngineStuck as exc:  # its last fsync may not have happened: not a whole run
+            if self._plan_sent:
+                self._write_to(proc, message(["close"]))
+                while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
+                    if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
+                        self._stop(msg[1])
+        except ChannelStuck as exc:  # its last fsync may not have happened: not a whole run
             self._stuck = True
             self._stop(str(exc))
         except (ChannelClosed, BrokenPipeError, OSError):
@@ -281,7 +288,7 @@ class Dispatcher:
         if kind == "progress":
             self._in_flight = (rest[0], rest[1], rest[2], time.monotonic())
             self.finished = (rest[3][0], rest[3][1], rest[3][2])
-            if self.on_progress is not None:
+            if self.on_progress is not None and self._ready:
                 self.on_progress()
             return
         if kind == "fatal":
@@ -296,6 +303,10 @@ class Dispatcher:
         assert self._proc is not None
         try:
             self._write_to(self._proc, data)
+        except ChannelStuck:
+            self._stuck = True
+            self._stop(f"the dispatcher process took nothing for {SILENCE_LIMIT_S:.0f} s: it is stuck and was stopped")
+            raise DispatcherGone(self._gone) from None
         except (BrokenPipeError, OSError) as exc:
             self._read_last_words()
             self._stop(f"the dispatcher process went away ({exc})")
@@ -315,7 +326,7 @@ class Dispatcher:
         assert self._proc is not None
         try:
             return self._read_from(self._proc, self.on_idle)
-        except EngineStuck as exc:
+        except ChannelStuck as exc:
             self._stuck = True
             self._stop(str(exc))
             raise DispatcherGone(self._gone) from None
@@ -326,7 +337,7 @@ class Dispatcher:
     @staticmethod
     def _write_to(proc: subprocess.Popen[bytes], data: bytes) -> None:
         assert proc.stdin is not None
-        write_all(proc.stdin.fileno(), data)
+        write_all(proc.stdin.fileno(), data, SILENCE_LIMIT_S)
 
     def _read_from(self, proc: subprocess.Popen[bytes], idle: Callable[[], bool] | None = None) -> list[Any]:
         """The engine's next message; ``idle`` work fills the wait while none has arrived."""
@@ -335,9 +346,9 @@ class Dispatcher:
         while not self._inbox:
             if idle is not None and self._nothing_to_read(fd) and idle():
                 continue
-            if self._silence_limit_s is not None and self._silent(fd, self._silence_limit_s):
-                raise EngineStuck(
-                    f"the dispatcher process sent nothing for {self._silence_limit_s:.0f} s: it is stuck "
+            if self._silent(fd, SILENCE_LIMIT_S):
+                raise ChannelStuck(
+                    f"the dispatcher process sent nothing for {SILENCE_LIMIT_S:.0f} s: it is stuck "
                     "(a blocked file system? a stopped process?) and was stopped"
                 )
             data = os.read(fd, READ_BYTES)
@@ -365,21 +376,30 @@ class Dispatcher:
 def spawn_engine() -> subprocess.Popen[bytes]:
     """Start the dispatcher process; it starts up while pytest is still collecting.
 
-    It imports this package from wherever pytest did, installed or not.
+    It imports this package from wherever pytest did, installed or not. It gets a process group
+    of its own, so the terminal's Ctrl-C reaches pytest alone: pytest decides when dispatch
+    stops, and a signal landing while the interpreter starts up would kill it with a fatal error
+    instead. It ends with its input, whatever ends pytest.
     """
     here = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
     command = [sys.executable, "-m", "pytest_rollouts.engine"]
     # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
     # frames them itself, so a buffer in front of it would only go unused.
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
+    return subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0
+    )
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:
-    """An engine that never got a plan exits at the end of its input."""
+    """An engine that never got a plan exits at the end of its input (or is killed, if it does not)."""
     assert process.stdin is not None and process.stdout is not None
     process.stdin.close()
-    process.wait()
+    try:
+        process.wait(timeout=CLOSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
     process.stdout.close()
 
 

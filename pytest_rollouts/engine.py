@@ -130,14 +130,10 @@ class Engine:
     # -- the run -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        unhealthy = await self._check_health()
-        if unhealthy:
-            self._send(message(["unhealthy", [u.line() for u in unhealthy]]))
-        else:
-            self._spawn(self._sync_periodically())
-            self._spawn(self._report_progress())
-            self._send(message(["ready"]))
-            self._admit()
+        # The heartbeat starts with the health checks, which may take long: pytest bounds every
+        # wait on this process by its silence. Both end at ``close``, whenever it comes.
+        self._spawn(self._report_progress())
+        self._spawn(self._begin())
         await self._closing.wait()
         tasks = list(self._tasks)
         for task in tasks:
@@ -150,10 +146,16 @@ class Engine:
                 appender.close()
             except ArtifactError as exc:  # the last second's rows: pytest is told even now
                 self.crash(exc)
-        try:
-            self._send(message(["closed"]))
-        except (OSError, RuntimeError):
-            pass  # pytest is gone (killed, or its pipe closed): nobody is left to tell
+        self._send(message(["closed"]))
+
+    async def _begin(self) -> None:
+        unhealthy = await self._check_health()
+        if unhealthy:
+            self._send(message(["unhealthy", [u.line() for u in unhealthy]]))
+            return
+        self._spawn(self._sync_periodically())
+        self._send(message(["ready"]))
+        self._admit()
 
     async def _check_health(self) -> list[Unhealthy]:
         health = self._h.get("health")
@@ -498,24 +500,57 @@ class _Input(asyncio.Protocol):
         self._engine.input_closed()
 
 
-async def _serve(stdin: Any, stdout: Any) -> str:
-    """Serve one session; what it returns is the traceback of a crash, or ""."""
+class _Output(asyncio.Protocol):
+    """pytest's end of the pipe. Once pytest is gone (killed, its pipe closed), what the engine
+    would tell it is dropped, not raised as a bug, and the run closes: nobody waits for it."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self._transport: asyncio.WriteTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.engine is not None:
+            self.engine.input_closed()
+
+    def send(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+def _read_plan(stdin: Any) -> tuple[dict[str, Any], dict[str, array]] | None:
+    """The header and the plan's columns, or None when pytest closed the pipe first (it dispatched
+    nothing, or was stopped or killed while sending the plan)."""
     try:
         header = orjson.loads(read_frame(stdin))
+        columns = {}
+        for name in COLUMNS:
+            column = array(COLUMN_TYPES.get(name, "q"))
+            column.frombytes(read_frame(stdin))
+            columns[name] = column
     except ChannelClosed:
-        return ""  # started ahead of time by a session that dispatched nothing
-    columns = {}
-    for name in COLUMNS:
-        column = array(COLUMN_TYPES.get(name, "q"))
-        column.frombytes(read_frame(stdin))
-        columns[name] = column
+        return None
+    return header, columns
+
+
+async def _serve(stdin: Any, stdout: Any) -> str:
+    """Serve one session; what it returns is the traceback of a crash, or ""."""
+    plan = _read_plan(stdin)
+    if plan is None:
+        return ""
     loop = asyncio.get_running_loop()
-    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, stdout)
-    engine = Engine(header, columns, writer.write)
+    _, output = await loop.connect_write_pipe(_Output, stdout)
+    engine = output.engine = Engine(*plan, output.send)
     pace_process()
     await loop.connect_read_pipe(lambda: _Input(engine), stdin)
     await engine.run()
-    writer.close()
+    output.close()
     return engine.crashed
 
 
@@ -534,8 +569,8 @@ def _runner() -> Callable[[Coroutine[Any, Any, str]], str]:
 
 
 def main() -> None:
-    # Ctrl-C, and a scheduler's SIGTERM, reach the whole process group; pytest decides when
-    # dispatch stops (and this process ends with its input if pytest dies).
+    # pytest decides when dispatch stops, and this process ends with its input whatever ends
+    # pytest: signals sent to every process of a job (a scheduler's SIGTERM) are not for it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stdin = os.fdopen(sys.stdin.fileno(), "rb", buffering=0)

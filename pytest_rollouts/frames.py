@@ -7,7 +7,9 @@ for the plan's integer columns. Kept free of heavy imports: pytest's side uses i
 from __future__ import annotations
 
 import os
+import select
 import struct
+import time
 from typing import Any, BinaryIO
 
 import orjson
@@ -19,6 +21,10 @@ class ChannelClosed(EOFError):
     """The other side went away."""
 
 
+class ChannelStuck(ChannelClosed):
+    """The other side stopped taking what is written to it (stopped, or blocked in the kernel)."""
+
+
 def frame(payload: bytes) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
 
@@ -27,10 +33,33 @@ def message(value: Any) -> bytes:
     return frame(orjson.dumps(value))
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes, limit_s: float | None = None) -> None:
+    """Write all of ``data``; with ``limit_s``, fail once the reader took nothing for that long.
+
+    A blocking write into a full pipe waits for the reader with no bound at all: a reader that
+    is stopped or still starting up would hold the writer for ever. So the descriptor is made
+    non-blocking and each wait for room is a poll with a deadline (a signal still interrupts it).
+    """
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    if limit_s is None:
+        while view:
+            view = view[os.write(fd, view) :]
+        return
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+                continue
+            except BlockingIOError:
+                pass
+            waited = time.monotonic()
+            if not poller.poll(limit_s * 1000) and time.monotonic() - waited >= limit_s:
+                raise ChannelStuck(f"the other side took nothing for {limit_s:.0f} s")
+    finally:
+        os.set_blocking(fd, True)
 
 
 def read_frame(stream: BinaryIO) -> bytes:

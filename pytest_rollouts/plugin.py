@@ -145,8 +145,10 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     run = session.config.stash.get(RUN_KEY, None)
     if run is None:
         return (yield)
-    run.start(session)
     try:
+        # Inside: Ctrl-C, or any error, while the plan goes out or agents are checked still
+        # stops the dispatcher (an engine fed half a plan would wait for the rest for ever).
+        run.start(session)
         return (yield)
     finally:
         run.finish()

@@ -254,6 +254,17 @@ def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--ro
     return lines
 
 
+def _resume_line(score: RunScore | None) -> str:
+    """What a run the user stopped leaves to do, and how."""
+    if score is None:
+        return "Interrupted: --rollouts-resume goes on with this run"
+    left = score.coverage.expected - score.coverage.completed
+    return (
+        f"Interrupted with {left} of {score.coverage.expected} materialized rollouts without a row: "
+        "--rollouts-resume runs them (none with a row is sent again)"
+    )
+
+
 @dataclass
 class Progress:
     """When to show progress: every few seconds on a terminal (one line redrawn in place), every
@@ -337,6 +348,8 @@ class RolloutReporter:
         self.gate: GateFailure | None = None
         # An xdist run refused before any request, its files put back as found: what was said of it.
         self.put_back = ""
+        # How a run the user stopped ended, for its section: "" when it was not stopped.
+        self.stopped = ""
         self.progress = Progress(tty=sys.stdout.isatty())
         # Without -v, a session of rollout items only shows no letter per item: its progress
         # lines say more, and at 100k items a log of dots says nothing. On a terminal the
@@ -495,8 +508,14 @@ class RolloutReporter:
                 frozenset(self.tally.drained),
                 coverage_only=interrupted,
             )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+            self.stopped = run.scoring_interrupted()
+            return
         finally:
             run.close()
+        if interrupted:
+            self.stopped = _resume_line(self.score)
         if self.score is None or interrupted:
             return
         if self.score.metrics_error and session.exitstatus == pytest.ExitCode.OK:
@@ -557,6 +576,8 @@ class RolloutReporter:
         if self.score is None or self.score.metrics_path is None:
             lines += self.tally.mean_line()
         lines.append("artifacts: " + ", ".join(names))
+        if self.stopped:
+            lines.append(self.stopped)
         for line in lines:
             terminalreporter.line(line)
         for problem in (run.dispatch_failure, self.score and self.score.metrics_error):

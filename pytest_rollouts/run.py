@@ -78,6 +78,8 @@ class RolloutRun:
         self.dispatch_failure = ""
         # This session started dispatching (a refusal before any request leaves it False).
         self.dispatched = False
+        # The plan went to the dispatcher: a session stopped from here on says what it covered.
+        self._handed_over = False
         self._run_start = RunStart()
         self._term = TermAsInterrupt()
         self._stopped = ""
@@ -290,8 +292,9 @@ class RolloutRun:
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
 
     def began(self) -> bool:
-        """This session started the run: it dispatched, or its xdist workers did."""
-        return self.dispatched or self._workers_started()
+        """This session started the run: it dispatched (or was stopped while handing the plan over,
+        not refused), or its xdist workers did."""
+        return self.dispatched or (self._handed_over and not self._stopped) or self._workers_started()
 
     def holds_no_task(self) -> bool:
         """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written."""
@@ -501,6 +504,7 @@ class RolloutRun:
 
             self._outputs = OutputScan(paths.out, plan.expected)
             self._dispatcher.on_idle = self._read_ahead
+        self._handed_over = True
         try:
             self._dispatcher.start()
         except (AgentsUnhealthy, DispatcherGone) as exc:
@@ -661,7 +665,6 @@ class RolloutRun:
 
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""
-        self._term.remove()
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.close()
@@ -703,6 +706,15 @@ class RolloutRun:
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None
 
+    def scoring_interrupted(self) -> str:
+        """Scoring was stopped part-way. A metrics file an earlier session of the run left would
+        now contradict its rows, so it goes; every row stays, and a resume scores them."""
+        self.paths.metrics.unlink(missing_ok=True)
+        return (
+            "Interrupted while scoring: no metrics file written; "
+            "--rollouts-resume scores the run (none with a row is sent again)"
+        )
+
     def _metrics_url(self, name: str) -> str | None:
         """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
         try:
@@ -711,8 +723,12 @@ class RolloutRun:
             return None
 
     def close(self) -> None:
-        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
+        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them.
+
+        SIGTERM stays a stop like Ctrl-C until here: scoring, after dispatch, is part of the run.
+        """
         self.finish()
+        self._term.remove()
         if self._engine is not None:
             stop_unused(self._engine)
             self._engine = None

@@ -158,6 +158,18 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
+# Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
+# them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
+# nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
+MAX_PARALLEL = 100_000
+MAX_RESIDENT = 10_000_000
+MAX_REPEATS = 1_000_000
+MAX_ROWS = 2**53
+MAX_ATTEMPTS = 1_000
+MAX_SHARDS = 1_000_000
+MAX_SECONDS = 30 * 24 * 3600.0
+
+
 class Settings(BaseModel):
     """What a rollouts run was asked to do; frozen so no hook can drift it."""
 
@@ -173,18 +185,18 @@ class Settings(BaseModel):
     no_health_check: bool = False
     health_ignore: frozenset[str] = frozenset()
     health_workers: int = Field(8, ge=1, le=256)
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, le=MAX_ROWS)
     interleave_repeats: bool = False
     repeats_add_seed: bool = False
     responses_create_params: dict[str, Any] = Field(default_factory=dict)
-    parallel: int = Field(64, ge=1)
-    max_resident: int | None = Field(None, ge=1)
-    timeout: float = Field(3600.0, gt=0)
+    parallel: int = Field(64, ge=1, le=MAX_PARALLEL)
+    max_resident: int | None = Field(None, ge=1, le=MAX_RESIDENT)
+    timeout: float = Field(3600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     retries: int = Field(2, ge=0, le=20)
-    retry_backoff: float = Field(1.0, ge=0, le=600)
+    retry_backoff: float = Field(1.0, ge=0, le=600, allow_inf_nan=False)
     resume: bool = False
     resume_recorded: bool = False
-    max_attempts: int = Field(3, ge=1)
+    max_attempts: int = Field(3, ge=1, le=MAX_ATTEMPTS)
     retry_terminal_timeouts: bool = False
     longest_first: bool = False
     count_as_zero: frozenset[str] = frozenset()
@@ -194,8 +206,8 @@ class Settings(BaseModel):
     fail_under: float | None = Field(None, allow_inf_nan=False)
     no_aggregate: bool = False
     shard: tuple[int, int] | None = None
-    dispatch_budget: float | None = Field(None, gt=0)
-    drain_margin: float | None = Field(None, ge=0)
+    dispatch_budget: float | None = Field(None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    drain_margin: float | None = Field(None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -227,6 +239,8 @@ class Settings(BaseModel):
             value = (int(k), int(n))
         if isinstance(value, tuple) and not 0 <= value[0] < value[1]:
             raise ValueError("K/N needs 0 <= K < N")
+        if isinstance(value, tuple) and value[1] > MAX_SHARDS:
+            raise ValueError(f"N must be at most {MAX_SHARDS}")
         return value
 
     @field_validator("repeats", mode="before")
@@ -243,16 +257,16 @@ class Settings(BaseModel):
             value = by_agent
         if isinstance(value, dict):
             for key, count in value.items():
-                if not str(count).strip().isdigit() or int(count) < 1:
-                    raise ValueError(f"repeats for {key!r} must be a whole number >= 1, got {count!r}")
+                if not str(count).strip().isdigit() or not 1 <= int(count) <= MAX_REPEATS:
+                    raise ValueError(f"repeats for {key!r} must be a whole number from 1 to {MAX_REPEATS}, got {count!r}")
             return {str(k): int(v) for k, v in value.items()}
         if isinstance(value, str):
             try:
                 value = int(value)
             except ValueError:
                 raise ValueError("must be N or AGENT=N[,AGENT=N...] (e.g. 4, or judge=3,_default=1)") from None
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be >= 1")
+        if isinstance(value, int) and not 1 <= value <= MAX_REPEATS:
+            raise ValueError(f"must be from 1 to {MAX_REPEATS}")
         return value
 
     @field_validator("agent_map", mode="before")

@@ -106,6 +106,8 @@ class ScriptedAgent:
         self.health_checks += 1
         self.headers.append(dict(request.headers))
         assert self.health is not None
+        if self.health.delay:
+            await asyncio.sleep(self.health.delay)
         body = self.health.raw if self.health.raw is not None else orjson.dumps(self.health.json)
         return web.Response(status=self.health.status, body=body, content_type="application/json")
 
@@ -120,6 +122,9 @@ class ScriptedAgent:
             request.transport.write(reply.raw or b"")
             request.transport.close()
             raise ConnectionResetError("scripted hang-up")
+        if isinstance(reply, Reply):
+            await asyncio.sleep(reply.delay)
+            return web.Response(status=reply.status, body=orjson.dumps(reply.json), content_type="application/json")
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:

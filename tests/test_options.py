@@ -15,8 +15,8 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
 @pytest.mark.parametrize(
     ("arg", "words"),
     [
-        ("--rollouts-repeats=0", "--rollouts-repeats: must be >= 1 (got '0')"),
-        ("--rollouts-repeats=-1", "--rollouts-repeats: must be >= 1 (got '-1')"),
+        ("--rollouts-repeats=0", "--rollouts-repeats: must be from 1 to 1000000 (got '0')"),
+        ("--rollouts-repeats=-1", "--rollouts-repeats: must be from 1 to 1000000 (got '-1')"),
         ("--rollouts-repeats=many", "--rollouts-repeats: must be N or AGENT=N"),
         ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
         (
@@ -40,6 +40,21 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ("--rollouts-agent=http://example..com:9", "has a host that is no domain name (IDNA)"),
         # Every endpoint was appended to the fragment: /run, /health and /aggregate_metrics were one route.
         ("--rollouts-agent=http://127.0.0.1:9/p#frag", "has a #fragment, which no request carries"),
+        # Passed validation, then overflowed the plan's columns: INTERNALERROR, and the session hung.
+        ("--rollouts-parallel=9223372036854775807", "--rollouts-parallel: Input should be less than or equal to 100000"),
+        ("--rollouts-max-resident=99999999999", "--rollouts-max-resident: Input should be less than or equal to"),
+        ("--rollouts-repeats=99999999999", "--rollouts-repeats: must be from 1 to 1000000"),
+        ("--rollouts-repeats=a=99999999999", "repeats for 'a' must be a whole number from 1 to 1000000"),
+        ("--rollouts-limit=99999999999999999999", "--rollouts-limit: Input should be less than or equal to"),
+        ("--rollouts-max-attempts=99999999999", "--rollouts-max-attempts: Input should be less than or equal to 1000"),
+        ("--rollouts-shard=0/99999999999", "--rollouts-shard: N must be at most 1000000"),
+        # Accepted, then crashed scoring (a timer that never fires).
+        ("--rollouts-timeout=inf", "--rollouts-timeout: Input should be a finite number"),
+        ("--rollouts-timeout=nan", "--rollouts-timeout: Input should be a finite number"),
+        ("--rollouts-timeout=1e12", "--rollouts-timeout: Input should be less than or equal to"),
+        ("--rollouts-dispatch-budget=inf", "--rollouts-dispatch-budget: Input should be a finite number"),
+        ("--rollouts-drain-margin=nan", "--rollouts-drain-margin: Input should be a finite number"),
+        ("--rollouts-retry-backoff=nan", "--rollouts-retry-backoff: Input should be a finite number"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
