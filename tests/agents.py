@@ -120,6 +120,9 @@ class ScriptedAgent:
             request.transport.write(reply.raw or b"")
             request.transport.close()
             raise ConnectionResetError("scripted hang-up")
+        if isinstance(reply, Reply):  # an error reply, or raw bytes
+            body = reply.raw if reply.raw is not None else orjson.dumps(reply.json)
+            return web.Response(status=reply.status, body=body, content_type="application/json")
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
