@@ -90,7 +90,17 @@ def _quoted(text: str, safe: str) -> str:
     return quote(LONE_PERCENT.sub("%25", text), safe=safe)
 
 
-def without_password(url: str) -> str:
-    """``url`` fit for a message: ``user:password@`` left out (the rest as given, even if malformed)."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl() if "@" in parts.netloc else url
+def without_password(text: str) -> str:
+    """``text``, a URL or an option value that holds one (``judge=http://u:pw@host``), fit for a
+    message: what lies between ``://`` and the last ``@`` left out.
+
+    Read as text, not parsed, so it holds whatever the shape: a malformed URL
+    (``http://u:pw@[::1``, which the parser refuses with an error) and a password holding a
+    ``/`` or ``?`` (which the parser reads as a path or query) are the user's mistakes to be
+    told about, their passwords hidden all the same. Hidden past the host's place, the
+    ``@`` stays as ``***@``, so the message does not name a host the URL does not have."""
+    head, sep, rest = text.partition("://")
+    hidden, at, tail = rest.rpartition("@")
+    if not (sep and at):
+        return text
+    return head + sep + ("***@" if any(c in hidden for c in "/?#") else "") + tail

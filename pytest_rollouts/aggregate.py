@@ -30,6 +30,8 @@ from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
 from .resume import key_of
 
 NOT_IMPLEMENTED = frozenset({404, 405})
+# How much of a metrics server's error reply the metrics note shows.
+SHOWN_ERROR_CHARS = 200
 BODY_CHUNK_BYTES = 1 << 16
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
@@ -381,12 +383,13 @@ def _server_metrics(
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
-        shown = redact(body[:200].decode("utf-8", errors="replace"))
+        shown = redact.excerpt(body, SHOWN_ERROR_CHARS)
         raise MetricsServerError(f"{url} answered HTTP {response.status}: {shown!r}")
     try:
-        return object_from(body)
+        # Written to the metrics file and shown: a server echoing its request headers must not leak them.
+        return redact.row(object_from(body))
     except ValueError as exc:
-        raise MetricsServerError(f"{url} replied with {exc}") from None
+        raise MetricsServerError(f"{url} replied with {redact(str(exc))}") from None
 
 
 def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:

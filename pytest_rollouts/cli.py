@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from .accounting import ScoringPolicy
+from .address import without_password
 from .aggregate import score_run
 from .artifacts import ArtifactPaths
 from .auth import headers_for
@@ -41,7 +43,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        # argparse quotes what it refused ("unrecognized arguments: --agnt judge=http://u:pw@host").
+        shown = re.sub(r"\S+", lambda word: without_password(word[0]), message)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {shown}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from .auth import Redactor
 from .http1 import HttpError, Pool, Reply, Target
 from .records import FAILURE_CLASS, MAX_BODY_CHARS
 
@@ -58,12 +59,14 @@ class Attempt:
     http_status: int | None = None
 
 
-async def post_run(pool: Pool, target: Target, body: bytes, timeout: float) -> Attempt:
-    """One attempt of at most ``timeout`` seconds, connecting included."""
+async def post_run(pool: Pool, target: Target, body: bytes, timeout: float, redact: Redactor) -> Attempt:
+    """One attempt of at most ``timeout`` seconds, connecting included.
+
+    A failure's body is kept in part, cut to the sidecar's size by ``redact``, which redacts it first."""
     started = time.perf_counter()
     try:
         async with asyncio.timeout(timeout):
-            reply = await pool.request(target, body, error_limit=4 * MAX_BODY_CHARS)
+            reply = await pool.request(target, body, error_limit=redact.keep(MAX_BODY_CHARS))
     except TimeoutError:
         failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError", f"no reply from {target.url} within {timeout:g}s")
         return Attempt(None, failure, time.perf_counter() - started)
@@ -73,7 +76,7 @@ async def post_run(pool: Pool, target: Target, body: bytes, timeout: float) -> A
     elapsed = time.perf_counter() - started
     status, raw = reply.status, reply.body
     if not 200 <= status < 300:
-        return Attempt(None, _status_failure(reply), elapsed, status)
+        return Attempt(None, _status_failure(reply, redact), elapsed, status)
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -82,12 +85,12 @@ async def post_run(pool: Pool, target: Target, body: bytes, timeout: float) -> A
     else:
         reason = f"reply is a JSON {type(parsed).__name__}, not an object"
     if not isinstance(parsed, dict):
-        failure = Failure(AGENT_RUN_ERROR, "InvalidReply", reason, status, _cut(raw))
+        failure = Failure(AGENT_RUN_ERROR, "InvalidReply", reason, status, redact.excerpt(raw, MAX_BODY_CHARS))
         return Attempt(None, failure, elapsed, status)
     return Attempt(parsed, None, elapsed, status)
 
 
-def _status_failure(reply: Reply) -> Failure:
+def _status_failure(reply: Reply, redact: Redactor) -> Failure:
     status, retryable = reply.status, reply.status in RETRYABLE_STATUSES
     message = f"agent answered HTTP {status}"
     location = reply.header(b"location")
@@ -98,14 +101,10 @@ def _status_failure(reply: Reply) -> Failure:
         "HTTPStatus",
         message,
         status,
-        _cut(reply.body),
+        redact.excerpt(reply.body, MAX_BODY_CHARS),
         retryable=retryable,
         retry_after=_seconds(reply.header(b"retry-after")) if retryable else None,
     )
-
-
-def _cut(raw: bytes) -> str:
-    return raw[: 4 * MAX_BODY_CHARS].decode("utf-8", errors="replace")[:MAX_BODY_CHARS]
 
 
 def _seconds(value: str | None) -> float | None:

@@ -319,7 +319,7 @@ class Engine:
                 if not drained:
                     self._in_flight_since[position] = time.monotonic()
                     try:
-                        attempt = await post_run(self._pool, target, body, self._h["timeout"])
+                        attempt = await post_run(self._pool, target, body, self._h["timeout"], self._redact)
                     finally:
                         del self._in_flight_since[position]
             if drained:
@@ -329,7 +329,7 @@ class Engine:
                 failed[DETAIL] += f"; not retried, {drained}"
                 return failed
             if episode is not None and attempt.reply is not None:
-                attempt.reply = episode_reply(attempt.reply, episode["task_id"])
+                attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
             try:
                 # Replies come in bursts (a wave of requests started together). Yielding once
                 # lets the requests waiting on the semaphore go out before this one's row and
@@ -354,7 +354,6 @@ class Engine:
         if reply is None:
             assert attempt.failure is not None
             attempt.failure.message = self._redact(attempt.failure.message) or ""
-            attempt.failure.body = self._redact(attempt.failure.body)
             self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
             return None
         failure_class = failure_class_of(reply)

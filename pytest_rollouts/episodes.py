@@ -12,11 +12,14 @@ sidecar row of class ``environment_server_failed``, terminal when the server say
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
+
+if TYPE_CHECKING:
+    from .auth import Redactor
 
 TASK_ID = "_ng_task_id"
 ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
@@ -45,8 +48,10 @@ def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, at
     )
 
 
-def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
+def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict[str, Any]:
     """An episode reply as the row we store: its ``result``, or its ``failure`` in sidecar terms.
+
+    The failure's texts are cut to the sidecar's size through ``redact``, which redacts them first.
 
     Anything else (not episode-shaped, or neither a result object nor a failure) is an
     ``environment_server_failed`` that resume retries, never a result without a score.
@@ -64,8 +69,8 @@ def episode_reply(reply: dict[str, Any], task_id: Any) -> dict[str, Any]:
             FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
             TERMINAL: failure.get("terminal") is True,
             "_ng_failure_type": "EpisodeFailure",
-            "_ng_failure_message": str(said)[:MAX_BODY_CHARS],
-            "_ng_failure_response_body": text[:MAX_BODY_CHARS],
+            "_ng_failure_message": redact.cut(str(said), MAX_BODY_CHARS),
+            "_ng_failure_response_body": redact.cut(text, MAX_BODY_CHARS),
         }
         for key in ("stage", "partial_response"):
             if key in failure:

@@ -16,13 +16,14 @@ CHECK is one of those names, or an agent's name: that agent is not checked at al
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from .address import Address
+from .auth import Redactor
 from .http1 import HttpError, Pool, Target
 
 HEALTH_PATH = "/health"
@@ -45,11 +46,11 @@ class Unhealthy:
         return f"agent {self.agent!r} at {self.url}: {self.reply}"
 
 
-def judge(status: int, body: bytes, ignored: Collection[str]) -> str | None:
+def judge(status: int, body: bytes, ignored: Collection[str], redact: Redactor) -> str | None:
     """Why a ``/health`` reply is unhealthy, or None when it is healthy."""
     if status == 404 or 300 <= status < 400:
         return None
-    shown = body[:SHOWN_BODY_CHARS].decode("utf-8", errors="replace")
+    shown = redact.excerpt(body, SHOWN_BODY_CHARS)
     if not 200 <= status < 300:
         return f"HTTP {status}" + (f": {shown}" if shown else "")
     failing = _failing_checks(body)
@@ -92,7 +93,7 @@ async def check_agents(
     *,
     workers: int,
     ignored: Collection[str],
-    redact: Callable[[str | None], str | None],
+    redact: Redactor,
 ) -> list[Unhealthy]:
     """Check every agent in ``urls``, at most ``workers`` at once; the unhealthy ones, by name."""
     gate = asyncio.Semaphore(workers)
@@ -100,7 +101,7 @@ async def check_agents(
     async def one(name: str, url: str) -> Unhealthy | None:
         async with gate:
             target = Target.of("GET", url, HEALTH_PATH, headers.get(name, {}))
-            why = await _check(pool, target, ignored)
+            why = await _check(pool, target, ignored, redact)
         return None if why is None else Unhealthy(name, Address.parse(url).shown, redact(why) or "")
 
     checked = sorted((name, url) for name, url in urls.items() if name not in ignored)
@@ -108,7 +109,7 @@ async def check_agents(
     return [r for r in results if r is not None]
 
 
-async def _check(pool: Pool, target: Target, ignored: Collection[str]) -> str | None:
+async def _check(pool: Pool, target: Target, ignored: Collection[str], redact: Redactor) -> str | None:
     try:
         async with asyncio.timeout(TIMEOUT_S):
             reply = await pool.request(target, read_limit=MAX_JUDGED_BYTES)
@@ -116,4 +117,4 @@ async def _check(pool: Pool, target: Target, ignored: Collection[str]) -> str | 
         return f"no reply within {TIMEOUT_S:g}s"
     except HttpError as exc:
         return f"{exc.kind}: {exc}"
-    return judge(reply.status, reply.body, ignored)
+    return judge(reply.status, reply.body, ignored, redact)

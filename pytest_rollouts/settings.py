@@ -476,11 +476,13 @@ def _describe(exc: ValidationError, source: dict[str, str]) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         where = source.get(field, field) or "options"
-        # A header value is a secret: say what is wrong, never what was given; nor an address's password.
+        # A header value is a secret: say what is wrong, never what was given; nor a URL's
+        # password, in whichever option a URL was given (``judge=http://u:pw@host`` included).
         value = error.get("input")
-        if field == "agent":
-            value = [without_password(str(v)) for v in value] if isinstance(value, list | tuple) else value
-            value = without_password(value) if isinstance(value, str) else value
+        if isinstance(value, list | tuple):
+            value = [without_password(v) if isinstance(v, str) else v for v in value]
+        elif isinstance(value, str):
+            value = without_password(value)
         given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
         lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)

@@ -122,9 +122,10 @@ class ScriptedAgent:
             request.transport.write(reply.raw or b"")
             request.transport.close()
             raise ConnectionResetError("scripted hang-up")
-        if isinstance(reply, Reply):
+        if isinstance(reply, Reply):  # an error reply, raw bytes, or a slow one
             await asyncio.sleep(reply.delay)
-            return web.Response(status=reply.status, body=orjson.dumps(reply.json), content_type="application/json")
+            body = reply.raw if reply.raw is not None else orjson.dumps(reply.json)
+            return web.Response(status=reply.status, body=body, content_type="application/json")
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_rollouts.auth import Redactor
 from pytest_rollouts.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.http1 import Pool, Target
 
@@ -18,7 +19,7 @@ async def attempt_on(url: str) -> Attempt:
     """One ``post_run`` on a pool of its own, closed after."""
     pool = Pool(TIMEOUT)
     try:
-        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, TIMEOUT)
+        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, TIMEOUT, Redactor({}))
     finally:
         pool.close()
 
