@@ -28,6 +28,7 @@ from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fi
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
 from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
 from .resume import key_of
+from .whole_request import bounded_connection
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 BODY_CHUNK_BYTES = 1 << 16
@@ -356,28 +357,26 @@ def _server_metrics(
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
     One blocking request at session end: stdlib ``http.client`` streams the chunked body
-    from disk, without an event loop in pytest's process.
+    from disk, without an event loop in pytest's process. ``timeout`` bounds the whole request,
+    reply included: a server that trickles its answer must not hold the session open.
     """
     address = Address.parse(url, "/aggregate_metrics")
     url = address.shown
-    kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
-    connection = kind(address.host, address.port, timeout=timeout)
     headers = address.with_credentials(headers)
     redact = Redactor({"": headers})
     try:
-        connection.request(
-            "POST",
-            address.path,
-            body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
-            headers=address.headers({**headers, "Content-Type": "application/json"}),
-            encode_chunked=True,
-        )
-        response = connection.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as exc:  # refused, reset, or a reply that is not HTTP
+        with bounded_connection(address, timeout) as connection:
+            connection.request(
+                "POST",
+                address.path,
+                body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
+                headers=address.headers({**headers, "Content-Type": "application/json"}),
+                encode_chunked=True,
+            )
+            response = connection.getresponse()
+            body = response.read()
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, too slow, or a reply that is not HTTP
         raise MetricsServerError(f"{url} failed: {redact(str(exc) or type(exc).__name__)}") from None
-    finally:
-        connection.close()
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
