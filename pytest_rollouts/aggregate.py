@@ -23,7 +23,7 @@ from .accounting import Coverage, Key, ScoringPolicy, account
 from .address import Address
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
-from .jsonl import ArtifactError, LineReader, object_from, parse_object, replaced_atomically, whole_lines
+from .jsonl import ArtifactError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
 from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
@@ -52,11 +52,14 @@ class GroupScore:
 
     @property
     def mean_reward(self) -> float | None:
-        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one)."""
+        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one).
+
+        A NaN there (a server's metrics are kept as it sent them) is no score: it would pass any
+        ``--rollouts-fail-under``, since no comparison with NaN is true."""
         for part in ("key_metrics", "agent_metrics"):
             section = self.metrics.get(part)
             value = section.get("mean/reward") if isinstance(section, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
                 return float(value)
         return None
 
@@ -398,7 +401,7 @@ def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> 
             row = extra.get(key)
             if row is None:
                 row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
-            yield (b"," if position else b"") + orjson.dumps(row)
+            yield (b"," if position else b"") + dumps(row)
     yield b"]}"
 
 
@@ -464,4 +467,4 @@ def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from .http1 import HttpError, Pool, Reply, Target
+from .jsonl import loads
 from .records import FAILURE_CLASS, MAX_BODY_CHARS
 
 AGENT_RUN_ERROR = "agent_run_error"
@@ -75,8 +74,8 @@ async def post_run(pool: Pool, target: Target, body: bytes, timeout: float) -> A
     if not 200 <= status < 300:
         return Attempt(None, _status_failure(reply), elapsed, status)
     try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        parsed = loads(raw)
+    except ValueError as exc:
         parsed = None
         reason = f"reply is not valid JSON ({exc})"
     else:
