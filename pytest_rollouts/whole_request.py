@@ -30,8 +30,9 @@ def bounded_connection(address: Address, seconds: float) -> Iterator[http.client
     """A connection to ``address`` that fails with ``RequestTimeout`` once ``seconds`` have passed
     since it was opened; the request is made and its reply read inside the ``with``.
 
-    A reply read whole before the deadline stands, even if the watchdog fires while the
-    ``with`` body is still returning: the lock makes "finished" and "cut" exclusive.
+    The lock makes "finished" and "cut" exclusive: a cut after the ``with`` body returned changes
+    nothing, and a cut before it is a ``RequestTimeout`` even if the body returned normally, since
+    a reply read up to the close (no length given) parses when cut short.
     """
     kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
     # Each socket operation gets the whole bound too: connecting is the one step the watchdog
