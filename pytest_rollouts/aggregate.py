@@ -23,11 +23,12 @@ from .accounting import Coverage, Key, ScoringPolicy, account
 from .address import Address
 from .artifacts import ArtifactPaths, artifact_rows
 from .auth import Redactor
-from .jsonl import ArtifactError, LineReader, object_from, parse_object, replaced_atomically, whole_lines
+from .jsonl import ArtifactError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
 from .metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from .preprocess import ROLLOUT_INDEX, TASK_INDEX
 from .records import ENVIRONMENT_SERVER, reward_of, routing_identity
 from .resume import key_of
+from .whole_request import bounded_connection
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 # How much of a metrics server's error reply the metrics note shows.
@@ -53,11 +54,14 @@ class GroupScore:
 
     @property
     def mean_reward(self) -> float | None:
-        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one)."""
+        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one).
+
+        A NaN there (a server's metrics are kept as it sent them) is no score: it would pass any
+        ``--rollouts-fail-under``, since no comparison with NaN is true."""
         for part in ("key_metrics", "agent_metrics"):
             section = self.metrics.get(part)
             value = section.get("mean/reward") if isinstance(section, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
                 return float(value)
         return None
 
@@ -358,28 +362,26 @@ def _server_metrics(
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
     One blocking request at session end: stdlib ``http.client`` streams the chunked body
-    from disk, without an event loop in pytest's process.
+    from disk, without an event loop in pytest's process. ``timeout`` bounds the whole request,
+    reply included: a server that trickles its answer must not hold the session open.
     """
     address = Address.parse(url, "/aggregate_metrics")
     url = address.shown
-    kind = http.client.HTTPSConnection if address.tls else http.client.HTTPConnection
-    connection = kind(address.host, address.port, timeout=timeout)
     headers = address.with_credentials(headers)
     redact = Redactor({"": headers})
     try:
-        connection.request(
-            "POST",
-            address.path,
-            body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
-            headers=address.headers({**headers, "Content-Type": "application/json"}),
-            encode_chunked=True,
-        )
-        response = connection.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as exc:  # refused, reset, or a reply that is not HTTP
+        with bounded_connection(address, timeout) as connection:
+            connection.request(
+                "POST",
+                address.path,
+                body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
+                headers=address.headers({**headers, "Content-Type": "application/json"}),
+                encode_chunked=True,
+            )
+            response = connection.getresponse()
+            body = response.read()
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, too slow, or a reply that is not HTTP
         raise MetricsServerError(f"{url} failed: {redact(str(exc) or type(exc).__name__)}") from None
-    finally:
-        connection.close()
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
@@ -402,7 +404,7 @@ def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> 
             row = extra.get(key)
             if row is None:
                 row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
-            yield (b"," if position else b"") + orjson.dumps(row)
+            yield (b"," if position else b"") + dumps(row)
     yield b"]}"
 
 
@@ -468,4 +470,4 @@ def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

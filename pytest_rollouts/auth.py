@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .jsonl import dumps
+
 if TYPE_CHECKING:  # the dispatcher process imports this module and must not pay for pydantic
     from .settings import AgentHeader
 
@@ -95,13 +97,13 @@ class Redactor:
 
         Numbers stay as the agent sent them.
         """
-        return self._scrub(row) if self._holds_secret(orjson.dumps(row)) else row
+        return self._scrub(row) if self._holds_secret(dumps(row)) else row
 
     def line(self, row: dict[str, Any]) -> bytes:
         """``row`` as the JSONL line to append, scrubbed like ``row``: serialized once when it holds no value."""
-        data = orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+        data = dumps(row, option=orjson.OPT_APPEND_NEWLINE)
         if self._holds_secret(data):
-            data = orjson.dumps(self._scrub(row), option=orjson.OPT_APPEND_NEWLINE)
+            data = dumps(self._scrub(row), option=orjson.OPT_APPEND_NEWLINE)
         return data
 
     def _holds_secret(self, data: bytes) -> bool:

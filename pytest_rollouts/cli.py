@@ -80,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment); "
         f"adds to env {HEADERS_ENV}, one per line",
     )
+    merge.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a group's whole /aggregate_metrics request may take, reply included (default 3600), "
+        "as --rollouts-timeout in a run; past it, metrics are computed locally",
+    )
     args = parser.parse_args(argv)
     return aggregate(args)
 
@@ -107,7 +115,7 @@ def aggregate(args: argparse.Namespace) -> int:
                 agent_url=lambda name: settings.named_agent_urls.get(name, settings.default_agent_url),
                 agent_headers=lambda name: headers_for(headers, name),
                 write_metrics=True,
-                timeout=3600.0,
+                timeout=settings.timeout,
             )
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
@@ -149,9 +157,11 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
     Headers combine as a run's do: the environment's, then ``--agent-header`` replacing any
     with the same agent and name, and one header given twice within one of them is refused."""
     try:
-        settings = Settings.model_validate({"out": args.out, "agent": args.agent, "fail_under": args.fail_under})
+        given = {"out": args.out, "agent": args.agent, "fail_under": args.fail_under, "timeout": args.timeout}
+        settings = Settings.model_validate({name: value for name, value in given.items() if value is not None})
     except ValidationError as exc:
-        raise ValueError(_describe(exc, {"out": "--out", "agent": "--agent", "fail_under": "--fail-under"})) from None
+        flags = {"out": "--out", "agent": "--agent", "fail_under": "--fail-under", "timeout": "--timeout"}
+        raise ValueError(_describe(exc, flags)) from None
     out = Path(args.out).resolve()
     if out.is_dir():
         raise ValueError(f"--out: {out} is a directory; name the output file in it")

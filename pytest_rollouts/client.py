@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from .auth import Redactor
 from .http1 import HttpError, Pool, Reply, Target
+from .jsonl import loads
 from .records import FAILURE_CLASS, MAX_BODY_CHARS
 
 AGENT_RUN_ERROR = "agent_run_error"
@@ -78,8 +77,8 @@ async def post_run(pool: Pool, target: Target, body: bytes, timeout: float, reda
     if not 200 <= status < 300:
         return Attempt(None, _status_failure(reply, redact), elapsed, status)
     try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        parsed = loads(raw)
+    except ValueError as exc:
         parsed = None
         reason = f"reply is not valid JSON ({exc})"
     else:

@@ -43,7 +43,7 @@ from .episodes import episode_body, episode_reply
 from .frames import ChannelClosed, FrameBuffer, message, read_frame
 from .health import Unhealthy, check_agents
 from .http1 import Pool, Target
-from .jsonl import ArtifactError, JsonlAppender, whole_lines
+from .jsonl import ArtifactError, JsonlAppender, dumps, loads, whole_lines
 from .preprocess import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
 from .records import (
     CANCELLED,
@@ -293,7 +293,7 @@ class Engine:
         agent = self._names[col["agent"][position]]
         body = os.pread(self._bodies_fd, col["length"][position], col["offset"][position])
         # An episode row is sent as an episode request built from it, and names no agent.
-        episode = orjson.loads(body) if col["episode"][position] else None
+        episode = loads(body) if col["episode"][position] else None
         stamps: dict[str, Any] = {
             TASK_INDEX: col["task"][position],
             ROLLOUT_INDEX: rollout_index,
@@ -465,15 +465,15 @@ class SharedOutput:
         data = whole_lines(self._path, self._offset)
         for line in data.splitlines():
             if line.strip():
-                row = orjson.loads(line)
+                row = loads(line)
                 self.rewards[(row[TASK_INDEX], row[ROLLOUT_INDEX])] = reward_of(row)
         self._offset += len(data)
 
 
 def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:
-    row = orjson.loads(body)
+    row = loads(body)
     row[ATTEMPT_INDEX] = attempt_index
-    return orjson.dumps(row)
+    return dumps(row)
 
 
 def _detail(attempt: Attempt) -> str:

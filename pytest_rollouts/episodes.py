@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from .jsonl import dumps
 from .records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, at
     The id is this run's own ``<task>-<rollout>``: an id copied from the dataset would be the
     same for every repeat and fan-out copy of the row.
     """
-    return orjson.dumps(
+    return dumps(
         {
             "episode_id": {"rollout_id": f"{task_index}-{rollout_index}", "attempt": attempt_index},
             "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
@@ -62,7 +61,7 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
     failure = reply.get("failure") if shaped else None
     if isinstance(failure, Mapping):
         # Its shape is the server's own: the whole object is kept, as any agent's reply body is.
-        text = orjson.dumps(failure, default=str).decode()
+        text = dumps(failure, default=str).decode()
         said = next((failure[key] for key in ("failure_reason", "message", "error") if failure.get(key)), text)
         row = {
             TASK_ID: task_id,

@@ -21,17 +21,18 @@ Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from .address import Address
 from .routing import Discovered
+from .whole_request import RequestTimeout, bounded_connection
 
 CONFIG_PATH = "/global_config_dict_yaml"
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
@@ -43,18 +44,26 @@ class HeadServerError(Exception):
 
 
 def discover(base_url: str, *, timeout: float) -> Discovered:
-    """Read the head server's config and pick out agents and task sources."""
+    """Read the head server's config and pick out agents and task sources.
+
+    ``timeout`` bounds the whole request, reply included: discovery runs before anything
+    else, and a head server that trickles its config must not hold the session there.
+    """
     url = base_url.rstrip("/") + CONFIG_PATH
+    address = Address.parse(base_url, CONFIG_PATH)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with bounded_connection(address, timeout) as connection:
+            connection.request("GET", address.path, headers=address.headers({"Accept": "application/json"}))
+            response = connection.getresponse()
             raw = response.read()
-    except urllib.error.HTTPError as exc:
-        raise HeadServerError(f"NeMo Gym head server {base_url} answered HTTP {exc.code} for {CONFIG_PATH}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    except RequestTimeout as exc:
+        raise HeadServerError(f"the NeMo Gym head server at {base_url} sent {exc} for {CONFIG_PATH}") from None
+    except (OSError, http.client.HTTPException) as exc:
         raise HeadServerError(
-            f"cannot reach the NeMo Gym head server at {base_url} ({reason}); is it running, on that port?"
+            f"cannot reach the NeMo Gym head server at {base_url} ({exc}); is it running, on that port?"
         ) from None
+    if response.status != 200:
+        raise HeadServerError(f"NeMo Gym head server {base_url} answered HTTP {response.status} for {CONFIG_PATH}")
     try:
         text = json.loads(raw)
         config = yaml.safe_load(text) if isinstance(text, str) else text

@@ -2,8 +2,14 @@
 
 The names are NeMo Gym 0.7.0's (``mean/reward``, ``mean_across_repeats/mean/reward``, ...), so a
 user's dashboards read our file and theirs alike. Pure functions: rows in, a JSON-ready dict out.
-JSON has no NaN, so every statistic that is undefined (a spread of one value, a single cluster)
-is ``None`` rather than a number that would lie.
+Every statistic that is undefined (a spread of one value, a single cluster) is ``None`` rather
+than a number that would lie.
+
+A field a row reports as ``NaN`` is missing from that row, and one reported as an infinity is a
+value like any other, as in NeMo Gym's default profile (``reward_profile.py``: pandas' ``mean``,
+``median``, ``min``, ``max``, ``std`` skip NaN, and a statistic that comes out NaN is dropped):
+an infinite reward makes ``mean/reward`` infinite; a ``NaN`` reward leaves the rollout unscored.
+An infinite result is a ``NonFinite``, so the metrics file writes it as ``json.dumps`` would.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
+
+from .jsonl import NonFinite
 
 # Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
 Z_95 = 1.96
@@ -55,8 +63,7 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     counts live nested in ``response.usage``; NeMo Gym reports them under their leaf names
     (``input_tokens``, ``cached_tokens``, ...), so every number inside it is flattened to its leaf
     key. A top-level field wins over a usage leaf of the same name, and an earlier leaf over a
-    later one. NaN and infinities are skipped: they would poison every mean and cannot
-    be written as JSON.
+    later one. NaN is skipped (a missing value, as pandas takes it); infinities are kept.
     """
     out: dict[str, float] = {}
     for key, value in row.items():
@@ -85,20 +92,28 @@ def _add_leaves(node: Any, out: dict[str, float]) -> None:
 
 
 def _as_number(value: Any) -> float | None:
-    """A finite float for ints, floats and bools; None for anything else (numeric strings too).
+    """A float for ints, floats and bools; None for NaN and anything else (numeric strings too).
 
     Exact type checks first: every number of every row of a run passes through here.
     """
     kind = type(value)
     if kind is float:
-        return value if math.isfinite(value) else None
+        return value if math.isfinite(value) else _written(value)
     if kind is not int and kind is not bool and not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:  # an int beyond float range
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) else _written(number)
+
+
+def _written(x: float) -> float | None:
+    """A statistic as it is written: None when undefined (NaN: infinities of both signs, or an
+    infinity's spread), an infinity as a ``NonFinite``."""
+    if math.isfinite(x):
+        return x
+    return None if math.isnan(x) else NonFinite(x)
 
 
 def is_correct(reward: float) -> bool:
@@ -238,14 +253,15 @@ def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
     return columns
 
 
-def _std(xs: Sequence[float], mean: float, ddof: int) -> float | None:
-    """What statistics.pstdev (ddof=0) or stdev (ddof=1) give; None when undefined (n <= ddof).
+def _std(xs: Sequence[float], mean: float | None, ddof: int) -> float | None:
+    """What statistics.pstdev (ddof=0) or stdev (ddof=1) give; None when undefined (n <= ddof, or
+    an infinity among ``xs``, as pandas' NaN).
 
     The stdlib computes in exact fractions, about 30 us a call: seconds for 100k one-rollout
     tasks. The norm of the deviations (hypot accumulates in extended precision and cannot
     overflow) agrees with it to a few ulps at a fraction of the cost.
     """
-    if len(xs) <= ddof:
+    if len(xs) <= ddof or mean is None or not math.isfinite(mean):
         return None
     return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
 
@@ -264,6 +280,9 @@ def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
         (x,) = xs
         return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
     mean = statistics.fmean(xs)
+    if not math.isfinite(mean):  # an infinity among them: the rare path
+        median = _written(statistics.median(xs))
+        return {mean_: _written(mean), median_: median, std_: None, min_: min(xs), max_: max(xs)}
     return {mean_: mean, median_: statistics.median(xs), std_: _std(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
 
 
@@ -280,11 +299,11 @@ def _across_repeats(field: str, repeat_means: Sequence[float]) -> dict[str, floa
     low, high = _interval(mean, se)
     name = f"across_repeats/mean/{field}"
     return {
-        f"mean_{name}": mean,
-        f"median_{name}": statistics.median(repeat_means),
+        f"mean_{name}": _written(mean),
+        f"median_{name}": _written(statistics.median(repeat_means)),
         f"std_{name}": std,
-        f"min_{name}": min(repeat_means),
-        f"max_{name}": max(repeat_means),
+        f"min_{name}": _written(min(repeat_means)),
+        f"max_{name}": _written(max(repeat_means)),
         f"se_{name}": se,
         f"ci_low_95_{name}": low,
         f"ci_high_95_{name}": high,
@@ -304,6 +323,8 @@ def _clustered_sem(rewards_by_task: Sequence[Sequence[float]]) -> float | None:
         return None
     n = sum(map(len, rewards_by_task))
     mean = statistics.fmean(itertools.chain.from_iterable(rewards_by_task))
+    if not math.isfinite(mean):  # an infinite reward: no finite spread
+        return None
     residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
     return math.sqrt(g / (g - 1) * math.fsum(s * s for s in residual_sums)) / n
 
@@ -384,8 +405,8 @@ def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str]
         entry.update(
             {
                 f"sem/{field}": sem,
-                f"p25/{field}": p25,
-                f"p75/{field}": p75,
+                f"p25/{field}": _written(p25),
+                f"p75/{field}": _written(p75),
                 f"ci_low_95/{field}": low,
                 f"ci_high_95/{field}": high,
             }

@@ -7,6 +7,7 @@ failure class) stays in memory until the item reports, which is what keeps a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,13 @@ def dominant_class(counts: Mapping[str, int]) -> str:
 
 
 def reward_of(reply: dict[str, Any]) -> float | None:
+    """The reply's reward, None when it has no numeric one: NaN (a missing value to the metrics, as
+    to NeMo Gym's pandas) and an integer beyond float range included."""
     value = reply.get("reward")
-    if isinstance(value, bool):
-        return float(value)
-    return float(value) if isinstance(value, (int, float)) else None
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        reward = float(value)
+    except OverflowError:
+        return None
+    return None if math.isnan(reward) else reward

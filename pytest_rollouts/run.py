@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 
 from .artifacts import ArtifactPaths, RunStart, artifact_rows, read_rows, torn_tail
 from .collect import DatasetFile, RolloutItem, find_declaration
 from .dispatch import AgentsUnhealthy, Dispatcher, DispatcherGone, PlannedRollout, spawn_engine, stop_unused
-from .jsonl import ArtifactError, JsonlError, LineReader, parse_object, replaced_atomically
+from .jsonl import ArtifactError, JsonlError, LineReader, dumps, parse_object, replaced_atomically
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
@@ -390,7 +389,7 @@ class RolloutRun:
                     add_seed=settings.repeats_add_seed,
                     episode=item.episode,
                 )
-                line = orjson.dumps(materialized)
+                line = dumps(materialized)
                 out.write(line + b"\n")
                 expected.setdefault(routing_identity(materialized), {})[(item.task_index, rollout_index)] = offset
                 rollouts.append(

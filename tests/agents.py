@@ -63,6 +63,7 @@ class ScriptedAgent:
         self.headers: list[dict[str, str]] = []
         self.aggregate_bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
+        self.bodies: list[bytes] = []  # each /run body as sent, for what orjson would not read back exactly
         # When each /run arrived (time.monotonic), in arrival order.
         self.arrivals: list[float] = []
         self.in_flight = 0
@@ -117,6 +118,8 @@ class ScriptedAgent:
         self.headers.append(dict(request.headers))
         assert self.aggregate is not None
         reply = self.aggregate(body)
+        if isinstance(reply, Reply) and reply.raw is not None and not reply.reset:
+            return web.Response(status=reply.status, body=reply.raw, content_type="application/json")
         if isinstance(reply, Reply) and reply.reset:  # ``raw`` as the only bytes sent: not even HTTP
             assert request.transport is not None
             request.transport.write(reply.raw or b"")
@@ -129,7 +132,9 @@ class ScriptedAgent:
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
-        row = orjson.loads(await request.read())
+        body = await request.read()
+        self.bodies.append(body)
+        row = orjson.loads(body)
         self.headers.append(dict(request.headers))
         key = (row.get("_ng_task_index"), row.get("_ng_rollout_index"))
         seen = self._seen[key]

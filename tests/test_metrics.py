@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import pytest
 
+from pytest_rollouts.jsonl import NonFinite
 from pytest_rollouts.metrics import MetricRow, compute_default_metrics, is_correct, numeric_fields, pass_at_k
 
 Z = 1.96
@@ -225,8 +226,10 @@ def test_numeric_fields_keeps_measurements_only() -> None:
         "output_tokens": 7.0,
         "reasoning_tokens": 3.0,
         "audio_tokens": 2.0,
+        "inf": float("-inf"),  # a value, as to NeMo Gym's pandas; NaN is a missing one
     }
-    assert all(type(v) is float for v in fields.values())
+    assert all(type(v) is float for k, v in fields.items() if k != "inf")
+    assert type(fields["inf"]) is NonFinite, "written back as -Infinity, not as orjson's null"
     assert numeric_fields({"reward": 0.5, "response": None}) == {"reward": 0.5}
     assert numeric_fields({"response": {"usage": None}}) == {}
 
