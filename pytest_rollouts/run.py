@@ -744,6 +744,7 @@ def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_atte
         history.longest,
         0,
         cached=True,
+        given_up=verdict is Verdict.CAPPED,
     )
 
 
