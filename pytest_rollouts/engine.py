@@ -37,6 +37,7 @@ import orjson
 
 from .address import Address
 from .auth import Redactor
+from .bodies import Bodies
 from .client import JSON_HEADERS, Attempt, post_run
 from .collector import pace_process
 from .episodes import episode_body, episode_reply
@@ -104,7 +105,7 @@ class Engine:
         self._tasks_done = 0
         self._rollouts_sent = 0
         self._failure_counts: Counter[str] = Counter()
-        self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
+        self._bodies = Bodies(Path(header["bodies"]))
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
         self._in_flight = asyncio.Semaphore(header["parallel"])
@@ -145,7 +146,7 @@ class Engine:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pool.close()
-        os.close(self._bodies_fd)
+        self._bodies.close()
         for appender in (self._outputs, self._failures):
             try:
                 appender.close()
@@ -296,7 +297,7 @@ class Engine:
         col = self._col
         rollout_index = col["rollout"][position]
         agent = self._names[col["agent"][position]]
-        body = os.pread(self._bodies_fd, col["length"][position], col["offset"][position])
+        body = self._bodies.read(col["offset"][position], col["length"][position])
         # An episode row is sent as an episode request built from it, and names no agent.
         episode = orjson.loads(body) if col["episode"][position] else None
         stamps: dict[str, Any] = {
@@ -433,10 +434,16 @@ class Engine:
         return message(["progress", len(since), time.monotonic() - since[oldest], where, finished])
 
     async def _sync_periodically(self) -> None:
-        """fsync at least once a second: a crash loses at most the last second's rows."""
+        """fsync at least once a second: a crash loses at most the last second's rows.
+
+        The materialized inputs are checked as often (on this thread, which closes their file):
+        request bodies come from the file this process opened, but scoring and resume read the
+        one at its path.
+        """
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(SYNC_INTERVAL_S)
+            self._bodies.check()
             await loop.run_in_executor(None, self._sync)
 
     def _sync(self) -> None:
