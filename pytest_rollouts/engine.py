@@ -342,7 +342,7 @@ class Engine:
                     tries.append(attempt)
                     await asyncio.sleep(self._backoff(number, failure.retry_after))
                     continue
-                if episode is not None:
+                if episode is not None and attempt.reply is not None:
                     attempt.reply = episode_reply(attempt.reply, episode["task_id"])
                 try:
                     # Replies come in bursts (a wave of requests started together). Yielding once
