@@ -249,5 +249,6 @@ class RolloutItem(pytest.Item):
 
 
 def _describe(outcome: RolloutOutcome) -> str:
-    tries = f" after {outcome.attempts} attempts" if outcome.attempts > 1 else ""
+    # HTTP tries of this run's one attempt (retries within a run are not attempts).
+    tries = f" after {outcome.attempts} tries" if outcome.attempts > 1 else ""
     return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}: {outcome.detail}"

@@ -37,6 +37,7 @@ import orjson
 
 from .address import Address
 from .auth import Redactor
+from .bodies import Bodies
 from .client import JSON_HEADERS, Attempt, post_run
 from .collector import pace_process
 from .episodes import episode_body, episode_reply
@@ -52,6 +53,7 @@ from .records import (
     agent_failure_row,
     failure_class_of,
     failure_row,
+    marked_terminal,
     reward_of,
     success_row,
 )
@@ -103,7 +105,7 @@ class Engine:
         self._tasks_done = 0
         self._rollouts_sent = 0
         self._failure_counts: Counter[str] = Counter()
-        self._bodies_fd = os.open(header["bodies"], os.O_RDONLY)
+        self._bodies = Bodies(Path(header["bodies"]))
         self._outputs = JsonlAppender(Path(header["out"]))
         self._failures = JsonlAppender(Path(header["failures"]))
         self._in_flight = asyncio.Semaphore(header["parallel"])
@@ -140,7 +142,7 @@ class Engine:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pool.close()
-        os.close(self._bodies_fd)
+        self._bodies.close()
         for appender in (self._outputs, self._failures):
             try:
                 appender.close()
@@ -288,10 +290,16 @@ class Engine:
         return [key[1], reward, None, "", 0.0, 0, True]
 
     async def _attempts(self, position: int) -> list[Any]:
+        """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
+        or a 429/502/503/504, all carrying the attempt's index, and one row for the whole attempt.
+
+        Resume caps attempts (runs that tried a rollout), so an outage that outlasts one run's
+        retries costs that run one attempt, and the next ``--rollouts-resume`` sends it again.
+        """
         col = self._col
         rollout_index = col["rollout"][position]
         agent = self._names[col["agent"][position]]
-        body = os.pread(self._bodies_fd, col["length"][position], col["offset"][position])
+        body = self._bodies.read(col["offset"][position], col["length"][position])
         # An episode row is sent as an episode request built from it, and names no agent.
         episode = loads(body) if col["episode"][position] else None
         stamps: dict[str, Any] = {
@@ -300,68 +308,84 @@ class Engine:
             **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
         }
         target = self._targets[col["agent"][position]]
-        first = col["first_attempt"][position]
-        # In-run retries and earlier runs' attempts share one cap per rollout.
-        last = min(first + self._h["retries"], self._h["max_attempts"] - 1)
-        # The last attempt's outcome while a retry may follow: kept if the budget refuses the retry.
-        failed: list[Any] | None = None
-        for attempt_index in range(first, last + 1):
-            if attempt_index:
-                stamps[ATTEMPT_INDEX] = attempt_index
-            if episode is not None:
-                body = episode_body(episode, stamps[TASK_INDEX], rollout_index, attempt_index)
-            elif attempt_index:
-                body = _with_attempt_index(body, attempt_index)
-            async with self._in_flight:
-                # Asked once a request may go out, not at admission: an admitted rollout can wait
-                # behind ``parallel`` others for longer than the whole budget.
-                drained = self._deadline.refuse() if self._deadline is not None else ""
-                if not drained:
-                    self._in_flight_since[position] = time.monotonic()
-                    try:
-                        attempt = await post_run(self._pool, target, body, self._h["timeout"], self._redact)
-                    finally:
-                        del self._in_flight_since[position]
-            if drained:
-                if failed is None:
-                    return [rollout_index, None, CANCELLED, drained, 0.0, 0]
-                # Its failure row is in the sidecar, so resume retries it.
-                failed[DETAIL] += f"; not retried, {drained}"
-                return failed
-            if episode is not None and attempt.reply is not None:
-                attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
-            try:
-                # Replies come in bursts (a wave of requests started together). Yielding once
-                # lets the requests waiting on the semaphore go out before this one's row and
-                # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
-                await asyncio.sleep(0)
-            finally:
-                # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
-                outcome = self._record(attempt, stamps, rollout_index, attempt_index + 1)
-            if outcome is not None:
+        # The number of earlier runs' failure rows: a first attempt carries no index.
+        attempt_index = col["first_attempt"][position]
+        if attempt_index:
+            stamps[ATTEMPT_INDEX] = attempt_index
+        if episode is not None:
+            body = episode_body(episode, stamps[TASK_INDEX], rollout_index, attempt_index)
+        elif attempt_index:
+            body = _with_attempt_index(body, attempt_index)
+        # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
+        tries: list[Attempt] = []
+        try:
+            for number in range(self._h["retries"] + 1):
+                async with self._in_flight:
+                    # Asked once a request may go out, not at admission: an admitted rollout can wait
+                    # behind ``parallel`` others for longer than the whole budget.
+                    drained = self._deadline.refuse() if self._deadline is not None else ""
+                    if not drained:
+                        self._in_flight_since[position] = time.monotonic()
+                        try:
+                            attempt = await post_run(self._pool, target, body, self._h["timeout"], self._redact)
+                        finally:
+                            del self._in_flight_since[position]
+                if drained:
+                    if not tries:
+                        return [rollout_index, None, CANCELLED, drained, 0.0, 0]
+                    # The try it would have retried stands for the attempt: its row makes resume retry it.
+                    failed = self._record(tries.pop(), stamps, rollout_index, tries)
+                    failed[DETAIL] += f"; not retried, {drained}"
+                    return failed
+                failure = attempt.failure
+                if failure is not None:
+                    if not failure.retryable or number == self._h["retries"]:
+                        return self._record(attempt, stamps, rollout_index, tries)
+                    tries.append(attempt)
+                    await asyncio.sleep(self._backoff(number, failure.retry_after))
+                    continue
+                if episode is not None and attempt.reply is not None:
+                    attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
+                try:
+                    # Replies come in bursts (a wave of requests started together). Yielding once
+                    # lets the requests waiting on the semaphore go out before this one's row and
+                    # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
+                    await asyncio.sleep(0)
+                finally:
+                    # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
+                    outcome = self._record(attempt, stamps, rollout_index, tries)
                 return outcome
-            failure = attempt.failure
-            assert failure is not None
-            failed = [rollout_index, None, failure.failure_class, _detail(attempt), attempt.elapsed, attempt_index + 1]
-            if not failure.retryable or attempt_index == last:
-                return failed
-            await asyncio.sleep(self._backoff(attempt_index, failure.retry_after))
-        raise AssertionError("unreachable: the last attempt always returns")
+        finally:
+            if tries:  # cancelled between tries: the last one that came back stands for the attempt
+                self._record(tries.pop(), stamps, rollout_index, tries)
+        raise AssertionError("unreachable: the last try always returns")
 
-    def _record(self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, attempts: int) -> list[Any] | None:
-        """Write the attempt's row; return the outcome unless the attempt should be retried."""
+    def _record(
+        self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]
+    ) -> list[Any]:
+        """Write the attempt's row, its last try's, and return the outcome.
+
+        ``earlier``: the tries before it, summarised in a failure row and emptied, so the attempt
+        has one row whatever ends it; a result needs no record of them.
+        """
+        tries, summary = len(earlier) + 1, earlier[:]
+        earlier.clear()
+        # A failure written with the last attempt the cap allows: no resume tries it again.
+        last = stamps.get(ATTEMPT_INDEX, 0) + 1 >= self._h["max_attempts"]
         reply = attempt.reply
         if reply is None:
             assert attempt.failure is not None
             attempt.failure.message = self._redact(attempt.failure.message) or ""
-            self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed))
-            return None
+            self._failures.append(failure_row(attempt.failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, summary))
+            failure_class = attempt.failure.failure_class
+            return [rollout_index, None, failure_class, _detail(attempt), attempt.elapsed, tries, False, last]
         failure_class = failure_class_of(reply)
         if failure_class is not None:
             row = self._redact.row(
-                agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status)
+                agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status, summary)
             )
-            if not row.get(NO_PERSIST):
+            persisted = not row.get(NO_PERSIST)
+            if persisted:
                 self._failures.append(row)
             return [
                 rollout_index,
@@ -369,7 +393,9 @@ class Engine:
                 failure_class,
                 row["_ng_failure_message"],
                 attempt.elapsed,
-                attempts,
+                tries,
+                False,
+                last and persisted and not marked_terminal(row),
             ]
         # The stamps say which attempt this was, and a first attempt carries no index: one the
         # agent echoed would claim a retry that never happened.
@@ -377,10 +403,11 @@ class Engine:
         self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
-        return [rollout_index, reward_of(reply), None, "", attempt.elapsed, attempts]
+        return [rollout_index, reward_of(reply), None, "", attempt.elapsed, tries]
 
-    def _backoff(self, attempt_index: int, retry_after: float | None) -> float:
-        base = self._h["retry_backoff"] * (2**attempt_index)
+    def _backoff(self, number: int, retry_after: float | None) -> float:
+        """Before try ``number + 1`` of this run's attempt: it doubles with the tries of this run only."""
+        base = self._h["retry_backoff"] * (2**number)
         delay = random.uniform(base / 2, base)
         if retry_after is not None:
             delay = max(delay, retry_after)
@@ -408,10 +435,16 @@ class Engine:
         return message(["progress", len(since), time.monotonic() - since[oldest], where, finished])
 
     async def _sync_periodically(self) -> None:
-        """fsync at least once a second: a crash loses at most the last second's rows."""
+        """fsync at least once a second: a crash loses at most the last second's rows.
+
+        The materialized inputs are checked as often (on this thread, which closes their file):
+        request bodies come from the file this process opened, but scoring and resume read the
+        one at its path.
+        """
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(SYNC_INTERVAL_S)
+            self._bodies.check()
             await loop.run_in_executor(None, self._sync)
 
     def _sync(self) -> None:

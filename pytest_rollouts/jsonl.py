@@ -187,6 +187,18 @@ class LineReader:
             handle.close()
 
 
+def check_in_place(fd: int, path: Path, use: str) -> None:
+    """``ArtifactError`` unless ``path`` is still the file open as ``fd``: one removed or replaced
+    while the run was ``use``-ing it no longer holds what the run wrote, or what it sends."""
+    mine = os.fstat(fd)
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        there = None
+    if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+        raise ArtifactError(f"{path} was removed or replaced while the run was {use} it")
+
+
 class JsonlAppender:
     """Append-only JSONL file: every row goes out in one ``write`` so lines are never interleaved.
 
@@ -231,13 +243,7 @@ class JsonlAppender:
 
     def _check_in_place(self) -> None:
         """Rows written after the file was removed or replaced reach no file anyone will read."""
-        mine = os.fstat(self._fd)
-        try:
-            there = os.stat(self.path)
-        except FileNotFoundError:
-            there = None
-        if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
-            raise ArtifactError(f"{self.path} was removed or replaced while the run was writing it")
+        check_in_place(self._fd, self.path, "writing")
 
     def close(self) -> None:
         try:

@@ -113,7 +113,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("parallel", "Requests in flight at once (num_samples_in_parallel). Default 64.", "N"),
     Option("max_resident", "Rollouts admitted but not yet reported, which bounds memory. Default 8 x parallel.", "N"),
     Option("timeout", "Seconds one /run attempt may take. Default 3600.", "S"),
-    Option("retries", "Retries of a /run attempt that got no reply or 429/502/503/504. Default 2.", "N"),
+    Option(
+        "retries",
+        "Retries within the run (tries of the same attempt) of a /run that got no reply or 429/502/503/504. Default 2.",
+        "N",
+    ),
     Option("retry_backoff", "Base of the exponential backoff between retries, seconds. Default 1.0.", "S"),
     Option(
         "resume",
@@ -127,7 +131,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "max_attempts",
-        "Attempts per rollout across runs before resume gives up on it (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS). Default 3.",
+        "Attempts per rollout across runs (one per run that tried it, in-run retries included) before resume "
+        "gives up on it (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS). Default 3.",
         "N",
         env="NEMO_GYM_MAX_ROLLOUT_ATTEMPTS",
     ),

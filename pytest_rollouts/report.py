@@ -42,7 +42,9 @@ FAILURES = "rollouts_failures"
 # [task, rollout] of each rollout the dispatch budget did not start: written nowhere, so the
 # score learns them from the reports alone.
 DRAINED = "rollouts_drained"
-ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, DRAINED})
+# How many of an item's rollouts the attempt cap now keeps from any resume.
+GIVEN_UP = "rollouts_given_up"
+ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, DRAINED, GIVEN_UP})
 SHOWN_FAILURES = 10
 # A passed (or skipped: drained) rollout item while the loop runs: no letter, and no reward list
 # formatted for a word only -v shows (one is needed all the same: pytest counts progress by
@@ -66,6 +68,9 @@ def record_outcomes(
     drained = [[task_index, o.rollout_index] for o in outcomes if o.failure_class == CANCELLED]
     if drained:
         user_properties.append((DRAINED, drained))
+    given_up = sum(o.given_up for o in outcomes)
+    if given_up:
+        user_properties.append((GIVEN_UP, given_up))
 
 
 def json_property(name: str, value: object) -> object:
@@ -130,6 +135,7 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
     drained: set[tuple[int, int]] = field(default_factory=set)
+    given_up: int = 0
 
     def add(self, report: pytest.TestReport) -> None:
         props = rollout_properties(report)
@@ -153,6 +159,7 @@ class Tally:
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         failures = props.get(FAILURES, {})
         self.failures.update(failures)
+        self.given_up += props.get(GIVEN_UP, 0)
         # A failure has no reward either: what is left is a result whose reply carried none.
         self.unrewarded += unscored - sum(failures.values())
         if report.failed and failures:
@@ -172,6 +179,11 @@ class Tally:
             + (f"; {self.unrewarded} results without a numeric reward" if self.unrewarded else "")
             + (f"; failed: {by_class}" if failed else "")
         ]
+        if self.given_up:
+            lines.append(
+                f"{self.given_up} rollouts used their last attempt and no resume sends them again; to try them again, "
+                "resume with a higher --rollouts-max-attempts (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS)"
+            )
         elapsed = max(self.last_at - self.started_at, 1e-9)
         ran = len(self.durations)
         lines.append(

@@ -4,6 +4,10 @@ NeMo Gym's rules: a key with a row in ``<stem>.jsonl`` is done; a key whose late
 sidecar row is terminal is not retried (``retry_terminal_timeouts`` reopens
 ``timeout_exceeded``, never ``skipped``); a key with ``max_attempts`` sidecar rows is
 capped. Everything else runs again, its attempt index counting the earlier failures.
+
+A sidecar row is one run's attempt: the HTTP retries within that run are summarised in it
+(``_ng_earlier_tries``), never rows of their own. So the cap counts runs that tried a rollout,
+and an outage that outlasted one run's retries costs one attempt, not all of them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ class KeyHistory:
 
     succeeded: bool = False
     reward: float | None = None
-    failures: int = 0
+    failures: int = 0  # sidecar rows: runs whose attempt failed
     latest_class: str | None = None
     latest_terminal: bool = False
     latest_message: str = ""

@@ -70,6 +70,8 @@ class RolloutRun:
         self.resuming = False
         self.lean = False
         self._refused = False
+        # An xdist controller put the files back as it found them: no run of its own is left to score.
+        self._taken_back = False
         # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
         # manifest, which the merge needs to prove the shards' union complete.
         self.empty_shard = False
@@ -314,9 +316,23 @@ class RolloutRun:
         return run_id is not None and self.paths.started_by(run_id)
 
     def _wants_resume(self, paths: ArtifactPaths) -> bool:
-        """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings."""
+        """``--lf`` re-runs failed items with resume semantics: never a fresh run over their siblings.
+
+        Nothing recorded yet is a fresh run, so a job script can always ask to resume. Results
+        without their materialized inputs are refused: a fresh run would move every result aside,
+        and without the run's denominator there is nothing to resume against.
+        """
         asked = self.settings.resume or bool(getattr(self.config.option, "lf", False))
-        return asked and paths.materialized.exists()
+        if not asked or paths.materialized.exists():
+            return asked
+        held = [self.shown(p) for p in (paths.out, paths.failures) if p.exists() and p.stat().st_size]
+        if held:
+            raise pytest.UsageError(
+                f"cannot resume: the materialized inputs {self.shown(paths.materialized)} are missing, though "
+                f"{' and '.join(held)} hold rows of the run they belong to; they are what a resume runs against: "
+                "restore them, or run without --rollouts-resume to start afresh (the earlier results are moved aside)"
+            )
+        return False
 
     def _shape(self) -> dict[str, Any]:
         s = self.settings
@@ -559,6 +575,7 @@ class RolloutRun:
             return ""
         moved = next((Path(r["moved_to"]) for r in reports if r is not None and r["moved_to"]), None)
         self.paths.take_back(RunStart(moved_to=moved))
+        self._taken_back = True
         return "" if moved is None else f"The earlier results are back in place (from {moved})."
 
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
@@ -687,6 +704,11 @@ class RolloutRun:
 
         paths, settings = self.paths, self.settings
         if not paths.materialized.exists():
+            if self.began() and not self._taken_back:  # it wrote them: removed since, and what the score counts against
+                raise pytest.UsageError(
+                    f"cannot score the run: its materialized inputs {self.shown(paths.materialized)} were "
+                    "removed while it ran; restore them and --rollouts-resume, or start afresh"
+                )
             return None
         policy = ScoringPolicy(settings.count_as_zero, settings.count_missing_as_zero)
         try:
@@ -759,6 +781,7 @@ def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_atte
         history.longest,
         0,
         cached=True,
+        given_up=verdict is Verdict.CAPPED,
     )
 
 

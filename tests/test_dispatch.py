@@ -96,7 +96,7 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
 
 def test_stamps_override_what_the_agent_echoed(pytester: pytest.Pytester) -> None:
     """A reply echoing stamps of its own is stored under the collector's: a first attempt has no
-    attempt index, a retry has its own."""
+    attempt index, a retry (the resume after a failed run) has its own."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
 
     def echoes(row: dict[str, Any], seen: int) -> Reply:
@@ -106,7 +106,9 @@ def test_stamps_override_what_the_agent_echoed(pytester: pytest.Pytester) -> Non
         return Reply(json={**verifier(row, seen).json, **echoed})
 
     with ScriptedAgent(echoes) as agent:
-        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0")
+        run_rollouts(pytester, *common)
+        run_rollouts(pytester, *common, "--rollouts-resume")
     stamped = [
         (r["_ng_task_index"], r["_ng_rollout_index"], r.get("_ng_attempt_index"), r["agent_ref"])
         for r in Artifacts(pytester.path).rows

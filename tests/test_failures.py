@@ -27,6 +27,7 @@ FAILURE_KEYS = {
     "_ng_failure_response_body",
     "_ng_failure_terminal",
     "elapsed_seconds",
+    "_ng_earlier_tries",
 }
 
 
@@ -45,7 +46,7 @@ def run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> pytest.R
 
 
 @pytest.mark.parametrize(
-    ("reply", "failure_class", "status", "attempts"),
+    ("reply", "failure_class", "status", "tries"),
     [
         (Reply(status=500, raw=b"Internal Server Error: boom"), "agent_run_error", 500, 1),
         (Reply(status=422, json={"detail": "missing responses_create_params"}), "agent_run_error", 422, 1),
@@ -57,23 +58,28 @@ def run(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> pytest.R
     ],
 )
 def test_failure_is_classified_into_the_sidecar(
-    pytester: pytest.Pytester, reply: Reply, failure_class: str, status: int | None, attempts: int
+    pytester: pytest.Pytester, reply: Reply, failure_class: str, status: int | None, tries: int
 ) -> None:
+    """One row for the run's attempt, however many HTTP tries it took: the earlier ones are
+    summarised in it (they were one row each, and resume counted them as attempts)."""
     with ScriptedAgent(only_task_1(reply)) as agent:
         result = run(pytester, agent)
     assert result.ret == pytest.ExitCode.OK, "failure classes alone do not fail the session"
     result.stdout.fnmatch_lines([f"*2 passed, 1 {failure_class}*"])
     artifacts = Artifacts(pytester.path)
     assert sorted(r["_ng_task_index"] for r in artifacts.rows) == [0, 2]
-    failures = artifacts.failures
-    assert [f["_ng_attempt_index"] for f in failures] == list(range(attempts))
-    for failure in failures:
-        assert set(failure) == FAILURE_KEYS
-        assert failure["_ng_failure_class"] == failure_class
-        assert failure["_ng_failure_http_status"] == status
-        assert failure["_ng_failure_terminal"] is False
-        assert "reward" not in failure
-    assert sum(1 for r in agent.requests if r["_ng_task_index"] == 1) == attempts
+    [failure] = artifacts.failures
+    assert set(failure) == FAILURE_KEYS
+    assert failure["_ng_attempt_index"] == 0
+    assert failure["_ng_failure_class"] == failure_class
+    assert failure["_ng_failure_http_status"] == status
+    assert failure["_ng_failure_terminal"] is False
+    tried = failure["_ng_earlier_tries"]
+    earlier = [(t["_ng_failure_class"], t["_ng_failure_type"], t["_ng_failure_http_status"]) for t in tried]
+    assert earlier == [(failure_class, failure["_ng_failure_type"], status)] * (tries - 1)
+    assert all(t["elapsed_seconds"] >= 0 for t in tried)
+    sent = [r for r in agent.requests if r["_ng_task_index"] == 1]
+    assert len(sent) == tries and all("_ng_attempt_index" not in r for r in sent), "one attempt: index 0"
 
 
 def test_long_error_body_is_cut_at_2000_characters(pytester: pytest.Pytester) -> None:
@@ -93,7 +99,10 @@ def test_timeout_is_a_request_failure_and_not_retried(pytester: pytest.Pytester)
     assert 0.299 <= failure["elapsed_seconds"] < 3
 
 
-def test_retry_that_succeeds_keeps_the_failed_attempt(pytester: pytest.Pytester) -> None:
+def test_a_retry_that_succeeds_is_the_same_attempt_and_leaves_no_failure_row(pytester: pytest.Pytester) -> None:
+    """An HTTP retry within a run is no attempt: its request and result carry the run's attempt
+    index (none on a first run), and the sidecar, one row per failed attempt, gets nothing."""
+
     def flaky(row: dict[str, Any], seen: int) -> Reply:
         return Reply(status=503) if row["_ng_task_index"] == 1 and seen == 0 else verifier(row, seen)
 
@@ -101,11 +110,10 @@ def test_retry_that_succeeds_keeps_the_failed_attempt(pytester: pytest.Pytester)
         result = run(pytester, agent)
     result.assert_outcomes(passed=3)
     artifacts = Artifacts(pytester.path)
-    [failure] = artifacts.failures
-    assert (failure["_ng_task_index"], failure["_ng_attempt_index"]) == (1, 0)
+    assert artifacts.failures == []
     [retried] = [r for r in artifacts.rows if r["_ng_task_index"] == 1]
-    assert retried["_ng_attempt_index"] == 1
-    assert [r.get("_ng_attempt_index") for r in agent.requests if r["_ng_task_index"] == 1] == [None, 1]
+    assert "_ng_attempt_index" not in retried
+    assert [r.get("_ng_attempt_index") for r in agent.requests if r["_ng_task_index"] == 1] == [None, None]
 
 
 def test_retry_after_header_status_with_zero_retries(pytester: pytest.Pytester) -> None:
@@ -123,10 +131,12 @@ def test_dead_server_fails_fast_without_hanging(pytester: pytest.Pytester) -> No
     result = run_rollouts(
         pytester, "data.jsonl", f"--rollouts-agent={url}", "--rollouts-retry-backoff=0.01", "--rollouts-no-health-check"
     )
-    result.stdout.fnmatch_lines(["*3 agent_request_failed*"])
+    result.stdout.fnmatch_lines(["*rollout 0: agent_request_failed after 3 tries: *", "*3 agent_request_failed*"])
     failures = Artifacts(pytester.path).failures
-    assert len(failures) == 9
+    assert sorted((f["_ng_task_index"], f["_ng_attempt_index"]) for f in failures) == [(0, 0), (1, 0), (2, 0)]
     assert {f["_ng_failure_type"] for f in failures} == {"ClientConnectorError"}
+    earlier = [[t["_ng_failure_type"] for t in f["_ng_earlier_tries"]] for f in failures]
+    assert earlier == [["ClientConnectorError"] * 2] * 3
 
 
 def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytester) -> None:

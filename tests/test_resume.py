@@ -76,15 +76,17 @@ def flaky_classes(row: dict[str, Any], seen: int) -> Reply:
     return verifier(row, seen)
 
 
-def test_terminal_and_capped_failures_are_not_resent(pytester: pytest.Pytester) -> None:
+def test_terminal_failures_are_not_resent(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(5))
     with ScriptedAgent(flaky_classes) as agent:
         first = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
         first.stdout.fnmatch_lines(["*1 passed*"])
-        assert Counter(agent.keys())[(1, 0)] == 3, "503 retried up to the cap of 3 attempts"
+        assert Counter(agent.keys())[(1, 0)] == 3, "503 tried 3 times: the first try and 2 retries"
         agent.requests.clear()
-        second = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume", "-v")
-        assert [(r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests] == [(3, 1)]
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+        second = run_rollouts(pytester, *common, "--rollouts-resume", "-v")
+        sent = sorted((r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests)
+        assert sent == [(1, 1), (1, 1), (1, 1), (3, 1)], "the 503 was one attempt: tried again, 3 tries again"
     second.stdout.fnmatch_lines(
         [
             "*task[[]0[]] TIMEOUT_EXCEEDED*",
@@ -94,29 +96,94 @@ def test_terminal_and_capped_failures_are_not_resent(pytester: pytest.Pytester) 
             "*task[[]4[]] PASSED (reward 1; 1 cached)*",
         ]
     )
-    rows = Artifacts(pytester.path).rows
-    assert sorted(keys(rows)) == [(3, 0), (4, 0)]
-    assert [r.get("_ng_attempt_index") for r in rows if r["_ng_task_index"] == 3] == [1]
+    artifacts = Artifacts(pytester.path)
+    assert sorted(keys(artifacts.rows)) == [(3, 0), (4, 0)]
+    assert [r.get("_ng_attempt_index") for r in artifacts.rows if r["_ng_task_index"] == 3] == [1]
+    failures = sorted((f["_ng_task_index"], f["_ng_attempt_index"]) for f in artifacts.failures)
+    assert failures == [(0, 0), (1, 0), (1, 1), (2, 0), (3, 0)], "one row per run's attempt"
 
 
-def test_retry_terminal_timeouts_and_the_attempt_cap_can_be_raised(
+def test_a_plain_resume_after_an_outage_sends_every_rollout_again(pytester: pytest.Pytester) -> None:
+    """An agent down for the whole first run (every /run a 503): its in-run retries used to be three
+    attempts each, the default cap, so a plain resume sent nothing and gave them up for good."""
+    down = True
+
+    def outage(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=503, raw=b"upstream unavailable") if down else verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(outage) as agent:
+        first = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+        assert first.parseoutcomes() == {"agent_request_failed": 4}
+        assert len(agent.requests) == 12, "each rollout tried 3 times"
+        assert "--rollouts-max-attempts" not in first.stdout.str(), "nothing given up yet"
+        down = False
+        agent.requests.clear()
+        second = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
+        assert second.ret == pytest.ExitCode.OK
+        second.assert_outcomes(passed=4)
+        assert sorted((r["_ng_task_index"], r["_ng_attempt_index"]) for r in agent.requests) == [
+            (task, 1) for task in range(4)
+        ]
+    artifacts = Artifacts(pytester.path)
+    assert sorted((r["_ng_task_index"], r["_ng_attempt_index"]) for r in artifacts.rows) == [(t, 1) for t in range(4)]
+    failures = artifacts.failures
+    assert sorted((f["_ng_task_index"], f["_ng_attempt_index"]) for f in failures) == [(t, 0) for t in range(4)]
+    assert all([t["_ng_failure_http_status"] for t in f["_ng_earlier_tries"]] == [503, 503] for f in failures)
+
+
+def test_a_rollout_that_failed_in_three_runs_is_not_sent_in_a_fourth(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap counts runs: each run tries (with its retries) once more, until three runs have failed;
+    the run that used the last attempt, and every later one, says how to go on."""
+
+    def task_1_down(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=503) if row["_ng_task_index"] == 1 else verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    hint = (
+        "1 rollouts used their last attempt and no resume sends them again; to try them again, "
+        "resume with a higher --rollouts-max-attempts (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS)"
+    )
+    with ScriptedAgent(task_1_down) as agent:
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+        for run, resume in enumerate([(), ("--rollouts-resume",), ("--rollouts-resume",)]):
+            agent.requests.clear()
+            result = run_rollouts(pytester, *common, *resume)
+            assert result.parseoutcomes()["agent_request_failed"] == 1
+            sent = [r.get("_ng_attempt_index") for r in agent.requests if r["_ng_task_index"] == 1]
+            assert sent == [run or None] * 3, f"run {run + 1}: one attempt of 3 tries"
+            assert (hint in result.stdout.str()) is (run == 2), run
+        agent.requests.clear()
+        fourth = run_rollouts(pytester, *common, "--rollouts-resume", "-v")
+        assert agent.requests == []
+        fourth.stdout.fnmatch_lines(["*task[[]1[]] AGENT_REQUEST_FAILED*"])
+        fourth.stdout.fnmatch_lines(["*rollout 0: agent_request_failed: gave up after 3 attempts (max 3)*"])
+        assert hint in fourth.stdout.lines
+        monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "4")
+        run_rollouts(pytester, *common, "--rollouts-resume")
+        assert [r.get("_ng_attempt_index") for r in agent.requests] == [3] * 3, "a raised cap sends it again"
+    failures = Artifacts(pytester.path).failures
+    assert [(f["_ng_task_index"], f["_ng_attempt_index"]) for f in failures] == [(1, a) for a in range(4)]
+
+
+def test_retry_terminal_timeouts_and_the_cap_from_the_environment(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent(flaky_classes) as agent:
-        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retry-backoff=0.01")
+        common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0")
+        run_rollouts(pytester, *common)
         agent.requests.clear()
-        monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "4")
-        run_rollouts(
-            pytester,
-            "data.jsonl",
-            f"--rollouts-agent={agent.url}",
-            "--rollouts-resume",
-            "--rollouts-retry-terminal-timeouts",
-            "--rollouts-retry-backoff=0.01",
-        )
+        reopen = ("--rollouts-resume", "--rollouts-retry-terminal-timeouts")
+        monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "1")
+        run_rollouts(pytester, *common, *reopen)
+        assert agent.requests == [], "one attempt each: the cap of 1 is reached"
+        monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "2")
+        run_rollouts(pytester, *common, *reopen)
         sent = [(r["_ng_task_index"], r.get("_ng_attempt_index")) for r in agent.requests]
-    assert sorted(sent) == [(0, 1), (1, 3)], "timeout reopened, 503 gets a 4th attempt, skipped never"
+    assert sorted(sent) == [(0, 1), (1, 1)], "timeout reopened, 503 gets a 2nd attempt, skipped never"
 
 
 def test_truncated_tail_is_repaired_and_rerun(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
