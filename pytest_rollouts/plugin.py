@@ -80,13 +80,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """A scheduler that keeps workers' windows full, for runs configured for rollouts."""
+    """A scheduler that keeps workers' windows full and survives a dead one, for runs configured for rollouts."""
     if not _configured(config) or config.getoption("dist") != "load":
         return None
     from .run import RolloutRun
-    from .xdist import RolloutScheduling
+    from .xdist import CrashedWorkers, RolloutScheduling
 
     settings = RolloutRun.get(config).settings
+    config.pluginmanager.register(CrashedWorkers(config), "rollouts-crashed-workers")
     return RolloutScheduling(config, log, settings.parallel, settings.fewest_repeats)
 
 
