@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -131,30 +132,6 @@ def test_a_killed_xdist_run_is_taken_over_once_its_workers_are_gone_too(pytester
     artifacts = Artifacts(pytester.path)
     written = keys(artifacts.rows)
     assert sorted(written) == sorted(set(written)) == sorted(keys(artifacts.materialized))
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (an xdist controller's: its workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
 
 
 def children(pid: int) -> list[int]:
