@@ -51,19 +51,26 @@ class ArtifactPaths:
 
     @property
     def lock(self) -> Path:
+        """Held by the session writing the output, for its whole run (``runlock``)."""
         return self.out.with_name("." + self.out.name + ".lock")
+
+    @property
+    def prepared(self) -> Path:
+        """Which run last prepared the files; locked while a process prepares them."""
+        return self.out.with_name("." + self.out.name + ".prepared")
 
     def all(self) -> tuple[Path, ...]:
         return (self.out, self.failures, self.materialized, self.metrics, self.manifest)
 
     def start_run(self, run_id: str, *, resume: bool) -> RunStart:
-        """Prepare the files once per run: the first process of ``run_id`` to take the lock does it.
+        """Prepare the files once per run: the first process of ``run_id`` to lock ``prepared`` does it.
 
         Later processes of the same run (xdist workers) find the id recorded and leave the
-        files alone, so no worker can disturb rows another worker already wrote.
+        files alone, so no worker can disturb rows another worker already wrote. Not the run
+        lock, which every process of the run holds shared until it ends.
         """
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock, "a+", encoding="utf-8") as lock:
+        with open(self.prepared, "a+", encoding="utf-8") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             lock.seek(0)
             if lock.read() == run_id:
@@ -89,7 +96,7 @@ class ArtifactPaths:
     def started_by(self, run_id: str) -> bool:
         """Whether the files were last prepared by run ``run_id``."""
         try:
-            return self.lock.read_text(encoding="utf-8") == run_id
+            return self.prepared.read_text(encoding="utf-8") == run_id
         except FileNotFoundError:
             return False
 

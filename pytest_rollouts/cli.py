@@ -2,8 +2,9 @@
 
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
-rules), 6 incomplete, 7 below ``--fail-under``, and 8 when the inputs do not form one run
-(nothing is written on 4 or 8); 1 when an artifact cannot be written (no partial file is left).
+rules, or another session is writing its output or an input), 6 incomplete, 7 below
+``--fail-under``, and 8 when the inputs do not form one run (nothing is written on 4 or 8); 1
+when an artifact cannot be written (no partial file is left).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import os
 import re
 import sys
+import uuid
 from pathlib import Path
 from typing import NoReturn
 
@@ -29,6 +31,7 @@ from .jsonl import ArtifactError, JsonlError
 from .merge import MergeError, check, find_inputs, load_shards, write_merged
 from .options import OPTIONS
 from .report import score_lines
+from .runlock import OutputBusy, RunLock
 from .settings import AgentHeader, Settings, _combine, _describe
 
 EXIT_NOT_ONE_RUN = 8
@@ -98,11 +101,23 @@ def aggregate(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # It writes a run's artifacts, so it holds the output as a run does: it never overwrites a
+    # run in progress, nor does a run start on files it is writing.
+    lock = RunLock(out.lock, out.out, "--out")
     try:
-        shards = load_shards(find_inputs(args.input, out.out))
+        inputs = find_inputs(args.input, out.out)
+        for path in inputs:  # a shard still being written would merge as a smaller run
+            busy = RunLock(ArtifactPaths(path).lock, path, "--input").busy()
+            if busy:
+                raise OutputBusy(busy)
+        shards = load_shards(inputs)
         manifest, problems = check(shards)
         if problems:
             raise MergeError("\n".join(f"  - {p}" for p in problems))
+        try:
+            lock.acquire(uuid.uuid4().hex)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
         write_merged(shards, manifest, out)
         policy = ScoringPolicy(
             frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip()),
@@ -117,6 +132,9 @@ def aggregate(args: argparse.Namespace) -> int:
                 write_metrics=True,
                 timeout=settings.timeout,
             )
+    except OutputBusy as exc:
+        print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
@@ -126,6 +144,8 @@ def aggregate(args: argparse.Namespace) -> int:
     except ArtifactError as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_UNWRITABLE
+    finally:
+        lock.release()
     print(f"merged {len(shards)} inputs into {out.out}")
     for line in score_lines(score, str(out.failures), "--count-as-zero"):
         print(line)

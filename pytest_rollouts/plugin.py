@@ -10,12 +10,15 @@ from __future__ import annotations
 import gc
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .options import OPTIONS
-from .stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY
+from .stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+
+if TYPE_CHECKING:
+    from .run import RolloutRun
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -46,8 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if _configured(config):
         from .run import RolloutRun
 
-        RolloutRun.get(config).configure()
+        run = RolloutRun.get(config)
+        run.configure()
         _refuse_dist(config)
+        _hold_on_controller(config, run)
 
 
 def _refuse_dist(config: pytest.Config) -> None:
@@ -58,6 +63,23 @@ def _refuse_dist(config: pytest.Config) -> None:
         reason = refusal(dist)
         if reason:
             raise pytest.UsageError(reason)
+
+
+def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
+    """An xdist controller takes the output before any worker starts, and keeps it until the end
+    (its workers join it): one that collected nothing cannot know yet whether its workers will
+    prepare the files. A session that only collects writes nothing."""
+    only_looks = config.option.collectonly or config.option.help
+    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput") or only_looks:
+        return
+    import uuid
+
+    from .runlock import OutputBusy, hold
+
+    try:
+        hold(config, run.paths, config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex), shared=True)
+    except OutputBusy as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _configured(config: pytest.Config) -> bool:
@@ -80,23 +102,28 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """A scheduler that keeps workers' windows full, for runs configured for rollouts."""
+    """A scheduler that keeps workers' windows full and survives a dead one, for runs configured for rollouts."""
     if not _configured(config) or config.getoption("dist") != "load":
         return None
     from .run import RolloutRun
-    from .xdist import RolloutScheduling
+    from .xdist import CrashedWorkers, RolloutScheduling
 
     settings = RolloutRun.get(config).settings
+    config.pluginmanager.register(CrashedWorkers(config), "rollouts-crashed-workers")
     return RolloutScheduling(config, log, settings.parallel, settings.fewest_repeats)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """xdist controller: give every worker the same run id (files are prepared once) and the dist mode."""
+    """xdist controller: give every worker the same run id (files are prepared once), the hold on the
+    output to join, and the dist mode."""
     import uuid
+
+    from .runlock import HELD_KEY
 
     run_id = node.config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex)
     node.workerinput[RUN_ID] = run_id
+    node.workerinput[RUN_LOCKED] = HELD_KEY in node.config.stash
     node.workerinput[DIST] = node.config.getoption("dist")
 
 

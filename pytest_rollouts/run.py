@@ -29,6 +29,7 @@ from .jsonl import ArtifactError, JsonlError, LineReader, dumps, parse_object, r
 from .preprocess import materialize_row, rollout_order
 from .records import RolloutOutcome, routing_identity
 from .resume import KeyHistory, Verdict, decide, histories, key_of
+from .runlock import OutputBusy, hold
 from .stash import DISPATCH_STOPPED, RUN_ID, RUN_ID_KEY, RUN_KEY
 from .stopping import TermAsInterrupt
 
@@ -360,7 +361,11 @@ class RolloutRun:
         workerinput = getattr(self.config, "workerinput", None)
         run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
         try:
+            hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
             self._run_start = paths.start_run(run_id, resume=self.resuming)
+        except OutputBusy as exc:
+            self._refuse_on_worker(str(exc))
+            return
         except OSError as exc:  # a read-only or missing place: nothing was sent
             self._refuse_on_worker(f"cannot write the artifacts next to {paths.out}: {exc}")
             return

@@ -14,6 +14,8 @@ RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
 
 # The ``workerinput`` key under which the xdist controller hands every worker the same run id.
 RUN_ID = "rollouts_run_id"
+# ... whether the controller holds the output for them to join (``runlock``)...
+RUN_LOCKED = "rollouts_run_locked"
 # ... and the ``--dist`` mode, which a worker's own options no longer show.
 DIST = "rollouts_dist"
 # A suite's declaration: which files of its directory are datasets, and who serves them.

@@ -1,10 +1,13 @@
-"""pytest-xdist support: keep every worker's window full, and refuse modes that would duplicate rollouts.
+"""pytest-xdist support: keep every worker's window full, survive a dead worker, and refuse
+modes that would duplicate rollouts.
 
 A worker's dispatcher can only look ahead at the items xdist has already queued for it
 (``WorkerInteractor.torun``); with ``--dist load`` the controller refills a worker only
 when fewer than two items are queued once items take over 0.1 s, which starves it. The
 scheduler here keeps each worker's queue deep enough for twice its share of
-``--rollouts-parallel``. Imported only when xdist calls our hooks.
+``--rollouts-parallel``. A worker that dies costs the run nothing: the controller stops
+sending to it, and the item it died in runs again elsewhere (``CrashedWorkers``).
+Imported only when xdist calls our hooks.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from typing import Any
 
 import pytest
+from xdist.dsession import get_default_max_worker_restart
 from xdist.scheduler import LoadScheduling
 
 SUPPORTED = ("no", "load")
@@ -40,6 +44,8 @@ class RolloutScheduling(LoadScheduling):  # type: ignore[misc]
         super().__init__(config, log)
         self._parallel = parallel
         self._repeats = repeats
+        # Workers a send found dead; their ``errordown`` is queued behind the event being handled.
+        self._gone: set[Any] = set()
 
     def schedule(self) -> None:
         super().schedule()
@@ -58,6 +64,94 @@ class RolloutScheduling(LoadScheduling):  # type: ignore[misc]
         missing = window - len(self.node2pending[node])
         if missing > 0:
             self._send_tests(node, missing)
+
+    def _send_tests(self, node: Any, num: int) -> None:
+        """Send to a live worker only; a send that finds it dead is undone.
+
+        xdist learns that a worker died in the gateway's receiver thread, which queues
+        ``errordown`` for the main loop. Events queued before it (the dead worker's own last
+        "item done" among them) make the scheduler top that worker up, and the write to its
+        closed pipe raised ``OSError: cannot send (already closed?)`` out of the main loop: an
+        INTERNALERROR that ended the run. No check before the write can close that window (a
+        worker can die between check and write), so a failed write puts the items back at the
+        front of ``pending`` and the worker gets nothing more; ``errordown`` then removes it and
+        hands its queue to the others, as for any crash.
+        """
+        if node in self._gone or node.shutting_down:
+            return
+        tests = self.pending[:num]
+        if not tests:
+            return
+        del self.pending[:num]
+        queued = self.node2pending[node]
+        queued.extend(tests)
+        try:
+            node.send_runtest_some(tests)
+        except OSError:
+            del queued[-len(tests) :]
+            self.pending[:0] = tests
+            self._gone.add(node)
+
+
+class CrashedWorkers:
+    """The rollout item a worker died in runs again, on a live worker, in the same run.
+
+    xdist reports that item failed ("worker crashed while running"), so the run exited 1
+    until a resume, although nothing about its rollouts failed: those the dead worker wrote
+    are on disk, and a worker's dispatcher reports a key another process wrote as done
+    instead of sending it again (``engine.SharedOutput``). Only while xdist replaces crashed
+    workers (``--max-worker-restart``): past that it shuts the session down, and an item put
+    back then would silently never run. An item that had already reported its outcome (the
+    worker died on its way out of it) is not run, nor counted, twice.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._max_restarts = get_default_max_worker_restart(config)
+        self._crashes = 0
+        # The last item each worker reported the outcome of.
+        self._reported: dict[Any, str] = {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        # Called with an error exactly when xdist counts a crash (DSession.worker_errordown).
+        if error:
+            self._crashes += 1
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self._reported[getattr(report, "node", None)] = report.nodeid
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        if report.outcome != "failed" or not is_rollout_item(crashitem):
+            return
+        if self._reported.get(getattr(report, "node", None)) == crashitem:
+            report.outcome = "passed"  # its own report stands; this one is not counted (teststatus)
+            report.longrepr = None
+            setattr(report, CRASHED, DONE)
+        elif self._max_restarts is None or self._crashes <= self._max_restarts:
+            sched.mark_test_pending(crashitem)
+            report.outcome = "rerun"  # type: ignore[assignment]
+            report.longrepr = f"{report.longrepr}; it runs again on another worker"
+            setattr(report, CRASHED, RERUN)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """pytest's default would show both as failures ('F')."""
+        crashed = getattr(report, CRASHED, None)
+        if crashed == RERUN:
+            return "rerun", "R", "RERUN"
+        return ("", "", "") if crashed == DONE else None
+
+
+# What ``CrashedWorkers`` made of xdist's report of a worker's crash, as an attribute of that report.
+CRASHED = "rollouts_crashed"
+RERUN = "rerun"
+DONE = "done"
+
+
+def is_rollout_item(nodeid: str) -> bool:
+    """The controller has only node ids: a rollout item's is its dataset's, a ``.jsonl`` file."""
+    return nodeid.split("::", 1)[0].endswith(".jsonl")
 
 
 def parallel_share(parallel: int, workerinput: dict[str, Any]) -> int:
