@@ -23,9 +23,9 @@ import orjson
 SCORE = """
 import sys
 from pathlib import Path
-from pytest_rollouts.accounting import ScoringPolicy
-from pytest_rollouts.aggregate import score_run
-from pytest_rollouts.artifacts import ArtifactPaths
+from pytest_rollouts.scoring.accounting import ScoringPolicy
+from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.store.artifacts import ArtifactPaths
 score = score_run(ArtifactPaths(Path(sys.argv[1])), ScoringPolicy(), agent_url=lambda name: None,
                   write_metrics=True, timeout=60)
 print(score.coverage.as_dict(), score.mean_reward)

@@ -17,22 +17,21 @@ import uuid
 from pathlib import Path
 from typing import NoReturn
 
-import pytest
 from pydantic import ValidationError
 
-from .accounting import ScoringPolicy
-from .address import without_password
-from .aggregate import score_run
-from .artifacts import ArtifactPaths
-from .auth import headers_for
-from .collector import paced
-from .gate import check_gate
-from .jsonl import ArtifactError, JsonlError
-from .merge import MergeError, check, find_inputs, load_shards, write_merged
-from .options import OPTIONS
-from .report import score_lines
-from .runlock import OutputBusy, RunLock
-from .settings import AgentHeader, Settings, _combine, _describe
+from pytest_rollouts.scoring.accounting import ScoringPolicy
+from pytest_rollouts.net.address import without_password
+from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.store.artifacts import ArtifactPaths
+from pytest_rollouts.net.auth import headers_for
+from pytest_rollouts.pacing import paced
+from pytest_rollouts.scoring.gate import check_gate
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
+from pytest_rollouts.scoring.merge import MergeError, check, find_inputs, load_shards, write_merged
+from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.store.runlock import OutputBusy, RunLock
+from pytest_rollouts.config.settings import AgentHeader, Settings, SettingsError, combine_layers, describe_errors
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
@@ -181,15 +180,15 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
         settings = Settings.model_validate({name: value for name, value in given.items() if value is not None})
     except ValidationError as exc:
         flags = {"out": "--out", "agent": "--agent", "fail_under": "--fail-under", "timeout": "--timeout"}
-        raise ValueError(_describe(exc, flags)) from None
+        raise ValueError(describe_errors(exc, flags)) from None
     out = Path(args.out).resolve()
     if out.is_dir():
         raise ValueError(f"--out: {out} is a directory; name the output file in it")
     sources = [(HEADERS_ENV, os.environ.get(HEADERS_ENV, "").splitlines()), ("--agent-header", args.agent_header)]
     given = [(where, lines) for where, lines in sources if any(line.strip() for line in lines)]
     try:
-        headers = _combine("agent_header", given)[0] if given else ()
-    except pytest.UsageError as exc:
+        headers = combine_layers("agent_header", given)[0] if given else ()
+    except SettingsError as exc:
         raise ValueError(str(exc)) from None
     return ArtifactPaths(out), settings, headers
 

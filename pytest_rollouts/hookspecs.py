@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .collect import RolloutItem
-    from .records import RolloutOutcome
+    from pytest_rollouts.pytest.items import RolloutItem
+    from pytest_rollouts.rows.records import RolloutOutcome
 
 
 @pytest.hookspec

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .options import OPTIONS
-from .stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.pytest.stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 if TYPE_CHECKING:
-    from .run import RolloutRun
+    from pytest_rollouts.pytest.session import RolloutRun
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hookspecs
+    from pytest_rollouts import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -43,11 +43,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the reporter; validate settings up front (exit 4) when the user configured any."""
-    from .report import RolloutReporter
+    from pytest_rollouts.pytest.report import RolloutReporter
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
     if _configured(config):
-        from .run import RolloutRun
+        from pytest_rollouts.pytest.session import RolloutRun
 
         run = RolloutRun.get(config)
         run.configure()
@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _refuse_dist(config: pytest.Config) -> None:
     dist = config.getoption("dist", "no")
     if dist != "no" and config.pluginmanager.has_plugin("xdist"):
-        from .xdist import refusal
+        from pytest_rollouts.pytest.xdist import refusal
 
         reason = refusal(dist)
         if reason:
@@ -74,7 +74,8 @@ def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
         return
     import uuid
 
-    from .runlock import OutputBusy, hold
+    from pytest_rollouts.pytest.lock import hold
+    from pytest_rollouts.store.runlock import OutputBusy
 
     try:
         hold(config, run.paths, config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex), shared=True)
@@ -90,14 +91,19 @@ def _configured(config: pytest.Config) -> bool:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.name == DECLARATION:
-        from .collect import SuiteDeclarationFile
+        from pytest_rollouts.pytest.items import SuiteDeclarationFile
 
         return SuiteDeclarationFile.from_parent(parent, path=file_path)
     if file_path.suffix != ".jsonl":
         return None
-    from .collect import collect_dataset
+    from pytest_rollouts.pytest.items import collect_dataset
 
-    return collect_dataset(file_path, parent)
+    dataset = collect_dataset(file_path, parent)
+    if dataset is not None:  # the run its rows belong to, made the first time one is met
+        from pytest_rollouts.pytest.session import RolloutRun
+
+        RolloutRun.get(parent.config)
+    return dataset
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -105,8 +111,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A scheduler that keeps workers' windows full and survives a dead one, for runs configured for rollouts."""
     if not _configured(config) or config.getoption("dist") != "load":
         return None
-    from .run import RolloutRun
-    from .xdist import CrashedWorkers, RolloutScheduling
+    from pytest_rollouts.pytest.session import RolloutRun
+    from pytest_rollouts.pytest.xdist import CrashedWorkers, RolloutScheduling
 
     settings = RolloutRun.get(config).settings
     config.pluginmanager.register(CrashedWorkers(config), "rollouts-crashed-workers")
@@ -119,7 +125,7 @@ def pytest_configure_node(node: Any) -> None:
     output to join, and the dist mode."""
     import uuid
 
-    from .runlock import HELD_KEY
+    from pytest_rollouts.pytest.lock import HELD_KEY
 
     run_id = node.config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex)
     node.workerinput[RUN_ID] = run_id
@@ -145,7 +151,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
     run = item.config.stash.get(RUN_KEY, None)
     if run is None or not run.lean:
         return None
-    from .protocol import run_lean
+    from pytest_rollouts.pytest.loop import run_lean
 
     run_lean(item)
     return True
@@ -161,7 +167,7 @@ def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
     run = session.config.stash.get(RUN_KEY, None)
     if run is None or not run.lean or hasattr(session.config, "workerinput") or not _will_run(session):
         return None
-    from .protocol import run_items
+    from pytest_rollouts.pytest.loop import run_items
 
     run_items(session)
     return True

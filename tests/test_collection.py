@@ -135,13 +135,13 @@ def _modules_a_plain_session_imported(pytester: pytest.Pytester, *names: str) ->
 
 def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
-    names = ("pytest_rollouts.dispatch", "pytest_rollouts.settings", "pytest_rollouts.run")
+    names = ("pytest_rollouts.dispatch.channel", "pytest_rollouts.config.settings", "pytest_rollouts.pytest.session")
     assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
 
 
 def test_a_session_without_datasets_does_not_import_collection(pytester: pytest.Pytester) -> None:
     """Every pytest session loads the plugin: it must cost next to nothing there (issue 6: < 20 ms)."""
-    names = ("pytest_rollouts.collect", "pytest_rollouts.dispatch", "pytest_rollouts.settings", "httptools")
+    names = ("pytest_rollouts.pytest.items", "pytest_rollouts.dispatch.channel", "pytest_rollouts.config.settings", "httptools")
     assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
 
 

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from pytest_rollouts.collector import YOUNG_THRESHOLD, lasting, paced
+from pytest_rollouts.pacing import YOUNG_THRESHOLD, lasting, paced
 
 
 def test_paced_slows_the_young_passes_and_restores_them_even_on_error() -> None:

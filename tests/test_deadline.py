@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.metrics import latency_summary
-from pytest_rollouts.report import CLEAR_TO_END, ELAPSED, REWARDS, Tally, progress_line
+from pytest_rollouts.scoring.metrics import latency_summary
+from pytest_rollouts.pytest.report import CLEAR_TO_END, ELAPSED, REWARDS, Tally, progress_line
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -131,7 +131,7 @@ def test_latency_summary() -> None:
 
 
 def test_drain_margin_defaults_to_p75_once_five_finished() -> None:
-    from pytest_rollouts.engine import Deadline
+    from pytest_rollouts.dispatch.engine import Deadline
 
     deadline = Deadline(budget=1000.0, margin=None)
     deadline.durations.extend([1.0, 2.0, 3.0, 4.0])

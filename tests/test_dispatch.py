@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.dispatch import Dispatcher, PlannedRollout
-from pytest_rollouts.settings import Settings
+from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
+from pytest_rollouts.config.settings import Settings
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
@@ -347,7 +347,7 @@ def spawn_watched(patch: pytest.MonkeyPatch, spawn: Any) -> list[subprocess.Pope
 
     # The module sessions import: pytester drops modules a session imported, so a package
     # attribute (what a dotted name would patch) can be a stale copy.
-    patch.setattr(importlib.import_module("pytest_rollouts.run"), "spawn_engine", watched)
+    patch.setattr(importlib.import_module("pytest_rollouts.pytest.session"), "spawn_engine", watched)
     return spawned
 
 
@@ -398,7 +398,7 @@ def test_a_bug_in_the_dispatcher_stops_the_run_instead_of_hanging_it(
 def test_a_killed_dispatcher_stops_the_run_and_resume_finishes_it(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_rollouts.dispatch import spawn_engine
+    from pytest_rollouts.dispatch.channel import spawn_engine
 
     def kill_on_fifth(row: dict[str, Any], seen: int) -> Reply:
         if len(agent.requests) == 5:
@@ -426,7 +426,7 @@ def test_an_unwritable_output_stops_dispatch_at_once(
     traceback while every later rollout was still sent and its reply thrown away."""
 
     def spawn() -> subprocess.Popen[bytes]:
-        return engine_process("-m", "pytest_rollouts.engine", preexec_fn=file_size_limit(1500))
+        return engine_process("-m", "pytest_rollouts.dispatch.engine", preexec_fn=file_size_limit(1500))
 
     write_rows(pytester.path / "data.jsonl", tasks(12))
     with ScriptedAgent(latency=0.05) as agent:
@@ -468,7 +468,7 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
 ) -> None:
     """A dispatcher that stops answering (here SIGSTOP; in life a blocked file system) used to
     leave pytest waiting forever. Its heartbeat comes every 2 s, so silence means stuck."""
-    from pytest_rollouts.dispatch import spawn_engine
+    from pytest_rollouts.dispatch.channel import spawn_engine
 
     def stop_on_fifth(row: dict[str, Any], seen: int) -> Reply:
         if len(agent.requests) == 5:
@@ -479,7 +479,7 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
     with ScriptedAgent(stop_on_fifth, latency=0.05) as agent:
         with monkeypatch.context() as patch:
             spawned = spawn_watched(patch, spawn_engine)
-            dispatch = importlib.import_module("pytest_rollouts.dispatch")
+            dispatch = importlib.import_module("pytest_rollouts.dispatch.channel")
             patch.setattr(dispatch, "SILENCE_LIMIT_S", 5.0)
             patch.setattr(dispatch, "STUCK_GRACE_S", 1.0)
             result = run_rollouts(

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from pytest_rollouts.jsonl import ArtifactError, replaced_atomically
+from pytest_rollouts.store.jsonl import ArtifactError, replaced_atomically
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows

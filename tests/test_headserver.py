@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_rollouts.headserver import HeadServerError, config_agents
+from pytest_rollouts.config.headserver import HeadServerError, config_agents
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from pytest_rollouts.auth import Redactor
+from pytest_rollouts.net.auth import Redactor
 
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows

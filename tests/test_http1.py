@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from pytest_rollouts import http1
-from pytest_rollouts.address import Address
-from pytest_rollouts.http1 import HttpError, Pool, Target
+from pytest_rollouts.net.address import Address
+from pytest_rollouts.net.http1 import HttpError, Pool, Target
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

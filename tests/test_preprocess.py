@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_rollouts.preprocess import materialize_row, rollout_order
+from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.resume import KeyHistory, Verdict, decide
+from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows

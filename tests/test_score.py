@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.accounting import ScoringPolicy, account
-from pytest_rollouts.aggregate import OutputScan, score_run
-from pytest_rollouts.artifacts import ArtifactPaths
-from pytest_rollouts.jsonl import JsonlError
-from pytest_rollouts.metrics import numeric_fields
+from pytest_rollouts.scoring.accounting import ScoringPolicy, account
+from pytest_rollouts.scoring.aggregate import OutputScan, score_run
+from pytest_rollouts.store.artifacts import ArtifactPaths
+from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.scoring.metrics import numeric_fields
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -509,7 +509,7 @@ def test_a_scan_broken_off_starts_over_cleanly(tmp_path: Path, monkeypatch: pyte
             raise KeyboardInterrupt
         return numeric_fields(row)
 
-    monkeypatch.setattr("pytest_rollouts.aggregate.numeric_fields", interrupted)
+    monkeypatch.setattr("pytest_rollouts.scoring.aggregate.numeric_fields", interrupted)
     broken = OutputScan.of_files(paths)
     with pytest.raises(KeyboardInterrupt):
         broken.advance()

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.address import without_password
-from pytest_rollouts.auth import Redactor
-from pytest_rollouts.episodes import episode_reply
-from pytest_rollouts.records import MAX_BODY_CHARS
+from pytest_rollouts.net.address import without_password
+from pytest_rollouts.net.auth import Redactor
+from pytest_rollouts.rows.episodes import episode_reply
+from pytest_rollouts.rows.records import MAX_BODY_CHARS
 
 from .agents import Reply, ScriptedAgent
 from .conftest import write_rows
@@ -52,7 +52,7 @@ def dispatcher_command_lines() -> list[bytes]:
             command = (stat.parent / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):  # a process that ended meanwhile
             continue
-        if parent == os.getpid() and b"pytest_rollouts.engine" in command:
+        if parent == os.getpid() and b"pytest_rollouts.dispatch.engine" in command:
             found.append(command)
     return found
 

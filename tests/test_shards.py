@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rollouts.shard import in_shard
+from pytest_rollouts.rows.shard import in_shard
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows

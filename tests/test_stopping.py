@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.dispatch import Dispatcher, PlannedRollout
-from pytest_rollouts.settings import Settings
+from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
+from pytest_rollouts.config.settings import Settings
 
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
@@ -45,7 +45,7 @@ def engine_pid():
             cmdline = (proc / "cmdline").read_bytes()
         except (OSError, ValueError):
             continue
-        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_rollouts.engine" in cmdline:
+        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_rollouts.dispatch.engine" in cmdline:
             return int(proc.name)
     raise AssertionError("no dispatcher process")
 """
@@ -233,7 +233,7 @@ def test_the_dispatcher_ends_quietly_when_pytest_stops_reading_mid_dispatch(tmp_
     plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     engine = subprocess.Popen(
-        [sys.executable, "-m", "pytest_rollouts.engine"],
+        [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -273,9 +273,9 @@ def test_an_error_while_the_plan_goes_out_ends_the_session(
     """An error before the whole plan was written (here injected; it was a value that passed
     validation and then overflowed the plan) left the dispatcher waiting for the rest of it and
     pytest waiting for its reply."""
-    from pytest_rollouts.dispatch import spawn_engine
+    from pytest_rollouts.dispatch.channel import spawn_engine
 
-    dispatch = importlib.import_module("pytest_rollouts.dispatch")
+    dispatch = importlib.import_module("pytest_rollouts.dispatch.channel")
     fired: list[int] = []
     spawned: list[subprocess.Popen[bytes]] = []
 
@@ -292,7 +292,7 @@ def test_an_error_while_the_plan_goes_out_ends_the_session(
 
     write_rows(pytester.path / "data.jsonl", tasks(4))
     with ScriptedAgent() as agent:
-        monkeypatch.setattr(importlib.import_module("pytest_rollouts.run"), "spawn_engine", watched)
+        monkeypatch.setattr(importlib.import_module("pytest_rollouts.pytest.session"), "spawn_engine", watched)
         monkeypatch.setattr(dispatch.Dispatcher, "_write", broken_write)
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
         assert agent.requests == []

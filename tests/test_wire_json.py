@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.jsonl import dumps, loads
+from pytest_rollouts.store.jsonl import dumps, loads
 
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows

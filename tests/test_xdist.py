@@ -156,7 +156,7 @@ def test_a_worker_found_dead_while_sending_it_work_gets_none_and_loses_none(pyte
     xdist has not yet handled its death (``errordown`` is queued behind the event being handled),
     when finishing an item makes the scheduler top it up. The write raised 'cannot send (already
     closed?)' out of the controller's loop."""
-    from pytest_rollouts.xdist import RolloutScheduling
+    from pytest_rollouts.pytest.xdist import RolloutScheduling
 
     gateway = execnet.makegateway("popen")
     channel = gateway.remote_exec("import os\nchannel.send(os.getpid())\nwhile True:\n    channel.receive()")

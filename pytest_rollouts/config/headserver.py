@@ -1,0 +1,158 @@
+"""Agent names and addresses from a running NeMo Gym head server.
+
+NeMo Gym users already name their agents in one merged config that the head server
+serves at ``GET /global_config_dict_yaml`` (a JSON-encoded YAML string). Reading it
+lets them write ``agent_ref: {name: math_agent}`` or ``task_source: math_rs`` rows
+and point us at the head server instead of listing every address again.
+
+Keys read, all at the top level of that config:
+
+- ``<name>.responses_api_agents.<type>.{host, port}``: agent ``<name>`` at ``http://host:port``;
+  ``...<type>.resources_server.name`` says which resources server it fronts.
+- ``<name>.environment_servers.<type>.{host, port}``: an environment server, where
+  episode (taskset) rows can be routed (``[tasksets]`` or ``--rollouts-agent-map``).
+- ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
+  datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
+  the one agent that fronts that resources server; an agent's own name resolves to it.
+
+Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
+``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from pytest_rollouts.net.address import Address
+from pytest_rollouts.config.routing import Discovered
+from pytest_rollouts.net.whole_request import RequestTimeout, bounded_connection
+
+CONFIG_PATH = "/global_config_dict_yaml"
+_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+MAX_INTERPOLATION_DEPTH = 10
+
+
+class HeadServerError(Exception):
+    """The head server could not be read, or its config makes no sense; names the server."""
+
+
+def discover(base_url: str, *, timeout: float) -> Discovered:
+    """Read the head server's config and pick out agents and task sources.
+
+    ``timeout`` bounds the whole request, reply included: discovery runs before anything
+    else, and a head server that trickles its config must not hold the session there.
+    """
+    url = base_url.rstrip("/") + CONFIG_PATH
+    address = Address.parse(base_url, CONFIG_PATH)
+    try:
+        with bounded_connection(address, timeout) as connection:
+            connection.request("GET", address.path, headers=address.headers({"Accept": "application/json"}))
+            response = connection.getresponse()
+            raw = response.read()
+    except RequestTimeout as exc:
+        raise HeadServerError(f"the NeMo Gym head server at {base_url} sent {exc} for {CONFIG_PATH}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise HeadServerError(
+            f"cannot reach the NeMo Gym head server at {base_url} ({exc}); is it running, on that port?"
+        ) from None
+    if response.status != 200:
+        raise HeadServerError(f"NeMo Gym head server {base_url} answered HTTP {response.status} for {CONFIG_PATH}")
+    try:
+        text = json.loads(raw)
+        config = yaml.safe_load(text) if isinstance(text, str) else text
+    except (ValueError, yaml.YAMLError) as exc:
+        raise HeadServerError(f"{url} did not return a JSON-encoded YAML config: {exc}") from None
+    if not isinstance(config, dict):
+        raise HeadServerError(f"{url} returned a {type(config).__name__}, not a config mapping")
+    return config_agents(config)
+
+
+def config_agents(config: Mapping[str, Any]) -> Discovered:
+    """Agents (name to URL) and task sources (name to agent) in a NeMo Gym global config."""
+    agents: dict[str, str] = {}
+    fronts: dict[str, list[str]] = {}
+    for name, entry in config.items():
+        server = _only_server(entry, "responses_api_agents")
+        if server is None or "port" not in server:
+            continue
+        agents[str(name)] = _address(config, server, str(name))
+        resources = server.get("resources_server")
+        if isinstance(resources, Mapping) and resources.get("name"):
+            fronts.setdefault(str(resources["name"]), []).append(str(name))
+    sources: dict[str, str] = {name: name for name in agents}
+    for name, entry in config.items():
+        server = _only_server(entry, "environment_servers")
+        if server is not None and "port" in server:
+            agents[str(name)] = _address(config, server, str(name))
+    for name, entry in config.items():
+        server = _only_server(entry, "resources_servers")
+        if server is None:
+            continue
+        datasets = server.get("datasets")
+        pins = {str(d["agent"]) for d in datasets or () if isinstance(d, Mapping) and d.get("agent")}
+        if len(pins) == 1:
+            sources[str(name)] = pins.pop()
+        elif not pins and len(fronts.get(str(name), ())) == 1:
+            sources[str(name)] = fronts[str(name)][0]
+    return Discovered(agents, sources)
+
+
+def _address(config: Mapping[str, Any], server: Mapping[str, Any], name: str) -> str:
+    host = _resolve(config, server.get("host"), f"{name}: host") or "127.0.0.1"
+    port = _resolve(config, server["port"], f"{name}: port")
+    return f"http://{host}:{port}"
+
+
+def _resolve(config: Mapping[str, Any], value: Any, where: str, depth: int = 0) -> Any:
+    """OmegaConf interpolations left in the YAML: ``${dotted.path}`` and ``${oc.env:VAR[,default]}``.
+
+    ``to_yaml`` keeps interpolations unresolved, and hosts and ports are where configs use
+    them (``${head_server.host}``); anything else is refused by name, never guessed.
+    """
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    if depth > MAX_INTERPOLATION_DEPTH:
+        raise HeadServerError(f"head server config, {where}: interpolation loop in {value!r}")
+
+    def one(match: re.Match[str]) -> str:
+        expression = match[1].strip()
+        if expression.startswith("oc.env:"):
+            var, _, default = expression.removeprefix("oc.env:").partition(",")
+            found: Any = os.environ.get(var.strip(), default.strip() or None)
+        else:
+            found = _lookup(config, expression)
+        if found is None or isinstance(found, (Mapping, list)):
+            raise HeadServerError(
+                f"head server config, {where}: cannot resolve ${{{expression}}} "
+                "(read are ${dotted.path} and ${oc.env:VAR[,default]})"
+            )
+        return str(_resolve(config, found, where, depth + 1))
+
+    return _INTERPOLATION.sub(one, value)
+
+
+def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _only_server(entry: Any, kind: str) -> Mapping[str, Any] | None:
+    """The one server of ``kind`` an instance entry declares, or None (not that kind, or ambiguous)."""
+    if not isinstance(entry, Mapping):
+        return None
+    servers = entry.get(kind)
+    if not isinstance(servers, Mapping) or len(servers) != 1:
+        return None
+    (server,) = servers.values()
+    return server if isinstance(server, Mapping) else None

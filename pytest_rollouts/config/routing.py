@@ -1,0 +1,210 @@
+"""Which agent serves a row, decided before any request is sent.
+
+Agents come from the command line (``--rollouts-agent [NAME=]URL``) and from suite
+declarations. A row picks one with ``agent_ref.name``; a row without one goes to its
+suite's default agent. The command line wins: an unnamed ``--rollouts-agent URL``
+becomes the address of every suite's default agent, which is how a shipped suite is
+pointed at an external server without editing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_rollouts.net.address import without_password
+from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
+from pytest_rollouts.config.suite import Suite
+
+CLI_DEFAULT_NAME = "default"
+
+
+class RoutingError(ValueError):
+    """An agent that cannot be resolved; raised before any dispatch."""
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
+    the agent of each task source."""
+
+    agents: Mapping[str, str]
+    task_sources: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an agent lives: a URL, or an app factory (``file``, ``factory``) started on loopback."""
+
+    name: str
+    url: str | None = None
+    embedded: tuple[Path, str] | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How rows of one dataset file find their agents, with NeMo Gym's precedence.
+
+    A row is keyed by its taskset (an episode row), else its ``agent_ref.name``, else its
+    ``task_source``, else ``_default``. A taskset routes to an environment server through
+    the suite's ``[tasksets]``, or to the endpoint of the same name.
+    ``fan_out`` and ``agent_map`` (never both for one key: settings refuse that) replace
+    that key's agent; otherwise a task source resolves through the suite's
+    ``[task_sources]`` (or the head server's config), and ``_default`` goes to the
+    suite's default agent.
+    """
+
+    default: str | None
+    known: frozenset[str]
+    source: str
+    task_sources: Mapping[str, str] = field(default_factory=dict)
+    tasksets: Mapping[str, str] = field(default_factory=dict)
+    agent_map: Mapping[str, str] = field(default_factory=dict)
+    fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The map and fan-out keys some row matched, shared run-wide: one that none matched is a typo.
+    used: set[str] = field(default_factory=set)
+
+    def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
+        key, kind = _routing_key(row)
+        unrouted = key not in self.fan_out and key not in self.agent_map
+        if kind == "default" and unrouted and self.default is not None:
+            # The default agent's rows map and fan out under its name too, as if they named it.
+            key, kind = self.default, "agent"
+        if key in self.fan_out:
+            agents = self.fan_out[key]
+            self.used.add(key)
+        elif key in self.agent_map:
+            agents = (self.agent_map[key],)
+            self.used.add(key)
+        elif kind == "taskset":
+            agents = (self.tasksets.get(key, key),)
+            if agents[0] not in self.known:
+                raise RoutingError(
+                    f"no environment server route is configured for taskset {key!r} (declare it under "
+                    f"[tasksets] in {self.source}, or map it with --rollouts-agent-map {key}=SERVER)"
+                )
+        elif kind == "task_source":
+            if key not in self.task_sources:
+                raise RoutingError(
+                    f"row's task_source {key!r} names no agent (declare it under [task_sources] in "
+                    f"{self.source}, or map it with --rollouts-agent-map {key}=AGENT)"
+                )
+            agents = (self.task_sources[key],)
+        elif kind == "default":
+            if self.default is None:
+                raise RoutingError(
+                    "row has no agent_ref and no default agent is set "
+                    f"(pass --rollouts-agent URL or declare 'agent' in {self.source})"
+                )
+            agents = (self.default,)
+        else:
+            agents = (key,)
+        for name in agents:
+            if name not in self.known:
+                known = ", ".join(sorted(self.known)) or "none"
+                via = f" (routed from {key!r})" if name != key else ""
+                raise RoutingError(f"row names unknown agent {name!r}{via} (known agents: {known})")
+        return agents
+
+
+def _routing_key(row: dict[str, Any]) -> tuple[str, str]:
+    taskset = taskset_of(row)
+    if taskset is not None:
+        return taskset, "taskset"
+    ref = row.get("agent_ref")
+    if ref is not None:
+        name = ref.get("name") if isinstance(ref, dict) else None
+        if not isinstance(name, str) or not name:
+            raise RoutingError(f"agent_ref must be an object with a 'name' string, got {ref!r}")
+        return name, "agent"
+    source = row.get("task_source")
+    if source is not None:
+        if not isinstance(source, str) or not source:
+            raise RoutingError(f"task_source must be a non-empty string, got {source!r}")
+        return source, "task_source"
+    return DEFAULT_KEY, "default"
+
+
+class AgentRegistry:
+    """Every agent the run can reach, so two suites cannot give one name two addresses.
+
+    Addresses come, strongest first, from ``--rollouts-agent NAME=URL``, from a NeMo Gym
+    head server (``--rollouts-head-server``), then from suite declarations; an unnamed
+    ``--rollouts-agent URL`` is the address of every suite's default agent.
+    """
+
+    def __init__(self, settings: Settings, discovered: Discovered | None = None) -> None:
+        self._settings = settings
+        self._cli_default = settings.default_agent_url
+        self._cli_named = dict(settings.named_agent_urls)
+        self._head = discovered or Discovered({}, {})
+        self.used_keys: set[str] = set()
+        self._fixed = {**self._head.agents, **self._cli_named}
+        self._endpoints: dict[str, Endpoint] = {name: Endpoint(name, url=url) for name, url in self._fixed.items()}
+        if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
+            self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
+
+    def routing_for(self, suite: Suite | None) -> Routing:
+        if suite is None:
+            default = CLI_DEFAULT_NAME if self._cli_default is not None else None
+            return self._routing(default, frozenset(), "a rollouts.toml", None)
+        default = suite.config.agent
+        if default is None and self._cli_default is not None:
+            default = CLI_DEFAULT_NAME
+        for name, declaration in suite.config.agents.items():
+            self._register(name, self._endpoint_for(suite, name, declaration), suite)
+        return self._routing(default, frozenset(suite.config.agents), str(suite.path), suite)
+
+    def _routing(self, default: str | None, declared: frozenset[str], source: str, suite: Suite | None) -> Routing:
+        return Routing(
+            default,
+            declared | frozenset(self._fixed) | _maybe(default),
+            source,
+            task_sources={**self._head.task_sources, **(suite.config.task_sources if suite else {})},
+            tasksets=suite.config.tasksets if suite else {},
+            agent_map=self._settings.agent_map,
+            fan_out=self._settings.fan_out,
+            used=self.used_keys,
+        )
+
+    def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:
+        if name in self._fixed:
+            return Endpoint(name, url=self._fixed[name])
+        if name == suite.config.agent and self._cli_default is not None:
+            return Endpoint(name, url=self._cli_default)
+        if declaration.url is not None:
+            return Endpoint(name, url=declaration.url.rstrip("/"))
+        file, _, factory = declaration.embedded.partition(":")
+        return Endpoint(name, embedded=((suite.root / file).resolve(), factory or "make_app"))
+
+    def _register(self, name: str, endpoint: Endpoint, suite: Suite) -> None:
+        existing = self._endpoints.setdefault(name, endpoint)
+        if existing != endpoint:
+            raise RoutingError(
+                f"{suite.path}: agent {name!r} is declared with a different address elsewhere "
+                f"({_describe(existing)} vs {_describe(endpoint)})"
+            )
+
+    def unused_keys(self) -> list[str]:
+        """``--rollouts-agent-map``/``--rollouts-fan-out`` keys that no collected row matched."""
+        return sorted((set(self._settings.agent_map) | set(self._settings.fan_out)) - self.used_keys)
+
+    def knows(self, name: str) -> bool:
+        return name in self._endpoints
+
+    def endpoint(self, name: str) -> Endpoint:
+        return self._endpoints[name]
+
+
+def _maybe(name: str | None) -> frozenset[str]:
+    return frozenset() if name is None else frozenset({name})
+
+
+def _describe(endpoint: Endpoint) -> str:
+    if endpoint.url is not None:
+        return without_password(endpoint.url)
+    assert endpoint.embedded is not None
+    return f"embedded {endpoint.embedded[0]}:{endpoint.embedded[1]}"

@@ -1,0 +1,470 @@
+"""Resolve and validate the run's settings once: command line > ini > default.
+
+Every value goes through one pydantic model, so a bad value anywhere (flag or ini)
+becomes one readable usage error that names where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from pytest_rollouts.net.address import ascii_host, without_password
+from pytest_rollouts.options import OPTIONS
+
+
+class AgentAddress(BaseModel):
+    """One ``--rollouts-agent`` value: an unnamed one sets the default agent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None
+    url: str
+
+    @classmethod
+    def parse(cls, text: str) -> AgentAddress:
+        name, sep, rest = text.partition("=")
+        if sep and name and not any(c in name for c in ":/"):
+            return cls(name=name.strip(), url=check_url(rest.strip()))
+        return cls(name=None, url=check_url(text.strip()))
+
+    @property
+    def key(self) -> str | None:
+        return self.name
+
+    def clash(self, earlier: AgentAddress) -> str:
+        which = "the default agent" if self.name is None else f"agent {self.name}"
+        return f"{which} is given twice ({without_password(earlier.url)} and {without_password(self.url)})"
+
+
+class AgentHeader(BaseModel):
+    """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``${ENV_VAR}`` in ``VALUE`` is read from the environment.
+
+    The value is a ``SecretStr`` so no repr, log line or validation error can print it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str | None
+    name: str
+    value: SecretStr
+
+    @classmethod
+    def parse(cls, text: str) -> AgentHeader:
+        target, sep, value = text.partition("=")
+        agent, colon, name = target.rpartition(":")
+        name = name.strip()
+        if not sep or not _TOKEN.fullmatch(name):
+            raise ValueError("an agent header looks like NAME=VALUE or AGENT:NAME=VALUE (value not shown)")
+        unset = sorted({var for var in _ENV_REF.findall(value) if var not in os.environ})
+        if unset:
+            raise ValueError(f"header {name}: environment variable {', '.join(unset)} is not set")
+        value = _ENV_REF.sub(lambda ref: os.environ[ref[1]], value.strip())
+        if not _HEADER_VALUE.fullmatch(value):
+            raise ValueError(f"header {name}: a value must be one line of printable latin-1 text (value not shown)")
+        return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
+
+    @property
+    def key(self) -> tuple[str | None, str]:
+        """Header names are case-insensitive: ``authorization`` replaces ``Authorization``."""
+        return self.agent, self.name.lower()
+
+    def clash(self, earlier: AgentHeader) -> str:
+        if self.value.get_secret_value() == earlier.value.get_secret_value():
+            return ""  # the same header, its name in another case: HTTP reads them as one
+        scope = f"{self.agent}:" if self.agent else ""
+        return f"header {scope}{self.name} is given twice with different values (not shown)"
+
+
+class Keyed(Protocol):
+    """An entry of a keyed repeatable option (see ``Option.keyed``)."""
+
+    @property
+    def key(self) -> Hashable: ...
+
+    def clash(self, earlier: Any) -> str:
+        """Why this entry and an earlier one with its key cannot both come from one place, or ""
+        when they only differ in how they are written."""
+        ...
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# RFC 9110 field-value characters: visible ASCII, space, tab and obs-text; no line breaks.
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_KEY = "_default"
+
+
+def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` items of a repeatable option (also comma- or newline-free ini lines)."""
+    out = []
+    for item in values if isinstance(values, (list, tuple)) else [values]:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def parse_agent_headers(specs: Iterable[str | AgentHeader]) -> tuple[AgentHeader, ...]:
+    """Header specs, one per item or line (the option, its env variable, the aggregate CLI); blank
+    ones skipped, parsed ones kept."""
+    return tuple(_each([s for s in specs if not isinstance(s, str) or s.strip()], AgentHeader.parse))
+
+
+def _each(value: Any, parse: Callable[[str], Any]) -> Any:
+    """The items of a repeatable option, parsed; items that already are models pass through."""
+    if isinstance(value, (list, tuple)):
+        return tuple(parse(v) if isinstance(v, str) else v for v in value)
+    return value
+
+
+def check_url(url: str) -> str:
+    """An agent address (command line, ini or ``rollouts.toml``): another scheme would fail only at
+    run time, after every retry."""
+    parts = urlsplit(url)
+    shown = without_password(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"agent address {shown!r} is not an http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"agent address {shown!r} has a bad port") from None
+    if parts.netloc.endswith(":"):
+        raise ValueError(f"agent address {shown!r} has an empty port")
+    if parts.fragment or url.endswith("#"):
+        raise ValueError(f"agent address {shown!r} has a #fragment, which no request carries")
+    try:
+        ascii_host(parts.hostname)
+    except ValueError:
+        raise ValueError(f"agent address {shown!r} has a host that is no domain name (IDNA)") from None
+    return url.rstrip("/")
+
+
+# Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
+# them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
+# nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
+MAX_PARALLEL = 100_000
+MAX_RESIDENT = 10_000_000
+MAX_REPEATS = 1_000_000
+MAX_ROWS = 2**53
+MAX_ATTEMPTS = 1_000
+MAX_SHARDS = 1_000_000
+MAX_SECONDS = 30 * 24 * 3600.0
+
+
+class Settings(BaseModel):
+    """What a rollouts run was asked to do; frozen so no hook can drift it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    out: Path | None = None
+    agent: tuple[AgentAddress, ...] = ()
+    repeats: int | dict[str, int] = 1
+    agent_map: dict[str, str] = Field(default_factory=dict)
+    fan_out: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    agent_header: tuple[AgentHeader, ...] = ()
+    head_server: str | None = None
+    no_health_check: bool = False
+    health_ignore: frozenset[str] = frozenset()
+    health_workers: int = Field(8, ge=1, le=256)
+    limit: int | None = Field(None, ge=1, le=MAX_ROWS)
+    interleave_repeats: bool = False
+    repeats_add_seed: bool = False
+    responses_create_params: dict[str, Any] = Field(default_factory=dict)
+    parallel: int = Field(64, ge=1, le=MAX_PARALLEL)
+    max_resident: int | None = Field(None, ge=1, le=MAX_RESIDENT)
+    timeout: float = Field(3600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    retries: int = Field(2, ge=0, le=20)
+    retry_backoff: float = Field(1.0, ge=0, le=600, allow_inf_nan=False)
+    resume: bool = False
+    resume_recorded: bool = False
+    max_attempts: int = Field(3, ge=1, le=MAX_ATTEMPTS)
+    retry_terminal_timeouts: bool = False
+    longest_first: bool = False
+    count_as_zero: frozenset[str] = frozenset()
+    count_missing_as_zero: bool = False
+    require_complete: bool = False
+    # nan would compare false with every mean: a gate silently off.
+    fail_under: float | None = Field(None, allow_inf_nan=False)
+    no_aggregate: bool = False
+    shard: tuple[int, int] | None = None
+    dispatch_budget: float | None = Field(None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    drain_margin: float | None = Field(None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
+    # about a value names the place the user set it.
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Sources arrive as validation context, so the model's own checks can name them too."""
+        if isinstance(context, dict):
+            self._sources = context.get("sources", {})
+
+    def source_of(self, name: str) -> str:
+        return self._sources.get(name) or next(o.cli for o in OPTIONS if o.name == name)
+
+    @field_validator("out", mode="before")
+    @classmethod
+    def _parse_out(cls, value: Any) -> Any:
+        """A file named ``<stem>.jsonl``: the sidecars are named after it, and a fresh run moves an
+        earlier one aside. An empty value would name the directory itself, which would be moved."""
+        if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
+            raise ValueError("must name the output file, <stem>.jsonl")
+        return value
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _parse_shard(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            k, sep, n = value.partition("/")
+            if not sep or not k.strip().isdigit() or not n.strip().isdigit():
+                raise ValueError("must look like K/N, e.g. 0/4")
+            value = (int(k), int(n))
+        if isinstance(value, tuple) and not 0 <= value[0] < value[1]:
+            raise ValueError("K/N needs 0 <= K < N")
+        if isinstance(value, tuple) and value[1] > MAX_SHARDS:
+            raise ValueError(f"N must be at most {MAX_SHARDS}")
+        return value
+
+    @field_validator("repeats", mode="before")
+    @classmethod
+    def _parse_repeats(cls, value: Any) -> Any:
+        """``N``, or NeMo Gym's per-agent ``agent=N,_default=M``; an unlisted agent gets ``_default``, else 1."""
+        if isinstance(value, str) and "=" in value:
+            parts = [p for p in value.split(",") if p.strip()]
+            by_agent: dict[str, Any] = {}
+            for key, count in _pairs(parts, "--rollouts-repeats"):
+                if key in by_agent:
+                    raise ValueError(f"agent {key!r} is given twice")
+                by_agent[key] = count
+            value = by_agent
+        if isinstance(value, dict):
+            for key, count in value.items():
+                if not str(count).strip().isdigit() or not 1 <= int(count) <= MAX_REPEATS:
+                    raise ValueError(f"repeats for {key!r} must be a whole number from 1 to {MAX_REPEATS}, got {count!r}")
+            return {str(k): int(v) for k, v in value.items()}
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ValueError("must be N or AGENT=N[,AGENT=N...] (e.g. 4, or judge=3,_default=1)") from None
+        if isinstance(value, int) and not 1 <= value <= MAX_REPEATS:
+            raise ValueError(f"must be from 1 to {MAX_REPEATS}")
+        return value
+
+    @field_validator("agent_map", mode="before")
+    @classmethod
+    def _parse_agent_map(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        mapping: dict[str, str] = {}
+        for key, target in _pairs(value, "--rollouts-agent-map"):
+            if not target:
+                raise ValueError(f"{key}= maps to no agent")
+            if mapping.setdefault(key, target) != target:
+                raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
+        return mapping
+
+    @field_validator("fan_out", mode="before")
+    @classmethod
+    def _parse_fan_out(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        fan: dict[str, tuple[str, ...]] = {}
+        for key, listed in _pairs(value, "--rollouts-fan-out"):
+            agents = tuple(a.strip() for a in listed.split(","))
+            if not listed.strip():
+                raise ValueError(f"fan-out of {key} lists no agents")
+            if "" in agents:
+                raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
+            doubled = sorted({a for a in agents if agents.count(a) > 1})
+            if doubled:
+                raise ValueError(f"fan-out of {key} lists {', '.join(doubled)} more than once")
+            if key in fan:
+                raise ValueError(f"fan-out of {key} is given twice")
+            fan[key] = agents
+        return fan
+
+    @field_validator("agent_header", mode="before")
+    @classmethod
+    def _parse_headers(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: one header per line
+            value = value.splitlines()
+        return parse_agent_headers(value) if isinstance(value, (list, tuple)) else value
+
+    @field_validator("head_server", mode="before")
+    @classmethod
+    def _parse_head_server(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().rstrip("/")
+            if not text.startswith(("http://", "https://")):
+                text = "http://" + text
+            host_port = text.split("://", 1)[1]
+            host, _, port = host_port.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError("must look like HOST:PORT, e.g. 127.0.0.1:11000")
+            value = text
+        return value
+
+    @model_validator(mode="after")
+    def _no_conflicts(self) -> Settings:
+        both = sorted(set(self.agent_map) & set(self.fan_out))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
+                f"({self.source_of('fan_out')}); give one of them"
+            )
+        if self.no_aggregate and self.fail_under is not None:
+            # Without metrics there is no mean reward, so the gate could only ever fail (exit 7).
+            skip = self.source_of("no_aggregate")
+            raise ValueError(
+                f"{self.source_of('fail_under')} needs the metrics that {skip} skips: gate the merge instead "
+                f"(pytest-rollouts aggregate ... --fail-under X) or drop {skip}"
+            )
+        return self
+
+    @property
+    def fewest_repeats(self) -> int:
+        """The smallest per-row rollout count, which sizes xdist's queues (never too shallow)."""
+        if isinstance(self.repeats, int):
+            return self.repeats
+        unlisted = () if DEFAULT_KEY in self.repeats else (1,)
+        return min((*self.repeats.values(), *unlisted))
+
+    def repeats_for(self, agent: str) -> int:
+        if isinstance(self.repeats, int):
+            return self.repeats
+        return self.repeats.get(agent, self.repeats.get(DEFAULT_KEY, 1))
+
+    @field_validator("count_as_zero", "health_ignore", mode="before")
+    @classmethod
+    def _split_classes(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return frozenset(part.strip() for item in value for part in str(item).split(",") if part.strip())
+        return value
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _parse_agents(cls, value: Any) -> Any:
+        return _each(value, AgentAddress.parse)
+
+    @field_validator("agent", "agent_header")
+    @classmethod
+    def _once_per_key(cls, entries: tuple[Keyed, ...]) -> tuple[Keyed, ...]:
+        """Two values for one key in one place is a mistake to point out, not a silent last-wins,
+        as a key mapped twice is (a stronger source overriding a weaker one is by design)."""
+        chosen: dict[Hashable, Keyed] = {}
+        for entry in entries:
+            earlier = chosen.setdefault(entry.key, entry)
+            if earlier != entry and (why := entry.clash(earlier)):
+                raise ValueError(why)
+        return tuple(chosen.values())
+
+    @field_validator("responses_create_params", mode="before")
+    @classmethod
+    def _parse_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = orjson.loads(value)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON ({exc})") from None
+            if not isinstance(value, dict):
+                raise ValueError("must be a JSON object")
+        return value
+
+    @property
+    def resident_limit(self) -> int:
+        return self.max_resident or 8 * self.parallel
+
+    @property
+    def default_agent_url(self) -> str | None:
+        return next((a.url for a in self.agent if a.name is None), None)
+
+    @property
+    def named_agent_urls(self) -> dict[str, str]:
+        return {a.name: a.url for a in self.agent if a.name is not None}
+
+
+class SettingsError(ValueError):
+    """Values no run can use; the message names where each was given."""
+
+
+# Where a value was given ("--rollouts-parallel", "env ...", "ini ...") and the value.
+Layer = tuple[str, Any]
+
+
+def settings_from_layers(layers: Mapping[str, list[Layer]]) -> tuple[Settings, dict[str, str]]:
+    """The settings from each option's sources, weakest first, and the source each value kept
+    came from; ``SettingsError`` names every bad one. A keyed option's entries combine across its
+    sources (see ``Option``); any other option takes its strongest source whole."""
+    raw: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for option in OPTIONS:
+        found = layers.get(option.name, [])
+        if option.keyed and len(found) > 1:
+            raw[option.name], source[option.name] = combine_layers(option.name, found)
+        elif found:
+            source[option.name], raw[option.name] = found[-1]
+    try:
+        return Settings.model_validate(raw, context={"sources": source}), source
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None
+
+
+def combine_layers(name: str, layers: list[Layer]) -> tuple[Any, str]:
+    """A keyed option's entries from all its sources, and the sources whose entries are kept.
+
+    Each source is parsed on its own, so an error names it and a key given twice within it is
+    still refused; then a stronger source's entry replaces a weaker one's with the same key.
+    """
+    merged: dict[Hashable, Any] = {}
+    owner: dict[Hashable, str] = {}
+    for where, value in layers:
+        parsed = _parse_alone(name, value, where)
+        entries = parsed if isinstance(parsed, dict) else {entry.key: entry for entry in parsed}
+        merged.update(entries)
+        owner.update(dict.fromkeys(entries, where))
+    combined = merged if isinstance(parsed, dict) else tuple(merged.values())
+    kept = set(owner.values())
+    return combined, " and ".join(where for where, _ in layers if where in kept)
+
+
+def _parse_alone(name: str, value: Any, where: str) -> Any:
+    """One source's value of option ``name``, through the model's own validators."""
+    try:
+        return getattr(Settings.model_validate({name: value}, context={"sources": {name: where}}), name)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, {name: where})) from None
+
+
+def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
+    lines = ["invalid rollouts settings:"]
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = source.get(field, field) or "options"
+        # A header value is a secret: say what is wrong, never what was given; nor a URL's
+        # password, in whichever option a URL was given (``judge=http://u:pw@host`` included).
+        value = error.get("input")
+        if isinstance(value, list | tuple):
+            value = [without_password(v) if isinstance(v, str) else v for v in value]
+        elif isinstance(value, str):
+            value = without_password(value)
+        given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
+        lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""Suite declarations: a ``rollouts.toml`` that says which files are datasets and who serves them.
+
+A declaration is what lets ``pytest evalsuites/`` pick up datasets without any flag,
+while ``.jsonl`` files anywhere else in a test tree stay invisible.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from pytest_rollouts.config.settings import check_url
+
+
+class SuiteError(Exception):
+    """A declaration that cannot be used; the message names the file."""
+
+
+class AgentDeclaration(BaseModel):
+    """An agent a suite can route to: a URL, or an aiohttp app the plugin starts itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str | None = None
+    embedded: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        """As ``--rollouts-agent`` checks it: another scheme would fail only at run time, after retries."""
+        return None if url is None else check_url(url)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AgentDeclaration:
+        if (self.url is None) == (self.embedded is None):
+            raise ValueError("give exactly one of 'url' or 'embedded'")
+        return self
+
+
+class SuiteConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    datasets: tuple[str, ...]
+    agent: str | None = None
+    agents: dict[str, AgentDeclaration] = {}
+    # Rows that carry ``task_source`` instead of ``agent_ref`` run on the agent named here.
+    task_sources: dict[str, str] = {}
+    # Episode rows (``task_id.taskset`` + ``task_input``) go to the environment server named here.
+    tasksets: dict[str, str] = {}
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _a_list(cls, value: Any) -> Any:
+        """A single pattern written as a string would otherwise get pydantic's 'valid tuple' message."""
+        if isinstance(value, str):
+            raise ValueError(f"must be a list of glob patterns, e.g. datasets = [{value!r}]")
+        if isinstance(value, list | tuple) and not value:  # a suite of nothing: exit 5, naming no file
+            raise ValueError("lists no pattern: name the suite's dataset files, e.g. datasets = ['*.jsonl']")
+        return value
+
+    @model_validator(mode="after")
+    def _default_is_declared(self) -> SuiteConfig:
+        if self.agent is not None and self.agent not in self.agents:
+            raise ValueError(f"default agent {self.agent!r} is not declared under [agents]")
+        return self
+
+
+class Suite:
+    """A parsed declaration together with the directory it governs."""
+
+    def __init__(self, root: Path, config: SuiteConfig) -> None:
+        self.root = root
+        self.config = config
+
+    @property
+    def path(self) -> Path:
+        return self.root / "rollouts.toml"
+
+    def declares(self, file_path: Path) -> bool:
+        relative = file_path.relative_to(self.root).as_posix()
+        return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.config.datasets)
+
+    def unmatched(self) -> list[str]:
+        """Dataset patterns that match no file: a typo in a name would quietly shrink the eval."""
+        files = [p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()]
+        return [p for p in self.config.datasets if not any(fnmatch.fnmatchcase(f, p) for f in files)]
+
+
+@cache
+def load_suite(path: Path) -> Suite:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return Suite(path.parent, SuiteConfig.model_validate(data))
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise SuiteError(f"{path}: {details}") from None

@@ -1,0 +1,416 @@
+"""pytest's side of dispatch: start the dispatcher process, feed it the plan, wait on results.
+
+Rollouts run ahead of pytest in ``engine.py``'s process; each item's ``runtest``
+blocks only until its own task is reported done. Reading a frame from a pipe releases
+the GIL and is interrupted by Ctrl-C, so pytest stays responsive, and the process
+ends when its input closes, so a dead pytest leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pytest_rollouts.net.auth import headers_for
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, message, write_all
+from pytest_rollouts.rows.records import RolloutOutcome
+
+if TYPE_CHECKING:
+    from pytest_rollouts.config.settings import Settings
+
+# pytest reports consumed tasks to the engine in batches: one write per this many
+# items keeps the look-ahead window nearly full without a pipe write per item.
+FREED_BATCH = 32
+CLOSE_TIMEOUT_S = 60.0
+# Once it has the plan, the engine writes at least every 2 s (its heartbeat), health checks
+# included; before that it takes the plan as fast as pytest writes it. This long without a byte
+# either way, it is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
+SILENCE_LIMIT_S = 120.0
+STUCK_GRACE_S = 5.0
+READ_BYTES = 1 << 16
+
+
+@dataclass(slots=True)
+class PlannedRollout:
+    """One materialized rollout: its identity and where its request body sits on disk."""
+
+    slot: int
+    task_index: int
+    rollout_index: int
+    agent: str
+    offset: int
+    length: int
+    first_attempt: int = 0
+    episode: bool = False
+
+
+class DispatcherError(RuntimeError):
+    """Dispatching one task failed: a bug that must fail its item rather than hang it."""
+
+
+class DispatcherGone(DispatcherError):
+    """The dispatcher process failed or went away: no task not reported yet will be.
+
+    Rows it wrote are kept (it fsyncs as it goes, unless the file itself is what was lost), and
+    ``--rollouts-resume`` runs what has no row.
+    """
+
+
+class AgentsUnhealthy(Exception):
+    """Agents failed their health check; nothing was sent to any agent. The message says what to do."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(
+            "\n".join(
+                [
+                    "agents failed their health check; nothing was dispatched:",
+                    *(f"  {line}" for line in lines),
+                    "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
+                ]
+            )
+        )
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        rollouts: list[PlannedRollout],
+        slot_count: int,
+        urls: dict[str, str],
+        paths: tuple[Path, Path, Path],
+        settings: Settings,
+        *,
+        prior: dict[int, list[RolloutOutcome]] | None = None,
+        parallel: int,
+        worker: bool = False,
+        process: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        self._rollouts = rollouts
+        self._planned = [0] * slot_count
+        self._last_position = [0] * slot_count
+        for position, rollout in enumerate(rollouts):
+            self._planned[rollout.slot] += 1
+            self._last_position[rollout.slot] = position
+        self._prior = prior or {}
+        self._urls = urls
+        self._bodies, self._out, self._failures = paths
+        self._settings = settings
+        self._parallel = parallel
+        # An xdist worker dispatches only what xdist queued for it (``claim``): looking
+        # ahead over the whole plan would run other workers' items.
+        self._limit = 0 if worker else settings.resident_limit
+        self._worker = worker
+        self._done: dict[int, list[Any] | str] = {}
+        # Why the engine is gone, once it is: every later wait on an unreported task fails with it.
+        self._gone = ""
+        self._claimed: set[int] = set()
+        self._freed = 0
+        self._freed_sent = 0
+        self._claimed_rollouts = 0
+        self._proc = process
+        # Requests in flight, the oldest one's age and key, and when pytest read that: the engine
+        # reports it ahead of each batch of results, and every 2 s while none comes.
+        self._in_flight: tuple[int, float | None, list[int] | None, float] | None = None
+        # Tasks finished, rollouts sent, failures by class, as the engine last reported: ahead of
+        # the items pytest has reported, which come in plan order behind any slow one.
+        self.finished: tuple[int, int, dict[str, int]] | None = None
+        # Called on each of the engine's progress reports, while pytest waits or reads results.
+        self.on_progress: Callable[[], None] | None = None
+        # Work for the moments pytest would otherwise block on the engine, called only while
+        # no message is there to read, and again while it returns True (more work waiting).
+        self.on_idle: Callable[[], bool] | None = None
+        # Messages received and not handled yet: the engine writes many per read.
+        self._received = FrameBuffer()
+        self._inbox: deque[bytes] = deque()
+        # Tells whether a message is there to read without blocking; without ``poll`` (Windows)
+        # there is no idle work and no watch on silence.
+        self._poller: Any = None
+        # Whether the engine has the whole plan: until then a ``close`` message would be read as
+        # part of it, so closing its input is the only way to stop it.
+        self._plan_sent = False
+        self._ready = False
+        self._stuck = False
+
+    def start(self) -> None:
+        agents = sorted({r.agent for r in self._rollouts})
+        agent_index = {name: i for i, name in enumerate(agents)}
+        settings = self._settings
+        header = {
+            "urls": {name: self._urls[name] for name in agents},
+            "agents": agents,
+            "bodies": str(self._bodies),
+            "out": str(self._out),
+            "failures": str(self._failures),
+            "parallel": self._parallel,
+            "limit": self._limit,
+            "timeout": settings.timeout,
+            "retries": settings.retries,
+            "retry_backoff": settings.retry_backoff,
+            "max_attempts": settings.max_attempts,
+            "budget": settings.dispatch_budget,
+            "margin": settings.drain_margin,
+            # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
+            "shared_output": self._worker,
+            # Secrets travel over the pipe, never the command line.
+            "headers": {name: headers_for(settings.agent_header, name) for name in agents},
+            "health": None
+            if settings.no_health_check
+            else {"workers": settings.health_workers, "ignored": sorted(settings.health_ignore)},
+        }
+        columns = [
+            array("q", [r.slot for r in self._rollouts]),
+            array("q", [r.task_index for r in self._rollouts]),
+            array("q", [r.rollout_index for r in self._rollouts]),
+            array("q", [r.offset for r in self._rollouts]),
+            array("q", [r.length for r in self._rollouts]),
+            array("q", [r.first_attempt for r in self._rollouts]),
+            array("H", [agent_index[r.agent] for r in self._rollouts]),
+            array("B", [r.episode for r in self._rollouts]),
+        ]
+        if self._proc is None:
+            self._proc = spawn_engine()
+        self._write(message(header) + b"".join(frame(c.tobytes()) for c in columns))
+        self._plan_sent = True
+        # Health checks may take long; the engine's heartbeat comes meanwhile.
+        while (reply := self._read())[0] == "progress":
+            pass
+        if reply[0] == "unhealthy":
+            raise AgentsUnhealthy(reply[1])
+        if reply != ["ready"]:
+            raise DispatcherError("the dispatcher process did not start")
+        self._ready = True
+
+    def wait(self, slot: int) -> list[RolloutOutcome]:
+        """Block until every rollout of ``slot`` finished (settled ones come from ``prior``)."""
+        settled = self._prior.get(slot, [])
+        if self._planned[slot]:
+            while slot not in self._done:
+                if self._gone:
+                    raise DispatcherGone(self._gone)
+                if slot not in self._claimed and not self._surely_admitted(slot):
+                    self._claimed.add(slot)
+                    self._claimed_rollouts += self._planned[slot]
+                    self._write(message(["claim", slot]))
+                self._store(self._read())
+            result = self._done.pop(slot)
+            self._freed += self._planned[slot]
+            if (self._freed >= FREED_BATCH or self._freed >= self._limit) and not self._gone:
+                try:
+                    self._write(message(["freed", self._freed]))
+                except DispatcherGone:
+                    pass  # this task's result is in hand; the next wait reports why dispatch stopped
+                self._freed_sent += self._freed
+                self._freed = 0
+            if isinstance(result, str):
+                raise DispatcherError(f"dispatching task slot {slot} failed:\n{result}")
+            settled = settled + [RolloutOutcome(*fields) for fields in result]
+        return sorted(settled, key=_by_rollout)
+
+    def claim(self, slots: list[int]) -> None:
+        """Start these tasks now (an xdist worker's queue): one write for all of them."""
+        fresh = [slot for slot in slots if self._planned[slot] and slot not in self._claimed]
+        if fresh:
+            self._claimed.update(fresh)
+            self._claimed_rollouts += sum(self._planned[slot] for slot in fresh)
+            self._write(b"".join(message(["claim", slot]) for slot in fresh))
+
+    def _stop(self, why: str) -> None:
+        """The first reason dispatch stopped is the one reported."""
+        self._gone = self._gone or f"dispatch stopped: {why}\n--rollouts-resume runs what has no row yet."
+
+    @property
+    def failure(self) -> str:
+        """Why dispatch stopped before its end, or "" (known once the engine said so, or went away)."""
+        return self._gone
+
+    @property
+    def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
+        """As the engine last reported, the oldest request's age brought up to now."""
+        if self._in_flight is None:
+            return None
+        count, age, where, read_at = self._in_flight
+        return count, None if age is None else age + time.monotonic() - read_at, where
+
+    def _surely_admitted(self, slot: int) -> bool:
+        """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.
+
+        The engine admits in plan order while fewer than ``limit`` are resident; claimed
+        rollouts count as resident without moving its cursor, hence the subtraction.
+        """
+        return self._last_position[slot] < self._limit + self._freed_sent - self._claimed_rollouts
+
+    def close(self) -> None:
+        """Cancel whatever still runs; the engine flushes and fsyncs the artifacts before it exits."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if not self._plan_sent:
+            # Stopped before the whole plan went out (Ctrl-C, an error building it): the engine has
+            # opened no artifact and sent nothing, and it may be still starting or stopped itself.
+            proc.kill()
+        try:
+            if self._plan_sent:
+                self._write_to(proc, message(["close"]))
+                while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
+                    if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
+                        self._stop(msg[1])
+        except ChannelStuck as exc:  # its last fsync may not have happened: not a whole run
+            self._stuck = True
+            self._stop(str(exc))
+        except (ChannelClosed, BrokenPipeError, OSError):
+            pass
+        finally:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns
+                    proc.wait(timeout=CLOSE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self._stop(f"the dispatcher process (pid {proc.pid}) did not exit, even when killed")
+            proc.stdout.close()
+
+    def _store(self, msg: list[Any]) -> None:
+        kind, *rest = msg
+        if kind == "progress":
+            self._in_flight = (rest[0], rest[1], rest[2], time.monotonic())
+            self.finished = (rest[3][0], rest[3][1], rest[3][2])
+            if self.on_progress is not None and self._ready:
+                self.on_progress()
+            return
+        if kind == "fatal":
+            self._stop(rest[0])
+            return
+        if kind == "closed":  # its last words, read after it failed (see _read_last_words)
+            return
+        slot, payload = rest
+        self._done[slot] = payload if kind == "done" else str(payload)
+
+    def _write(self, data: bytes) -> None:
+        assert self._proc is not None
+        try:
+            self._write_to(self._proc, data)
+        except ChannelStuck:
+            self._stuck = True
+            self._stop(f"the dispatcher process took nothing for {SILENCE_LIMIT_S:.0f} s: it is stuck and was stopped")
+            raise DispatcherGone(self._gone) from None
+        except (BrokenPipeError, OSError) as exc:
+            self._read_last_words()
+            self._stop(f"the dispatcher process went away ({exc})")
+            raise DispatcherGone(self._gone) from None
+
+    def _read_last_words(self) -> None:
+        """An engine that failed sends why (``fatal``) before it goes: read what it left in the pipe,
+        so that reason, not the broken pipe it caused, is the one reported."""
+        assert self._proc is not None
+        try:
+            while self._inbox or not self._nothing_to_read(self._proc.stdout.fileno()):  # type: ignore[union-attr]
+                self._store(self._read_from(self._proc))
+        except (ChannelClosed, OSError):
+            pass
+
+    def _read(self) -> list[Any]:
+        assert self._proc is not None
+        try:
+            return self._read_from(self._proc, self.on_idle)
+        except ChannelStuck as exc:
+            self._stuck = True
+            self._stop(str(exc))
+            raise DispatcherGone(self._gone) from None
+        except ChannelClosed:
+            self._stop(f"the dispatcher process exited ({_exit_status(self._proc)})")
+            raise DispatcherGone(self._gone) from None
+
+    @staticmethod
+    def _write_to(proc: subprocess.Popen[bytes], data: bytes) -> None:
+        assert proc.stdin is not None
+        write_all(proc.stdin.fileno(), data, SILENCE_LIMIT_S)
+
+    def _read_from(self, proc: subprocess.Popen[bytes], idle: Callable[[], bool] | None = None) -> list[Any]:
+        """The engine's next message; ``idle`` work fills the wait while none has arrived."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while not self._inbox:
+            if idle is not None and self._nothing_to_read(fd) and idle():
+                continue
+            if self._silent(fd, SILENCE_LIMIT_S):
+                raise ChannelStuck(
+                    f"the dispatcher process sent nothing for {SILENCE_LIMIT_S:.0f} s: it is stuck "
+                    "(a blocked file system? a stopped process?) and was stopped"
+                )
+            data = os.read(fd, READ_BYTES)
+            if not data:
+                raise ChannelClosed("the dispatcher channel closed")
+            self._inbox.extend(self._received.feed(data))
+        return orjson.loads(self._inbox.popleft())
+
+    def _silent(self, fd: int, limit_s: float) -> bool:
+        """Nothing for ``limit_s``, and still nothing for two heartbeats more. A poll resumed after
+        both processes were suspended (Ctrl-Z, a scheduler's pause) returns at once when its
+        deadline passed meanwhile: the second wait gives the resumed engine time to speak."""
+        return self._nothing_to_read(fd, limit_s) and self._nothing_to_read(fd, STUCK_GRACE_S)
+
+    def _nothing_to_read(self, fd: int, wait_s: float = 0.0) -> bool:
+        """Still nothing after ``wait_s`` (an end of input counts as something to read)."""
+        if self._poller is None:
+            if not hasattr(select, "poll"):
+                return False
+            self._poller = select.poll()
+            self._poller.register(fd, select.POLLIN)
+        return not self._poller.poll(wait_s * 1000)
+
+
+def spawn_engine() -> subprocess.Popen[bytes]:
+    """Start the dispatcher process; it starts up while pytest is still collecting.
+
+    It imports this package from wherever pytest did, installed or not. It gets a process group
+    of its own, so the terminal's Ctrl-C reaches pytest alone: pytest decides when dispatch
+    stops, and a signal landing while the interpreter starts up would kill it with a fatal error
+    instead. It ends with its input, whatever ends pytest.
+    """
+    here = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
+    command = [sys.executable, "-m", "pytest_rollouts.dispatch.engine"]
+    # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
+    # frames them itself, so a buffer in front of it would only go unused.
+    return subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0
+    )
+
+
+def stop_unused(process: subprocess.Popen[bytes]) -> None:
+    """An engine that never got a plan exits at the end of its input (or is killed, if it does not)."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.close()
+    try:
+        process.wait(timeout=CLOSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    process.stdout.close()
+
+
+def _exit_status(proc: subprocess.Popen[bytes]) -> str:
+    """Its pipe closed; the process itself may take a moment more to end."""
+    try:
+        code = proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"code {code}"
+
+
+def _by_rollout(outcome: RolloutOutcome) -> int:
+    return outcome.rollout_index

@@ -1,0 +1,253 @@
+"""Dataset files become pytest items: one item per row (and agent), the row's repeats are its rollouts.
+
+This module is imported for every ``.jsonl`` file pytest walks past, so deciding
+*whether* a file is a dataset costs a few ``stat`` calls and no heavy import. An
+item keeps only a byte offset into its file; the row is read again when the run is
+materialized.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from collections.abc import Iterator
+from functools import cache, cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_rollouts.pacing import lasting
+from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
+from pytest_rollouts.rows.records import CANCELLED, dominant_class
+from pytest_rollouts.pytest.properties import json_property, record_outcomes
+from pytest_rollouts.pytest.stash import DECLARATION, DIST, RUN_KEY
+
+if TYPE_CHECKING:
+    from pytest_rollouts.rows.records import RolloutOutcome
+    from pytest_rollouts.config.routing import Routing
+    from pytest_rollouts.config.settings import Settings
+
+
+CREATE_PARAMS = "responses_create_params"
+_ABSENT = object()
+
+
+@cache
+def find_declaration(directory: Path, stop: Path) -> Path | None:
+    """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
+    candidate = directory / DECLARATION
+    if candidate.is_file():
+        return candidate
+    if directory == stop or directory.parent == directory:
+        return None
+    return find_declaration(directory.parent, stop)
+
+
+def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | None:
+    """A ``DatasetFile`` for a declared dataset or a ``.jsonl`` named on the command line."""
+    declaration = find_declaration(file_path.parent, parent.config.rootpath)
+    if declaration is not None:
+        from pytest_rollouts.config.suite import SuiteError, load_suite
+
+        try:
+            declared = load_suite(declaration).declares(file_path)
+        except SuiteError:
+            declared = True  # let collection report the broken declaration
+        if declared:
+            return DatasetFile.from_parent(parent, path=file_path)
+    if parent.session.isinitpath(file_path):
+        return DatasetFile.from_parent(parent, path=file_path)
+    return None
+
+
+class DatasetFile(pytest.File):
+    """A JSONL dataset. Every line is validated here, before any request can be sent.
+
+    Collecting also fingerprints the rows used (``sha256``, ``rows``), for resume.
+    """
+
+    sha256 = ""
+    rows = 0
+
+    @cached_property
+    def relpath(self) -> str:
+        """The file relative to the rootdir, as pytest shows item locations."""
+        return os.path.relpath(self.path, self.config.rootpath)
+
+    def collect(self) -> Iterator[RolloutItem]:
+        from pytest_rollouts.config.routing import RoutingError
+        from pytest_rollouts.config.suite import SuiteError
+
+        run = self.config.stash[RUN_KEY]  # the plugin made it for this file
+        workerinput = getattr(self.config, "workerinput", {})
+        dist = workerinput.get(DIST, "no")
+        if dist != "no":
+            from pytest_rollouts.pytest.xdist import refusal
+
+            reason = refusal(dist)
+            if reason:
+                raise self.CollectError(reason)
+        run.warm_engine()
+        shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
+        try:
+            routing = run.routing_for(self.path)
+        except (SuiteError, RoutingError) as exc:
+            raise self.CollectError(str(exc)) from None
+        with lasting():
+            yield from self._items(run.settings, routing, shown)
+
+    def _items(self, settings: Settings, routing: Routing, shown: Path) -> Iterator[RolloutItem]:
+        from pytest_rollouts.rows.episodes import taskset_of
+        from pytest_rollouts.config.routing import RoutingError
+
+        limit = settings.limit
+        digest = hashlib.sha256()
+        rows = 0
+        # Lines of rows with no ``responses_create_params``, and none given for the run: NeMo Gym
+        # agents refuse them (422), a custom agent may not need them, so they run, with one warning.
+        unparametrized: list[int] = []
+        for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
+            if limit is not None and row_index >= limit:
+                break
+            try:
+                row = parse_object(line, shown, line_no)
+                agents = routing.agents_for(row)
+            except JsonlError as exc:
+                raise self.CollectError(str(exc)) from None
+            except RoutingError as exc:
+                raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
+            digest.update(line.rstrip(b"\r\n") + b"\n")
+            rows += 1
+            first_rollout, episode = 0, taskset_of(row) is not None
+            params = row.get(CREATE_PARAMS, _ABSENT)
+            if params is _ABSENT and not episode:
+                if not settings.responses_create_params:
+                    unparametrized.append(line_no)
+            elif not isinstance(params, dict) and not episode:
+                given = "null" if params is None else type(params).__name__
+                raise self.CollectError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
+            for agent in agents:
+                # A task that runs on several agents shows which one in its id, joined the way
+                # pytest joins parameter ids, so -k can select it.
+                name = f"task[{row_index}-{agent}]" if len(agents) > 1 else f"task[{row_index}]"
+                repeats = settings.repeats_for(agent)
+                # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
+                # --lf only finds items whose structured id was built that way.
+                yield RolloutItem.from_parent(
+                    self,
+                    name=name,
+                    nodeid=f"{self.nodeid}::{name}",
+                    offset=offset,
+                    row_index=row_index,
+                    agent=agent,
+                    first_rollout=first_rollout,
+                    repeats=repeats,
+                    episode=episode,
+                )
+                first_rollout += repeats
+        self.sha256, self.rows = digest.hexdigest(), rows
+        if unparametrized:
+            lines = ", ".join(map(str, unparametrized[:5])) + (", ..." if len(unparametrized) > 5 else "")
+            self.warn(
+                pytest.PytestWarning(
+                    f"{shown}: {len(unparametrized)} rows have no {CREATE_PARAMS} (lines {lines}); "
+                    "NeMo Gym agents refuse such a row (HTTP 422)"
+                )
+            )
+
+
+class SuiteDeclarationFile(pytest.File):
+    """A ``rollouts.toml``, collected for its errors only: its datasets are collected as files of
+    their own, but a pattern that matches none of them has no file to be reported on."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from pytest_rollouts.config.suite import SuiteError, load_suite
+
+        try:
+            unmatched = load_suite(self.path).unmatched()
+        except SuiteError as exc:
+            raise self.CollectError(str(exc)) from None
+        if unmatched:
+            names = ", ".join(repr(p) for p in unmatched)
+            raise self.CollectError(f"{self.path}: datasets {names} match no file under {self.path.parent}")
+        yield from ()
+
+
+class RolloutFailed(Exception):
+    """Raised by ``runtest`` when a rollout ended in a failure class; carries no traceback worth showing."""
+
+    def __init__(self, failure_class: str, lines: list[str]) -> None:
+        super().__init__(failure_class)
+        self.failure_class = failure_class
+        self.lines = lines
+
+
+class RolloutItem(pytest.Item):
+    """One dataset row on one agent. ``task_index`` is run-wide; ``slot`` is its place in the dispatch plan.
+
+    A row fanned out to several agents is one item per agent, all with the row's task
+    index; their rollout indices continue one another from ``first_rollout``.
+    """
+
+    def __init__(
+        self,
+        *,
+        offset: int,
+        row_index: int,
+        agent: str,
+        first_rollout: int,
+        repeats: int,
+        episode: bool,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.offset = offset
+        self.row_index = row_index
+        self.agent = agent
+        self.first_rollout = first_rollout
+        self.repeats = repeats
+        self.episode = episode
+        # ``-k AGENT`` selects an agent's items, fanned out or not.
+        self.extra_keyword_matches.add(agent)
+        self.task_index = -1
+        self.slot = -1
+
+    def runtest(self) -> None:
+        # The run is in the stash from configuration or collection on; no import per item.
+        outcomes = self.config.stash[RUN_KEY].wait(self)
+        if not outcomes:
+            pytest.skip("not part of the recorded materialized set this run resumes")
+        record_outcomes(self.user_properties, outcomes, self.task_index)
+        failed = [o for o in outcomes if not o.scored]
+        drained = [o for o in failed if o.failure_class == CANCELLED]
+        if drained and len(drained) == len(failed):
+            pytest.skip(f"{len(drained)} rollouts not started, {drained[0].detail}; --rollouts-resume runs them")
+        if failed:
+            classes = Counter(str(o.failure_class) for o in failed)
+            raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
+
+    def teardown(self) -> None:
+        """junitxml writes the teardown report's properties with ``str()``, a Python repr; as JSON
+        text they can be read back. The call report keeps its own copy of the values."""
+        self.user_properties[:] = [(name, json_property(name, value)) for name, value in self.user_properties]
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, RolloutFailed):
+            return "\n".join(excinfo.value.lines)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+    @property
+    def location(self) -> tuple[str, int | None, str]:  # type: ignore[override]
+        """pytest's ``(relative path, line, name)``, with the path worked out once per file, not per row."""
+        return self.parent.relpath, None, self.name  # type: ignore[union-attr]
+
+
+def _describe(outcome: RolloutOutcome) -> str:
+    # HTTP tries of this run's one attempt (retries within a run are not attempts).
+    tries = f" after {outcome.attempts} tries" if outcome.attempts > 1 else ""
+    return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}: {outcome.detail}"

@@ -1,0 +1,39 @@
+"""A pytest session's hold on its output (``store.runlock``), from configure or preparation to
+unconfigure; an xdist controller's workers join the hold it took for them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_rollouts.pytest.stash import RUN_LOCKED, RolloutsWarning
+from pytest_rollouts.store.runlock import RunLock
+
+if TYPE_CHECKING:
+    from pytest_rollouts.store.artifacts import ArtifactPaths
+
+# Set on a session that holds its output: an xdist controller tells its workers to join it.
+HELD_KEY: pytest.StashKey[RunLock] = pytest.StashKey()
+
+
+def hold(
+    config: pytest.Config,
+    paths: ArtifactPaths,
+    run_id: str,
+    workerinput: dict[str, Any] | None = None,
+    *,
+    shared: bool = False,
+) -> None:
+    """This session's hold on the output, until pytest unconfigures; ``OutputBusy`` when another
+    session has it. An xdist worker joins the hold of its controller (``shared``)."""
+    lock = RunLock(paths.lock, paths.out)
+    if workerinput is not None:
+        lock.join(run_id if workerinput.get(RUN_LOCKED) else None)
+    else:
+        left = lock.acquire(run_id, shared=shared)
+        config.stash[HELD_KEY] = lock
+        if left is not None:
+            killed = RolloutsWarning(f"{paths.out}: took it over from a run that was killed ({left})")
+            config.issue_config_time_warning(killed, stacklevel=2)
+    config.add_cleanup(lock.release)

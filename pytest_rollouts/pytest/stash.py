@@ -1,0 +1,29 @@
+"""Stash keys and names the hooks share; a module of its own so inert sessions can check them for free."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_rollouts.pytest.session import RolloutRun
+
+RUN_KEY: pytest.StashKey[RolloutRun] = pytest.StashKey()
+RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
+
+# The ``workerinput`` key under which the xdist controller hands every worker the same run id.
+RUN_ID = "rollouts_run_id"
+# ... whether the controller holds the output for them to join (``runlock``)...
+RUN_LOCKED = "rollouts_run_locked"
+# ... and the ``--dist`` mode, which a worker's own options no longer show.
+DIST = "rollouts_dist"
+# A suite's declaration: which files of its directory are datasets, and who serves them.
+DECLARATION = "rollouts.toml"
+# Why a session stops when its dispatcher failed mid-run; an xdist controller reads it back from
+# its workers' stop, to score and gate that run as one process would.
+DISPATCH_STOPPED = "dispatch stopped"
+
+
+class RolloutsWarning(pytest.PytestWarning):
+    """Something about the run's files the user must know, e.g. where old results went."""

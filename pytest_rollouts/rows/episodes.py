@@ -1,0 +1,88 @@
+"""Episode (taskset) rows: NeMo Gym's native task format, sent to an environment server.
+
+A row with ``task_id.taskset`` and ``task_input`` is not a ``/run`` body an agent
+accepts as is: it goes to the environment server its taskset routes to as
+``{"episode_id": {"rollout_id", "attempt"}, "task": {"task_id", "task_input"}}`` and is
+answered ``{episode_id, task_id, result | failure}``. The materialized row keeps the
+whole dataset row (the resume source of truth); the episode body is built from it at
+send time. A ``result`` is stored as the server returned it; a ``failure`` becomes a
+sidecar row of class ``environment_server_failed``, terminal when the server says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytest_rollouts.store.jsonl import dumps
+from pytest_rollouts.rows.records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
+
+if TYPE_CHECKING:
+    from pytest_rollouts.net.auth import Redactor
+
+TASK_ID = "_ng_task_id"
+ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
+
+
+def taskset_of(row: Mapping[str, Any]) -> str | None:
+    """The taskset of an episode row, or None for a flat row."""
+    task_id = row.get("task_id")
+    if not isinstance(task_id, Mapping) or "task_input" not in row:
+        return None
+    taskset = task_id.get("taskset")
+    return taskset if isinstance(taskset, str) and taskset else None
+
+
+def episode_body(row: Mapping[str, Any], task_index: int, rollout_index: int, attempt_index: int) -> bytes:
+    """The request an environment server gets; the rollout id never carries the attempt.
+
+    The id is this run's own ``<task>-<rollout>``: an id copied from the dataset would be the
+    same for every repeat and fan-out copy of the row.
+    """
+    return dumps(
+        {
+            "episode_id": {"rollout_id": f"{task_index}-{rollout_index}", "attempt": attempt_index},
+            "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
+        }
+    )
+
+
+def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict[str, Any]:
+    """An episode reply as the row we store: its ``result``, or its ``failure`` in sidecar terms.
+
+    The failure's texts are cut to the sidecar's size through ``redact``, which redacts them first.
+
+    Anything else (not episode-shaped, or neither a result object nor a failure) is an
+    ``environment_server_failed`` that resume retries, never a result without a score.
+    """
+    if failure_class_of(reply) is not None:  # a failure the server classified itself, as any agent may
+        return reply
+    shaped = isinstance(reply.get("episode_id"), Mapping) and isinstance(reply.get("task_id"), Mapping)
+    failure = reply.get("failure") if shaped else None
+    if isinstance(failure, Mapping):
+        # Its shape is the server's own: the whole object is kept, as any agent's reply body is.
+        text = dumps(failure, default=str).decode()
+        said = next((failure[key] for key in ("failure_reason", "message", "error") if failure.get(key)), text)
+        row = {
+            TASK_ID: task_id,
+            FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
+            TERMINAL: failure.get("terminal") is True,
+            "_ng_failure_type": "EpisodeFailure",
+            "_ng_failure_message": redact.cut(str(said), MAX_BODY_CHARS),
+            "_ng_failure_response_body": redact.cut(text, MAX_BODY_CHARS),
+        }
+        for key in ("stage", "partial_response"):
+            if key in failure:
+                row[f"_ng_failure_{key}"] = failure[key]
+        return row
+    result = reply.get("result") if shaped else None
+    if isinstance(result, Mapping):
+        return {**result, TASK_ID: task_id}
+    return {
+        TASK_ID: task_id,
+        FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
+        TERMINAL: False,
+        "_ng_failure_type": "InvalidEpisodeReply",
+        "_ng_failure_message": "not an episode reply: no episode_id and task_id objects with a result object "
+        "or a failure",
+    }

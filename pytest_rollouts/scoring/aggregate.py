@@ -1,0 +1,473 @@
+"""Score a run from its artifacts on disk: coverage, scoring policies, metrics, the metrics file.
+
+The files are the source of truth (an xdist worker that crashed never reports, but its
+rows are on disk). Rows are streamed: only a few numbers per rollout stay in memory,
+and a group's ``/aggregate_metrics`` request body is streamed from the files in
+(task, rollout) order rather than built in memory.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import select
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
+from pytest_rollouts.net.address import Address
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
+from pytest_rollouts.net.auth import Redactor
+from pytest_rollouts.store.jsonl import ArtifactError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
+from pytest_rollouts.scoring.metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
+from pytest_rollouts.rows.materialize import ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.records import ENVIRONMENT_SERVER, reward_of, routing_identity
+from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.net.whole_request import bounded_connection
+
+NOT_IMPLEMENTED = frozenset({404, 405})
+# How much of a metrics server's error reply the metrics note shows.
+SHOWN_ERROR_CHARS = 200
+BODY_CHUNK_BYTES = 1 << 16
+# Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
+READ_CHUNK_BYTES = 1 << 20
+# What an imputed zero has of its own: which rollout it is, and the agent or server it was routed to.
+IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
+
+
+class MetricsServerError(RuntimeError):
+    """A server that has ``/aggregate_metrics`` but failed to answer it."""
+
+
+@dataclass
+class GroupScore:
+    agent: str
+    coverage: Coverage
+    metrics: dict[str, Any] = field(default_factory=dict)
+    source: str = "none"
+    note: str = ""
+
+    @property
+    def mean_reward(self) -> float | None:
+        """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one).
+
+        A NaN there (a server's metrics are kept as it sent them) is no score: it would pass any
+        ``--rollouts-fail-under``, since no comparison with NaN is true."""
+        for part in ("key_metrics", "agent_metrics"):
+            section = self.metrics.get(part)
+            value = section.get("mean/reward") if isinstance(section, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+                return float(value)
+        return None
+
+
+@dataclass
+class RunScore:
+    groups: list[GroupScore]
+    coverage: Coverage
+    metrics_path: Path | None = None
+    # Why the metrics file could not be written (a full disk at the very end), or "".
+    metrics_error: str = ""
+
+    @property
+    def mean_reward(self) -> float | None:
+        """The run's key number: each group's ``mean/reward``, weighted by the rollouts it covers."""
+        pairs = [(g.mean_reward, g.coverage.scored) for g in self.groups if g.mean_reward is not None]
+        weight = sum(n for _, n in pairs)
+        return sum(m * n for m, n in pairs) / weight if weight else None
+
+
+@dataclass
+class _Group:
+    """One agent group while the files are read: keys, small numbers, and where rows sit."""
+
+    expected: dict[Key, int] = field(default_factory=dict)
+    completed: set[Key] = field(default_factory=set)
+    masked: set[Key] = field(default_factory=set)
+    unrewarded: set[Key] = field(default_factory=set)
+    rows: list[MetricRow] = field(default_factory=list)
+    fields: set[str] = field(default_factory=set)
+    output_offsets: dict[Key, int] = field(default_factory=dict)
+
+
+def score_run(
+    paths: ArtifactPaths,
+    policy: ScoringPolicy,
+    *,
+    agent_url: Callable[[str], str | None],
+    agent_headers: Callable[[str], Mapping[str, str]] = lambda name: {},
+    write_metrics: bool,
+    timeout: float,
+    perf_summary: dict[str, Any] | None = None,
+    outputs: OutputScan | None = None,
+    drained: frozenset[Key] = frozenset(),
+) -> RunScore:
+    """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
+
+    ``outputs``: the dispatching session's scan of the output file, already part-read
+    while it waited on the dispatcher; otherwise both files are read from the start.
+    ``drained``: the keys this session's dispatch budget did not start (see ``account``).
+    """
+    scan = outputs if outputs is not None else OutputScan.of_files(paths)
+    scan.advance()
+    groups = scan.groups
+    latest = _latest_failures(paths.failures)
+    scores = []
+    total = Coverage()
+    samples = _Samples(paths.materialized)
+    for name, group in sorted(groups.items()):
+        accounting = account(
+            group.expected,
+            group.completed,
+            group.masked,
+            {k: c for k, (c, _) in latest.items()},
+            policy,
+            drained,
+            group.unrewarded,
+        )
+        total += accounting.coverage
+        score = GroupScore(name, accounting.coverage)
+        scores.append(score)
+        if not write_metrics:
+            continue
+        added = _added_rows(paths, group, accounting.counted, accounting.imputed, latest)
+        url = agent_url(name)
+        if url is not None:
+            try:
+                server = _server_metrics(url, agent_headers(name), paths, group, added, timeout)
+            except MetricsServerError as exc:
+                server, score.note = None, f"{exc}; computed locally instead"
+            if server is not None:
+                score.metrics, score.source = server, "server"
+        if score.source != "server":
+            score.metrics, score.source = _local_metrics(group, added, samples), "local"
+        if perf_summary is not None and not score.metrics.get("perf_summary"):
+            score.metrics["perf_summary"] = perf_summary
+    result = RunScore(scores, total)
+    if write_metrics:
+        try:
+            result.metrics_path = _write_metrics(paths.metrics, scores)
+        except ArtifactError as exc:  # the score is known: report it, and that it is not on disk
+            result.metrics_error = str(exc)
+        finally:
+            samples.close()
+    return result
+
+
+def _local_metrics(group: _Group, added: list[dict[str, Any]], samples: _Samples) -> dict[str, Any]:
+    """NeMo Gym's default metrics over the group's real rows and the zeros the policies added."""
+    rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
+    ranks = _repeat_ranks(group.expected)
+    if ranks is not None:
+        rows = [MetricRow(r.task, r.rollout, r.values, ranks.get((r.task, r.rollout))) for r in rows]
+    expected = Counter(task for task, _ in group.expected)
+    return compute_default_metrics(rows, expected=expected, sample=samples.of(group.expected))
+
+
+class _Samples:
+    """Each task's ``sample`` in ``group_level_metrics``, read from the materialized file as its entry is written.
+
+    NeMo Gym's is the task's materialized row without its two indices. Memory holds where each
+    task's row sits, never the rows: at 100k tasks their prompts would be the dataset again. The
+    file stays open from one task to the next (opening it for each costs seconds at 100k) until
+    ``close``; a read after that opens it again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._handle: BinaryIO | None = None
+
+    def of(self, expected: Mapping[Key, int]) -> Callable[[int], dict[str, Any] | None]:
+        """A group's samples: a task's row is that of its lowest rollout index in the group.
+
+        NeMo Gym takes the first rollout with a result; the rows of one task's rollouts differ
+        only in their index (and seed), so the first one materialized stands for the task, and a
+        task without any result has a sample too.
+        """
+        first: dict[int, Key] = {}
+        for key in expected:
+            if key[0] not in first or key < first[key[0]]:
+                first[key[0]] = key
+        return lambda task: self._read(expected[first[task]]) if task in first else None
+
+    def _read(self, offset: int) -> dict[str, Any]:
+        if self._handle is None:
+            self._handle = open(self._path, "rb")
+        self._handle.seek(offset)
+        row = parse_object(self._handle.readline(), self._path, 0)
+        del row[TASK_INDEX], row[ROLLOUT_INDEX]
+        return row
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:
+    """Each rollout's place among its task's rollouts in one group, when that is not its index.
+
+    A fanned-out row continues one task's rollout indices across agents (b runs 2 after a's
+    0 and 1), so within b's group its first rollout of a task is repeat 0, not repeat 2:
+    per-repeat statistics compare like with like. None when every index already is its place.
+    """
+    by_task: defaultdict[int, list[int]] = defaultdict(list)
+    for task, rollout in keys:
+        by_task[task].append(rollout)
+    if all(max(rollouts) == len(rollouts) - 1 for rollouts in by_task.values()):
+        return None
+    return {(task, r): place for task, rollouts in by_task.items() for place, r in enumerate(sorted(rollouts))}
+
+
+class OutputScan:
+    """The output file read into each group's tallies as it grows: whole lines only, each once.
+
+    Scoring needs every output row parsed. A dispatching session has pytest idle while it
+    waits on its dispatcher, so it reads the rows already written then (``advance`` with a
+    budget), and only the last ones are left for the end of the run, where every second
+    is waited for. Reading is in file order either way, so the tallies are the same.
+    """
+
+    def __init__(self, path: Path, expected: Mapping[str, dict[Key, int]]) -> None:
+        """``expected``: each group's keys and where their rows sit in the materialized file
+        (a dispatching session's dicts are taken over, not copied)."""
+        self.path = path
+        self.groups = {name: _Group(expected=keys) for name, keys in expected.items()}
+        self._by_key = {key: name for name, keys in expected.items() for key in keys}
+        self._offset = 0
+        self._line_no = 0
+
+    @classmethod
+    def of_files(cls, paths: ArtifactPaths) -> OutputScan:
+        expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
+        for _, offset, _, row in artifact_rows(paths.materialized):
+            expected[routing_identity(row)][key_of(row)] = offset
+        return cls(paths.out, expected)
+
+    def advance(self, budget: int | None = None) -> bool:
+        """Take in the whole lines written since the last call: about ``budget`` bytes of them,
+        or all. True when the budget ran out first, so more is probably waiting."""
+        if budget is not None:
+            return self._read(budget)
+        while self._read(READ_CHUNK_BYTES):
+            pass
+        return False
+
+    def _read(self, budget: int) -> bool:
+        data = whole_lines(self.path, self._offset, budget)
+        for line in io.BytesIO(data):
+            if line.strip():
+                self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
+            self._line_no += 1
+            self._offset += len(line)
+        return len(data) >= budget
+
+    def restarted(self) -> OutputScan:
+        """The same scan from the first row: after a read broken off part-way (a bad row, a
+        signal), whose tallies may hold half a row."""
+        return OutputScan(self.path, {name: group.expected for name, group in self.groups.items()})
+
+    def _add(self, row: dict[str, Any], offset: int) -> None:
+        key = key_of(row)
+        name = self._by_key.get(key)
+        group = self.groups.get(name) if name is not None else None
+        if group is None or key in group.completed:
+            return
+        group.completed.add(key)
+        if row.get("mask_sample"):
+            group.masked.add(key)
+            return
+        values = numeric_fields(row)
+        if "reward" not in values:
+            group.unrewarded.add(key)
+        group.rows.append(MetricRow(key[0], key[1], values))
+        group.fields.update(row)
+        group.output_offsets[key] = offset
+
+
+def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
+    """The last attempt recorded for each key: its class and where its row sits."""
+    latest: dict[Key, tuple[str, int]] = {}
+    for _, offset, _, row in artifact_rows(failures):
+        latest[key_of(row)] = (str(row.get("_ng_failure_class")), offset)
+    return latest
+
+
+def _added_rows(
+    paths: ArtifactPaths,
+    group: _Group,
+    counted: list[Key],
+    imputed: list[Key],
+    latest: Mapping[Key, tuple[str, int]],
+) -> list[dict[str, Any]]:
+    """The zeros the policies add: a counted failure is its latest sidecar row, an imputed zero
+    only its rollout's identity (``IDENTITY``); both get their task's dataset fields (``_as_zero``).
+    """
+    added = []
+    with LineReader() as reader:
+        for key in counted:
+            row = parse_object(reader.read(paths.failures, latest[key][1]), paths.failures, 0)
+            added.append(_as_zero(row, _task_row(reader, paths.materialized, group.expected[key]), group.fields))
+        for key in imputed:
+            task_row = _task_row(reader, paths.materialized, group.expected[key])
+            identity = {k: task_row[k] for k in IDENTITY if k in task_row}
+            added.append(_as_zero(identity, task_row, group.fields))
+    return added
+
+
+def _task_row(reader: LineReader, materialized: Path, offset: int) -> dict[str, Any]:
+    return parse_object(reader.read(materialized, offset), materialized, 0)
+
+
+def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]) -> dict[str, Any]:
+    """``row`` scored (the reward it carries, else 0.0), with those of its task's dataset fields that
+    real rows of its group carry.
+
+    NeMo Gym's ``_failure_rows_counted_as_zero``: a failure row that carries a reward counts as it
+    stands; one without says no rollout happened, so it counts as a zero, here and only here.
+
+    NeMo Gym's ``_fill_task_fields``: rows are ordered by repeat, so an added row can be its
+    task's first, and metric hooks read task-level fields (a subset label, a weight) from there.
+    But the aggregator averages every number it is handed: a dataset field no real row reports
+    (one the agent does not echo) would become a metric of its own, computed from zeros alone.
+    """
+    own = reward_of(row)  # a failure an agent classified may carry its verifier's reward: it stands
+    row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
+    row["reward"] = 0.0 if own is None else own  # never the dataset row's field of that name
+    return _strip(row)
+
+
+def _strip(row: dict[str, Any]) -> dict[str, Any]:
+    """What ``/aggregate_metrics`` gets: no request params, and of the response only its usage."""
+    row.pop("responses_create_params", None)
+    response = row.get("response")
+    if isinstance(response, dict):
+        row["response"] = {"usage": response["usage"]} if "usage" in response else {}
+    return row
+
+
+def _server_metrics(
+    url: str,
+    headers: Mapping[str, str],
+    paths: ArtifactPaths,
+    group: _Group,
+    added: list[dict[str, Any]],
+    timeout: float,
+) -> dict[str, Any] | None:
+    """POST the group's rows to its server; None when it has no such endpoint (404/405).
+
+    One blocking request at session end: stdlib ``http.client`` streams the chunked body
+    from disk, without an event loop in pytest's process. ``timeout`` bounds the whole request,
+    reply included: a server that trickles its answer must not hold the session open.
+    """
+    address = Address.parse(url, "/aggregate_metrics")
+    url = address.shown
+    headers = address.with_credentials(headers)
+    redact = Redactor({"": headers})
+    try:
+        with bounded_connection(address, timeout) as connection:
+            connection.request(
+                "POST",
+                address.path,
+                body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
+                headers=address.headers({**headers, "Content-Type": "application/json"}),
+                encode_chunked=True,
+            )
+            response = connection.getresponse()
+            body = response.read()
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, too slow, or a reply that is not HTTP
+        raise MetricsServerError(f"{url} failed: {redact(str(exc) or type(exc).__name__)}") from None
+    if response.status in NOT_IMPLEMENTED:
+        return None
+    if response.status != 200:
+        shown = redact.excerpt(body, SHOWN_ERROR_CHARS)
+        raise MetricsServerError(f"{url} answered HTTP {response.status}: {shown!r}")
+    try:
+        # Written to the metrics file and shown: a server echoing its request headers must not leak them.
+        return redact.row(object_from(body))
+    except ValueError as exc:
+        raise MetricsServerError(f"{url} replied with {redact(str(exc))}") from None
+
+
+def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:
+    """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent."""
+    extra = {key_of(row): row for row in added}
+    keys = sorted(set(group.output_offsets) | set(extra))
+    yield b'{"verify_responses":['
+    with LineReader() as reader:
+        for position, key in enumerate(keys):
+            row = extra.get(key)
+            if row is None:
+                row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
+            yield (b"," if position else b"") + dumps(row)
+    yield b"]}"
+
+
+def _batches(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Pieces joined into chunks of about ``BODY_CHUNK_BYTES``: one send (and chunk header) each, not one per row."""
+    batch: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece)
+        if size >= BODY_CHUNK_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+def _until_answered(chunks: Iterator[bytes], connection: http.client.HTTPConnection) -> Iterator[bytes]:
+    """The body, cut short once the server has replied: a server that answers before reading it
+    (404 or 405 where it has no ``/aggregate_metrics``, 401, 413) will not read the rest, and at
+    100k rows sending it anyway costs seconds. The reply it sent is what ``getresponse`` reads."""
+    for chunk in chunks:
+        sock = connection.sock
+        if sock is not None and select.select([sock], [], [], 0)[0]:
+            return
+        yield chunk
+
+
+def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
+    entries = [
+        {
+            "agent_ref": {"name": s.agent},
+            **s.metrics,
+            "coverage": s.coverage.as_dict(),
+            "metrics_source": s.source,
+            **({"metrics_note": s.note} if s.note else {}),
+        }
+        for s in scores
+    ]
+    with replaced_atomically(path) as out:
+        for chunk in _metrics_chunks(entries):
+            out.write(chunk)
+    return path
+
+
+def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
+    """The metrics file in pieces, lists one element per line; a lazy ``group_level_metrics``
+    (``TaskEntries``) is built task by task as it is written, never held whole."""
+    yield b"["
+    for n, entry in enumerate(entries):
+        yield (b"," if n else b"") + b"\n  {"
+        for k, (key, value) in enumerate(entry.items()):
+            yield (b"," if k else b"") + b"\n    " + orjson.dumps(key) + b": "
+            if isinstance(value, (list, TaskEntries)) and len(value):
+                yield b"["
+                for i, item in enumerate(value):
+                    yield (b"," if i else b"") + b"\n      " + _dumps(item)
+                yield b"\n    ]"
+            else:
+                yield _dumps(value)
+        yield b"\n  }"
+    yield b"\n]\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -1,0 +1,430 @@
+"""Default rollout metrics, used for a group whose servers do not answer ``/aggregate_metrics``.
+
+The names are NeMo Gym 0.7.0's (``mean/reward``, ``mean_across_repeats/mean/reward``, ...), so a
+user's dashboards read our file and theirs alike. Pure functions: rows in, a JSON-ready dict out.
+Every statistic that is undefined (a spread of one value, a single cluster) is ``None`` rather
+than a number that would lie.
+
+A field a row reports as ``NaN`` is missing from that row, and one reported as an infinity is a
+value like any other, as in NeMo Gym's default profile (``reward_profile.py``: pandas' ``mean``,
+``median``, ``min``, ``max``, ``std`` skip NaN, and a statistic that comes out NaN is dropped):
+an infinite reward makes ``mean/reward`` infinite; a ``NaN`` reward leaves the rollout unscored.
+An infinite result is a ``NonFinite``, so the metrics file writes it as ``json.dumps`` would.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from pytest_rollouts.store.jsonl import NonFinite
+
+# Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
+Z_95 = 1.96
+# Bookkeeping, not measurements: a masked flag and the collector's own timing.
+_NOT_METRICS = frozenset({"mask_sample", "elapsed_seconds"})
+# What JSON gives that is never a number: skipped before any closer look, as most fields are.
+_NEVER_NUMBERS = frozenset({str, list, type(None)})
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One rollout as the metrics see it: its key and its numeric fields."""
+
+    task: int  # _ng_task_index
+    rollout: int  # _ng_rollout_index, as in the files: the key rollout_infos join on
+    values: Mapping[str, float]  # the row's numeric fields, "reward" among them when present
+    # Its place among its task's rollouts when that is not ``rollout``: a fanned-out agent's indices
+    # continue another agent's, but its first rollout of a task is still its repeat 0.
+    repeat: int | None = None
+
+
+def _repeat_of(row: MetricRow) -> int:
+    """Which repeat a row is, for the per-repeat statistics."""
+    return row.rollout if row.repeat is None else row.repeat
+
+
+def _no_sample(task: int) -> None:
+    """No task's row at hand: each entry's ``sample`` is null rather than missing, as in every entry."""
+    return None
+
+
+def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
+    """The fields of a stored row that are worth averaging.
+
+    Every numeric top-level field (bools as 0.0/1.0, so verifier flags become rates), except the
+    ``_ng_*`` stamps (indices, not measurements) and ``mask_sample``/``elapsed_seconds``. Token
+    counts live nested in ``response.usage``; NeMo Gym reports them under their leaf names
+    (``input_tokens``, ``cached_tokens``, ...), so every number inside it is flattened to its leaf
+    key. A top-level field wins over a usage leaf of the same name, and an earlier leaf over a
+    later one. NaN is skipped (a missing value, as pandas takes it); infinities are kept.
+    """
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        if type(value) in _NEVER_NUMBERS or key.startswith("_ng_") or key in _NOT_METRICS:
+            continue
+        number = _as_number(value)
+        if number is not None:
+            out[key] = number
+    response = row.get("response")
+    if isinstance(response, Mapping):
+        _add_leaves(response.get("usage"), out)
+    return out
+
+
+def _add_leaves(node: Any, out: dict[str, float]) -> None:
+    """Numeric leaves of nested mappings, in document order (lists hold no named leaves), each
+    unless ``out`` already has its name."""
+    if not isinstance(node, Mapping):
+        return
+    for key, value in node.items():
+        number = None if type(value) in _NEVER_NUMBERS else _as_number(value)
+        if number is not None:
+            out.setdefault(key, number)
+        else:
+            _add_leaves(value, out)
+
+
+def _as_number(value: Any) -> float | None:
+    """A float for ints, floats and bools; None for NaN and anything else (numeric strings too).
+
+    Exact type checks first: every number of every row of a run passes through here.
+    """
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else _written(value)
+    if kind is not int and kind is not bool and not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return number if math.isfinite(number) else _written(number)
+
+
+def _written(x: float) -> float | None:
+    """A statistic as it is written: None when undefined (NaN: infinities of both signs, or an
+    infinity's spread), an infinity as a ``NonFinite``."""
+    if math.isfinite(x):
+        return x
+    return None if math.isnan(x) else NonFinite(x)
+
+
+def is_correct(reward: float) -> bool:
+    """The pass@k success criterion: a rollout counts as a pass only with full reward.
+
+    Partial credit (0 < reward < 1) is a failure for pass@k; ``mean/reward`` still credits it.
+    """
+    return reward >= 1.0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from n (c of them correct) is correct.
+
+    The unbiased estimator of Chen et al. 2021, ``1 - C(n-c, k) / C(n, k)``. The ratio of binomials
+    is taken as the Codex paper's product ``prod_{j=n-c+1}^{n} (1 - k/j)``, which never forms the
+    huge binomials themselves; the cases where it is exactly 0 or 1 return exactly that.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:  # every k-subset contains a correct sample
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / j for j in range(n - c + 1, n + 1))
+
+
+def compute_default_metrics(
+    rows: Sequence[MetricRow],
+    *,
+    expected: Mapping[int, int],
+    sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
+) -> dict[str, Any]:
+    """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
+
+    ``rows`` are the metric input (the caller has already dropped masked rows and added rows
+    counted as zero), in any order. ``expected`` maps every materialized task of the group to its
+    expected number of rollouts, so tasks and rollouts that never arrived show up as missing
+    instead of silently shrinking the denominator. A row outside ``expected`` (a task it lacks, a
+    rollout index beyond its count) is still counted, with nothing expected of it: no row is lost.
+    ``sample`` gives a task's ``sample`` (None when unknown); it is called as each task's entry
+    is built, so the caller can read it from disk then instead of holding every task's row.
+    """
+    rows = sorted(rows, key=lambda r: (r.task, r.rollout))
+    # group_level_metrics is a lazy sequence: each task's entry is built when it is read
+    # (written to the file), never all at once; list() it to hold it.
+    fields = list(dict.fromkeys(field for row in rows for field in row.values))
+    tasks = sorted(expected.keys() | {row.task for row in rows})
+    by_task = _group_by(rows, lambda r: r.task)
+    groups = TaskEntries(tasks, by_task, fields, expected, sample)
+    if not rows:
+        return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": groups, "repeat_level_metrics": []}
+
+    num_repeats = max(expected.values(), default=0)
+    by_rollout = _group_by(rows, _repeat_of)
+    columns = _columns(rows)
+    agent: dict[str, Any] = {}
+    for field in fields:
+        agent.update(_summary(field, columns[field]))
+    if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
+        per_repeat = [_columns(group) for group in by_rollout.values()]
+        for field in fields:
+            agent.update(_across_repeats(field, [statistics.fmean(c[field]) for c in per_repeat if field in c]))
+        agent["num_repeats"] = num_repeats
+    rewards = [ys for group in by_task.values() if (ys := [r.values["reward"] for r in group if "reward" in r.values])]
+    if rewards:
+        agent["sem_clustered/reward"] = _clustered_sem(rewards)
+        agent.update(_pass_at_ks(rewards, len(tasks)))
+    key = {
+        name: value
+        for name, value in agent.items()
+        if name.startswith("mean/") or name == "sem_clustered/reward" or _is_pass_at_k_reward(name)
+    }
+    repeats = [
+        _repeat_entry(r, by_rollout.get(r, []), fields, sum(expected.get(t, 0) > r for t in tasks))
+        for r in sorted(set(range(num_repeats)) | by_rollout.keys())
+    ]
+    return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
+
+
+class TaskEntries(Sequence[dict[str, Any]]):
+    """``group_level_metrics``, one task's entry built each time it is read.
+
+    Held at once, 100k tasks' entries (a few dozen statistics each) cost about 200 MB at
+    the very end of a run, which made scoring the peak of the whole session's memory.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[int],
+        by_task: Mapping[int, Sequence[MetricRow]],
+        fields: Sequence[str],
+        expected: Mapping[int, int],
+        sample: Callable[[int], Mapping[str, Any] | None],
+    ) -> None:
+        self._tasks, self._by_task, self._fields, self._expected = tasks, by_task, fields, expected
+        self._sample = sample
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same entries, as the list it stands for would be."""
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        task = self._tasks[index]
+        entry = _task_entry(task, self._by_task.get(task, []), self._fields, self._expected.get(task, 0))
+        entry["sample"] = self._sample(task)
+        return entry
+
+
+def _is_pass_at_k_reward(name: str) -> bool:
+    return name.startswith("pass@") and name.endswith("/reward")
+
+
+def _group_by(rows: Sequence[MetricRow], key: Callable[[MetricRow], int]) -> dict[int, list[MetricRow]]:
+    groups: defaultdict[int, list[MetricRow]] = defaultdict(list)
+    for row in rows:
+        groups[key(row)].append(row)
+    return groups
+
+
+def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
+    """Each field's values over the rows that have it: a field absent from a row is not a zero."""
+    columns: defaultdict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        for field, value in row.values.items():
+            columns[field].append(value)
+    return columns
+
+
+def _std(xs: Sequence[float], mean: float | None, ddof: int) -> float | None:
+    """What statistics.pstdev (ddof=0) or stdev (ddof=1) give; None when undefined (n <= ddof, or
+    an infinity among ``xs``, as pandas' NaN).
+
+    The stdlib computes in exact fractions, about 30 us a call: seconds for 100k one-rollout
+    tasks. The norm of the deviations (hypot accumulates in extended precision and cannot
+    overflow) agrees with it to a few ulps at a fraction of the cost.
+    """
+    if len(xs) <= ddof or mean is None or not math.isfinite(mean):
+        return None
+    return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
+
+
+@functools.cache
+def _names(field: str) -> tuple[str, str, str, str, str]:
+    """One set of key strings per field, shared by every task's entry (100k tasks, 100k dicts)."""
+    return f"mean/{field}", f"median/{field}", f"std/{field}", f"min/{field}", f"max/{field}"
+
+
+def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
+    # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
+    # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
+    mean_, median_, std_, min_, max_ = _names(field)
+    if len(xs) == 1:  # one rollout per task is common: skip the general path
+        (x,) = xs
+        return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
+    mean = statistics.fmean(xs)
+    if not math.isfinite(mean):  # an infinity among them: the rare path
+        median = _written(statistics.median(xs))
+        return {mean_: _written(mean), median_: median, std_: None, min_: min(xs), max_: max(xs)}
+    return {mean_: mean, median_: statistics.median(xs), std_: _std(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
+
+
+def _interval(mean: float, se: float | None) -> tuple[float | None, float | None]:
+    """Normal-approximation 95% interval; undefined without a standard error."""
+    return (None, None) if se is None else (mean - Z_95 * se, mean + Z_95 * se)
+
+
+def _across_repeats(field: str, repeat_means: Sequence[float]) -> dict[str, float | None]:
+    """How much the headline mean moves between repeats of the whole run: its run-to-run noise."""
+    mean = statistics.fmean(repeat_means)
+    std = _std(repeat_means, mean, ddof=1)
+    se = None if std is None else std / math.sqrt(len(repeat_means))
+    low, high = _interval(mean, se)
+    name = f"across_repeats/mean/{field}"
+    return {
+        f"mean_{name}": _written(mean),
+        f"median_{name}": _written(statistics.median(repeat_means)),
+        f"std_{name}": std,
+        f"min_{name}": _written(min(repeat_means)),
+        f"max_{name}": _written(max(repeat_means)),
+        f"se_{name}": se,
+        f"ci_low_95_{name}": low,
+        f"ci_high_95_{name}": high,
+    }
+
+
+def _clustered_sem(rewards_by_task: Sequence[Sequence[float]]) -> float | None:
+    """Standard error of the mean reward with tasks as clusters.
+
+    Repeats of one task are correlated (an easy task passes every time), so treating all rows as
+    independent understates the error. This is the cluster-robust (sandwich) variance of a mean
+    with the G/(G-1) small-sample correction; with one rollout per task it equals the plain
+    ``stdev/sqrt(N)``. With fewer than two tasks the between-task spread is unknowable: None.
+    """
+    g = len(rewards_by_task)
+    if g < 2:
+        return None
+    n = sum(map(len, rewards_by_task))
+    mean = statistics.fmean(itertools.chain.from_iterable(rewards_by_task))
+    if not math.isfinite(mean):  # an infinite reward: no finite spread
+        return None
+    residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
+    return math.sqrt(g / (g - 1) * math.fsum(s * s for s in residual_sums)) / n
+
+
+def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> dict[str, float | int]:
+    """pass@k for k = 1, 2, 4, ... up to the most scored rollouts of any task.
+
+    A task enters pass@k only with at least k scored rollouts (the estimator needs k <= n); the
+    others, tasks without any score included, are counted as excluded, so a pass@8 over a handful
+    of tasks does not pass for the whole set. Every task weighs the same, whatever its n.
+    """
+    counts = [(len(ys), sum(map(is_correct, ys))) for ys in rewards_by_task]
+    largest = max(n for n, _ in counts)
+    out: dict[str, float | int] = {}
+    k = 1
+    while k <= largest:
+        scores = [pass_at_k(n, c, k) for n, c in counts if n >= k]
+        out[f"pass@{k}/reward"] = statistics.fmean(scores)
+        out[f"pass@{k}/num_tasks"] = len(scores)
+        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(scores)
+        k *= 2
+    return out
+
+
+def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
+    """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
+    in rollout order) which of its rollouts gave which numbers."""
+    entry: dict[str, Any] = {"_ng_task_index": task}
+    if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
+        values = rows[0].values
+        for field in fields:
+            if field in values:
+                entry.update(_summary(field, (values[field],)))
+    else:
+        columns = _columns(rows)
+        for field in fields:
+            if field in columns:
+                entry.update(_summary(field, columns[field]))
+    entry["num_rollouts"] = len(rows)
+    entry["expected_num_rollouts"] = expected
+    entry["missing_num_rollouts"] = max(0, expected - len(rows))
+    entry["reward_profile_completion_pct"] = 100 * len(rows) / expected if expected else None
+    entry["rollout_infos"] = [_rollout_info(row) for row in rows]
+    return entry
+
+
+def _rollout_info(row: MetricRow) -> dict[str, Any]:
+    """One rollout as NeMo Gym lists it under its task: ``rollout_id`` (``"task:rollout"``) and its
+    indices as in the files, to join it to its full row, and the numbers the statistics used.
+
+    Only those numbers, never the row itself: the full rows stay in the rollouts file.
+    """
+    return {
+        "rollout_id": f"{row.task}:{row.rollout}",
+        "_ng_task_index": row.task,
+        "_ng_rollout_index": row.rollout,
+        **row.values,
+    }
+
+
+def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
+    """One rollout index across tasks: does the score drift between the first and later repeats?"""
+    entry: dict[str, Any] = {
+        "_ng_rollout_index": rollout,
+        "sample_count": len(rows),
+        "missing_count": max(0, expected - len(rows)),
+    }
+    columns = _columns(rows)
+    for field in (f for f in fields if f in columns):
+        xs = columns[field]
+        stats = _summary(field, xs)
+        mean = stats[f"mean/{field}"]
+        std = _std(xs, mean, ddof=1)
+        sem = None if std is None else std / math.sqrt(len(xs))
+        p25, p75 = (xs[0], xs[0]) if len(xs) == 1 else statistics.quantiles(xs, n=4, method="inclusive")[::2]
+        low, high = _interval(mean, sem)
+        entry.update(stats)
+        entry.update(
+            {
+                f"sem/{field}": sem,
+                f"p25/{field}": _written(p25),
+                f"p75/{field}": _written(p75),
+                f"ci_low_95/{field}": low,
+                f"ci_high_95/{field}": high,
+            }
+        )
+    return entry
+
+
+def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p90/p99/max of rollout durations: the other half of a throughput number.
+
+    Raising concurrency raises rollouts per hour while making every rollout slower, right up
+    to per-task timeouts; the percentiles make that trade visible.
+    """
+    if not durations:
+        return {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    ordered = sorted(durations)
+    if len(ordered) == 1:
+        (x,) = ordered
+        return {"count": 1, "p50": x, "p90": x, "p99": x, "max": x}
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {"count": len(ordered), "p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": ordered[-1]}

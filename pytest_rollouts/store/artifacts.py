@@ -1,0 +1,190 @@
+"""A run's files, all derived from the output path ``<stem>.jsonl``, and their lifecycle.
+
+A fresh run never overwrites earlier results: it moves them into a dated folder next to
+them. A resumed run repairs a line a hard kill cut short. Both happen once per run,
+however many xdist workers share the files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pytest_rollouts.store.jsonl import parse_object, scan_lines
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What preparing the artifacts did, for the user to be told."""
+
+    moved_to: Path | None = None
+    repaired: dict[Path, int] | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactPaths:
+    out: Path
+
+    def _sibling(self, suffix: str) -> Path:
+        return self.out.with_name(self.out.stem + suffix)
+
+    @property
+    def failures(self) -> Path:
+        return self._sibling("_failures.jsonl")
+
+    @property
+    def materialized(self) -> Path:
+        return self._sibling("_materialized_inputs.jsonl")
+
+    @property
+    def metrics(self) -> Path:
+        return self._sibling("_aggregate_metrics.json")
+
+    @property
+    def manifest(self) -> Path:
+        return self._sibling("_run_manifest.json")
+
+    @property
+    def lock(self) -> Path:
+        """Held by the session writing the output, for its whole run (``runlock``)."""
+        return self.out.with_name("." + self.out.name + ".lock")
+
+    @property
+    def prepared(self) -> Path:
+        """Which run last prepared the files; locked while a process prepares them."""
+        return self.out.with_name("." + self.out.name + ".prepared")
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.out, self.failures, self.materialized, self.metrics, self.manifest)
+
+    def start_run(self, run_id: str, *, resume: bool) -> RunStart:
+        """Prepare the files once per run: the first process of ``run_id`` to lock ``prepared`` does it.
+
+        Later processes of the same run (xdist workers) find the id recorded and leave the
+        files alone, so no worker can disturb rows another worker already wrote. Not the run
+        lock, which every process of the run holds shared until it ends.
+        """
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.prepared, "a+", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock.seek(0)
+            if lock.read() == run_id:
+                return RunStart()
+            start = RunStart(repaired=self._repair()) if resume else RunStart(moved_to=self._move_aside())
+            lock.seek(0)
+            lock.truncate()
+            lock.write(run_id)
+            lock.flush()
+            os.fsync(lock.fileno())
+            return start
+
+    def take_back(self, start: RunStart) -> None:
+        """Undo a fresh run's start: it was refused before sending anything, so its new files go
+        and the earlier results it moved aside come back."""
+        for path in self.all():
+            path.unlink(missing_ok=True)
+        if start.moved_to is not None:
+            for moved in start.moved_to.iterdir():
+                os.replace(moved, self.out.with_name(moved.name))
+            start.moved_to.rmdir()
+
+    def started_by(self, run_id: str) -> bool:
+        """Whether the files were last prepared by run ``run_id``."""
+        try:
+            return self.prepared.read_text(encoding="utf-8") == run_id
+        except FileNotFoundError:
+            return False
+
+    def _move_aside(self) -> Path | None:
+        """Earlier artifacts are kept: a run whose every rollout failed has only its sidecar (the
+        attempts, terminal verdicts) and one killed before any row only its materialized inputs,
+        and either is what a resume of it would have gone on."""
+        if not any(path.exists() and path.stat().st_size for path in self.all()):
+            for path in self.all():
+                path.unlink(missing_ok=True)
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}")
+        suffix = 1
+        while folder.exists():
+            suffix += 1
+            folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}-{suffix}")
+        folder.mkdir()
+        for path in self.all():
+            if path.exists():
+                os.replace(path, folder / path.name)
+        return folder
+
+    def _repair(self) -> dict[Path, int]:
+        dropped = {path: repair_tail(path) for path in (self.out, self.failures)}
+        return {path: size for path, size in dropped.items() if size}
+
+
+def repair_tail(path: Path) -> int:
+    """Drop a last line that a hard kill cut short; return how many bytes were dropped."""
+    cut = torn_tail(path)
+    if cut:
+        with open(path, "r+b") as handle:
+            handle.truncate(handle.seek(0, os.SEEK_END) - cut)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return cut
+
+
+def torn_tail(path: Path) -> int:
+    """How many bytes follow the last newline: a last line cut short (0 when whole, empty or absent)."""
+    if not path.exists():
+        return 0
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return 0
+        return size - _end_of_last_line(handle, size)
+
+
+def _end_of_last_line(handle: Any, size: int) -> int:
+    block = 1 << 16
+    position = size
+    while position > 0:
+        start = max(0, position - block)
+        handle.seek(start)
+        chunk = handle.read(position - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
+
+
+class ArtifactRow(NamedTuple):
+    line_no: int
+    offset: int
+    size: int  # bytes, without the newline: exactly the request body, for materialized rows
+    row: dict[str, Any]
+
+
+def artifact_rows(path: Path) -> Iterator[ArtifactRow]:
+    """Every row of an artifact we wrote, and where it sits; none if the file is absent.
+
+    A malformed line is an error naming file and line. A last line without its newline
+    is skipped rather than reported: after the repair at the start of a resume, it can
+    only be a row another process is appending now.
+    """
+    if not path.exists():
+        return
+    for line_no, offset, line in scan_lines(path):
+        if not line.endswith(b"\n"):
+            return
+        yield ArtifactRow(line_no, offset, len(line) - 1, parse_object(line, path, line_no))
+
+
+def read_rows(path: Path) -> Iterator[dict[str, Any]]:
+    return (entry.row for entry in artifact_rows(path))
