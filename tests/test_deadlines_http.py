@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pytest_rollouts import run
+from pytest_rollouts.pytest import session as run
 
 from .conftest import tasks, write_rows
 from .helpers import run_rollouts

@@ -266,7 +266,7 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
 ) -> None:
     """Ctrl-C, -x or the end of the run cancels rollouts; one whose reply has come is still
     written (the dispatcher yields between the reply and the row)."""
-    from pytest_rollouts import engine as engine_module
+    from pytest_rollouts.dispatch import engine as engine_module
 
     body = orjson.dumps({"answer": 0, "expected_answer": 0, "_ng_task_index": 0})
     (tmp_path / "m.jsonl").write_bytes(body + b"\n")
@@ -315,7 +315,7 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
 # A real dispatcher process with one of its methods replaced by a bug.
 BROKEN_ENGINE = """
 import sys
-from pytest_rollouts import engine
+from pytest_rollouts.dispatch import engine
 
 def bug(*args):
     raise RuntimeError("injected bug")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rollouts import http1
+from pytest_rollouts.net import http1
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.http1 import HttpError, Pool, Target
 
