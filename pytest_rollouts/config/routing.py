@@ -58,7 +58,8 @@ class Routing:
     """
 
     default: str | None
-    known: frozenset[str]
+    # None: any name goes (rows prepared ahead of a run, whose agents are checked when it starts).
+    known: frozenset[str] | None
     source: str
     task_sources: Mapping[str, str] = field(default_factory=dict)
     tasksets: Mapping[str, str] = field(default_factory=dict)
@@ -68,7 +69,7 @@ class Routing:
     used: set[str] = field(default_factory=set)
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
-        key, kind = _routing_key(row)
+        key, kind = routing_key(row)
         unrouted = key not in self.fan_out and key not in self.agent_map
         if kind == "default" and unrouted and self.default is not None:
             # The default agent's rows map and fan out under its name too, as if they named it.
@@ -81,7 +82,7 @@ class Routing:
             self.used.add(key)
         elif kind == "taskset":
             agents = (self.tasksets.get(key, key),)
-            if agents[0] not in self.known:
+            if self.known is not None and agents[0] not in self.known:
                 raise RoutingError(
                     f"no environment server route is configured for taskset {key!r} (declare it under "
                     f"[tasksets] in {self.source}, or map it with --rollouts-agent-map {key}=SERVER)"
@@ -103,14 +104,16 @@ class Routing:
         else:
             agents = (key,)
         for name in agents:
-            if name not in self.known:
+            if self.known is not None and name not in self.known:
                 known = ", ".join(sorted(self.known)) or "none"
                 via = f" (routed from {key!r})" if name != key else ""
                 raise RoutingError(f"row names unknown agent {name!r}{via} (known agents: {known})")
         return agents
 
 
-def _routing_key(row: dict[str, Any]) -> tuple[str, str]:
+def routing_key(row: dict[str, Any]) -> tuple[str, str]:
+    """What routes ``row`` and how it is named: ``(taskset, "taskset")``, ``(agent, "agent")``,
+    ``(task source, "task_source")`` or ``("_default", "default")``."""
     taskset = taskset_of(row)
     if taskset is not None:
         return taskset, "taskset"

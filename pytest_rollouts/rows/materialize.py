@@ -23,7 +23,7 @@ def materialize_row(
     *,
     task_index: int,
     rollout_index: int,
-    agent: str,
+    agent: str | None,
     create_params: dict[str, Any],
     add_seed: bool,
     episode: bool = False,
@@ -32,6 +32,7 @@ def materialize_row(
 
     An episode row names no agent: it is stamped with the environment server it runs on, and
     takes no run-level ``responses_create_params`` or seed (its request carries neither).
+    ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
     params = out.get("responses_create_params")
@@ -40,9 +41,9 @@ def materialize_row(
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
         out["responses_create_params"] = params
-    if episode:
+    if episode and agent is not None:
         out[ENVIRONMENT_SERVER] = agent
-    else:
+    elif agent is not None:
         ref = out.get("agent_ref")
         out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
     out.pop(ATTEMPT_INDEX, None)
