@@ -185,6 +185,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         return (yield)
     finally:
         run.finish()
+        run.stops.hold()  # the session ends now: see pytest/stopping.py
         # Everything alive now lives until the session ends; sparing it from the
         # collector's full passes saves seconds at 100k items.
         gc.freeze()

@@ -57,8 +57,9 @@ def session(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A pytest session in a process group of its own, as a shell runs a job: a signal to the group
     is what Ctrl-C at a terminal sends. Whatever is left of it at the end is killed."""
+    # Unbuffered: a test reading lines as they come leaves nothing in a buffer ``communicate`` skips.
     proc = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env, bufsize=0
     )
     try:
         yield proc
@@ -301,3 +302,28 @@ def test_an_error_while_the_plan_goes_out_ends_the_session(
     [proc] = spawned
     assert proc.poll() is not None
     assert Artifacts(pytester.path).materialized, "the plan was made; nothing was lost"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_session_ends_under_xdist_prints_the_section(pytester: pytest.Pytester, stop: int) -> None:
+    """Under -n, a stop right after the last item reported landed in xdist's wait for its workers
+    to exit: a raw traceback, no section, no metrics, and pytest died of the signal. Any plugin's
+    session end is such a place; here one takes a while on the controller, so the stop lands there."""
+    pytester.makeconftest(
+        "import time\n"
+        "from pathlib import Path\n"
+        "def pytest_sessionfinish(session):\n"
+        "    if not hasattr(session.config, 'workerinput'):\n"
+        "        Path('ending').touch()\n"
+        "        time.sleep(3)\n"
+    )
+    write_rows(pytester.path / "data.jsonl", tasks(8))
+    with ScriptedAgent() as agent:
+        with session(pytester.path, pytest_command(agent.url, "-n", "2")) as proc:
+            wait_for((pytester.path / "ending").exists, "the session's end")
+            os.killpg(proc.pid, stop)
+            out, err = finish(proc)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert "= rollouts =" in out, out
+    assert "Interrupted while scoring: no metrics file written; --rollouts-resume scores the run" in out, out
+    assert_no_traceback(out, err)

@@ -198,9 +198,11 @@ def _resume_line(score: RunScore | None) -> str:
     if score is None:
         return "Interrupted: --rollouts-resume goes on with this run"
     left = score.coverage.expected - score.coverage.completed
+    if not left:
+        return "Interrupted with every materialized rollout written: --rollouts-resume scores the run (sending nothing)"
     return (
         f"Interrupted with {left} of {score.coverage.expected} materialized rollouts without a row: "
-        "--rollouts-resume runs them (none with a row is sent again)"
+        "--rollouts-resume runs them, up to the attempt cap (none with a row is sent again)"
     )
 
 
@@ -411,7 +413,18 @@ class RolloutReporter:
             terminal.write("\n")
         terminal.write_line(line)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Around the other plugins' session ends (inside the terminal reporter's, which prints the
+        section after): xdist's controller waits there for its workers to exit, and a stop landing
+        then (Ctrl-C, SIGTERM) must still end in the section, not a traceback."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
         """Settle the exit status; then score the run and apply the gate (or, for a run the user
         stopped, only state what it covered)."""
         run = self.config.stash.get(RUN_KEY, None)
@@ -442,11 +455,12 @@ class RolloutReporter:
 
         run = RolloutRun.get(self.config)
         try:
-            self.score = run.score(
-                self.tally.perf_summary() if self.tally.items else None,
-                frozenset(self.tally.drained),
-                coverage_only=interrupted,
-            )
+            with run.stops.interruptible():
+                self.score = run.score(
+                    self.tally.perf_summary() if self.tally.items else None,
+                    frozenset(self.tally.drained),
+                    coverage_only=interrupted,
+                )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
             session.exitstatus = pytest.ExitCode.INTERRUPTED
             self.stopped = run.scoring_interrupted()

@@ -32,7 +32,7 @@ from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, 
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.store.runlock import OutputBusy
 from pytest_rollouts.pytest.stash import RolloutsWarning, DISPATCH_STOPPED, RUN_ID, RUN_ID_KEY, RUN_KEY
-from pytest_rollouts.pytest.stopping import TermAsInterrupt
+from pytest_rollouts.pytest.stopping import StopHandling
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.accounting import Key
@@ -80,7 +80,9 @@ class RolloutRun:
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
         self._handed_over = False
         self._run_start = RunStart()
-        self._term = TermAsInterrupt()
+        # Stops are this run's to handle until pytest unconfigures.
+        self.stops = StopHandling()
+        config.add_cleanup(self.stops.remove)
         self._stopped = ""
         # Set by the reporter: called on the dispatcher's heartbeat, so progress shows while items wait.
         self.on_heartbeat: Callable[[], None] | None = None
@@ -485,7 +487,7 @@ class RolloutRun:
         controller = self.config.pluginmanager.get_plugin("dsession") is not None
         # A worker ends with its controller, which takes the signal for it.
         if not hasattr(self.config, "workerinput") and (plan is not None or controller):
-            self._term.install()
+            self.stops.install()
         if plan is None:
             return
         # Items and collection state live until the end; keeping them out of the cyclic
@@ -746,12 +748,8 @@ class RolloutRun:
             return None
 
     def close(self) -> None:
-        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them.
-
-        SIGTERM stays a stop like Ctrl-C until here: scoring, after dispatch, is part of the run.
-        """
+        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
         self.finish()
-        self._term.remove()
         if self._engine is not None:
             stop_unused(self._engine)
             self._engine = None
