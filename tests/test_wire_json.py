@@ -93,3 +93,23 @@ def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_sco
     text = (pytester.path / "out" / "r_aggregate_metrics.json").read_text()
     assert '"mean/reward":NaN' in text and '"max/x":Infinity' in text
     assert json.loads(text)[0]["metrics_source"] == "server"
+
+
+def test_a_field_with_infinities_of_both_signs_has_no_mean_and_scoring_goes_on(pytester: pytest.Pytester) -> None:
+    """statistics.fmean raised (-inf + inf in fsum) and the session ended in a traceback, with
+    no metrics and no section. pandas' mean of them is NaN: the statistic is left out."""
+    infinities = {0: float("inf"), 1: float("-inf"), 2: 1.0, 3: float("nan")}
+
+    def signed(row: dict[str, Any], seen: int) -> Reply:
+        task = row["_ng_task_index"]
+        return Reply(raw=json.dumps({"reward": infinities[task], "logprob_sum": infinities[task]}).encode())
+
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(signed) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*= rollouts =*"])
+    [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    metrics = group["agent_metrics"]
+    assert metrics["mean/logprob_sum"] is None and metrics["std/logprob_sum"] is None
+    assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (float("-inf"), float("inf"))

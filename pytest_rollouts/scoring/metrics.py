@@ -19,7 +19,7 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -108,6 +108,15 @@ def _as_number(value: Any) -> float | None:
     return number if math.isfinite(number) else _written(number)
 
 
+def _mean(xs: Iterable[float]) -> float:
+    """The mean, NaN when it is undefined: infinities of both signs (pandas' answer, where
+    ``statistics.fmean`` raises)."""
+    try:
+        return statistics.fmean(xs)
+    except ValueError:
+        return math.nan
+
+
 def _written(x: float) -> float | None:
     """A statistic as it is written: None when undefined (NaN: infinities of both signs, or an
     infinity's spread), an infinity as a ``NonFinite``."""
@@ -175,7 +184,7 @@ def compute_default_metrics(
     if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
         per_repeat = [_columns(group) for group in by_rollout.values()]
         for field in fields:
-            agent.update(_across_repeats(field, [statistics.fmean(c[field]) for c in per_repeat if field in c]))
+            agent.update(_across_repeats(field, [_mean(c[field]) for c in per_repeat if field in c]))
         agent["num_repeats"] = num_repeats
     rewards = [ys for group in by_task.values() if (ys := [r.values["reward"] for r in group if "reward" in r.values])]
     if rewards:
@@ -279,7 +288,7 @@ def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     if len(xs) == 1:  # one rollout per task is common: skip the general path
         (x,) = xs
         return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
-    mean = statistics.fmean(xs)
+    mean = _mean(xs)
     if not math.isfinite(mean):  # an infinity among them: the rare path
         median = _written(statistics.median(xs))
         return {mean_: _written(mean), median_: median, std_: None, min_: min(xs), max_: max(xs)}
@@ -293,7 +302,7 @@ def _interval(mean: float, se: float | None) -> tuple[float | None, float | None
 
 def _across_repeats(field: str, repeat_means: Sequence[float]) -> dict[str, float | None]:
     """How much the headline mean moves between repeats of the whole run: its run-to-run noise."""
-    mean = statistics.fmean(repeat_means)
+    mean = _mean(repeat_means)
     std = _std(repeat_means, mean, ddof=1)
     se = None if std is None else std / math.sqrt(len(repeat_means))
     low, high = _interval(mean, se)
@@ -322,7 +331,7 @@ def _clustered_sem(rewards_by_task: Sequence[Sequence[float]]) -> float | None:
     if g < 2:
         return None
     n = sum(map(len, rewards_by_task))
-    mean = statistics.fmean(itertools.chain.from_iterable(rewards_by_task))
+    mean = _mean(itertools.chain.from_iterable(rewards_by_task))
     if not math.isfinite(mean):  # an infinite reward: no finite spread
         return None
     residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
