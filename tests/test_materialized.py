@@ -3,6 +3,7 @@ source of truth of every resume, so losing them must stop the run, never pass it
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -70,6 +71,36 @@ def test_materialized_inputs_replaced_mid_run_stop_dispatch(pytester: pytest.Pyt
         resumed = run_rollouts(pytester, *common, "--rollouts-resume")
         assert resumed.ret == pytest.ExitCode.OK
         assert len(Artifacts(pytester.path).rows) == 24 and len(agent.requests) > sent
+
+
+@pytest.mark.parametrize("change", ["truncate", "overwrite"])
+def test_materialized_inputs_changed_in_place_stop_dispatch_before_a_wrong_body_goes_out(
+    pytester: pytest.Pytester, change: str
+) -> None:
+    """Cut short, or written over as ``cp`` onto it does (the same file, other bytes), the file
+    was read at the run's offsets: bodies that were no rows went to the agent, and were filed as
+    agent_run_error attempts."""
+    materialized = Artifacts(pytester.path).materialized_path
+
+    def changes_the_inputs(row: dict[str, Any], seen: int) -> Reply:
+        if len(agent.requests) == 4:
+            with open(materialized, "r+b") as handle:
+                if change == "truncate":
+                    handle.truncate(100)
+                else:
+                    handle.write(b'{"other": "rows", "longer": "than the first ones were"}\n' * 3)
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(changes_the_inputs, latency=0.25) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2", "--rollouts-parallel=2"
+        )
+        bodies = list(agent.bodies)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot score the run: *r_materialized_inputs.jsonl*"])
+    assert all(isinstance(json.loads(body).get("_ng_task_index"), int) for body in bodies), "a wrong body went out"
+    assert len(bodies) < 24, "dispatch went on"
 
 
 def test_a_resume_that_finds_results_but_no_materialized_inputs_refuses(

@@ -23,7 +23,7 @@ from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, acc
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
 from pytest_rollouts.net.auth import Redactor
-from pytest_rollouts.store.jsonl import ArtifactError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
 from pytest_rollouts.scoring.metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from pytest_rollouts.rows.materialize import ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.records import ENVIRONMENT_SERVER, reward_of, routing_identity
@@ -193,14 +193,17 @@ class _Samples:
         for key in expected:
             if key[0] not in first or key < first[key[0]]:
                 first[key[0]] = key
-        return lambda task: self._read(expected[first[task]]) if task in first else None
+        return lambda task: self._read(expected[first[task]], first[task]) if task in first else None
 
-    def _read(self, offset: int) -> dict[str, Any]:
+    def _read(self, offset: int, key: Key) -> dict[str, Any]:
+        """The materialized row of ``key``, where the run wrote it; ``JsonlError`` when another row
+        is there (the file was changed after the run wrote it, and the score cannot be trusted)."""
         if self._handle is None:
             self._handle = open(self._path, "rb")
         self._handle.seek(offset)
         row = parse_object(self._handle.readline(), self._path, 0)
-        del row[TASK_INDEX], row[ROLLOUT_INDEX]
+        if (row.pop(TASK_INDEX, None), row.pop(ROLLOUT_INDEX, None)) != key:
+            raise JsonlError(f"{self._path}: changed after the run wrote it (no rollout {key} at byte {offset})")
         return row
 
     def close(self) -> None:

@@ -19,9 +19,19 @@ class Bodies:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDONLY)
+        self._written = _written(self._fd)
 
     def read(self, offset: int, length: int) -> bytes:
-        return os.pread(self._fd, length, offset)
+        """The body at ``offset``, never a stale read: the file is written whole before the run
+        and never touched after, so any change to it in place (truncated, overwritten, as ``cp``
+        onto it does) stops dispatch before a request reads the wrong bytes. An ``fstat`` per
+        rollout is about a microsecond."""
+        if _written(self._fd) != self._written:
+            raise ArtifactError(f"{self.path} was changed while the run was reading it")
+        body = os.pread(self._fd, length, offset)
+        if len(body) != length:
+            raise ArtifactError(f"{self.path} was cut short while the run was reading it")
+        return body
 
     def check(self) -> None:
         """``ArtifactError`` unless the file at the path holds exactly the bytes read here.
@@ -36,6 +46,8 @@ class Bodies:
         except ArtifactError:
             if not self._adopt():
                 raise
+        if _written(self._fd) != self._written:
+            raise ArtifactError(f"{self.path} was changed while the run was reading it")
 
     def _adopt(self) -> bool:
         """Read from the file now at the path, if it holds the same bytes."""
@@ -48,10 +60,17 @@ class Bodies:
             return False
         os.close(self._fd)
         self._fd = there
+        self._written = _written(there)
         return True
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def _written(fd: int) -> tuple[int, int]:
+    """What changes when a file is written to: its size and modification time."""
+    stat = os.fstat(fd)
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _same_bytes(one: int, other: int) -> bool:
