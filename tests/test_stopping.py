@@ -327,3 +327,23 @@ def test_a_stop_while_the_session_ends_under_xdist_prints_the_section(pytester: 
     assert "= rollouts =" in out, out
     assert "Interrupted while scoring: no metrics file written; --rollouts-resume scores the run" in out, out
     assert_no_traceback(out, err)
+
+
+def test_a_stop_between_tries_spends_no_attempt(pytester: pytest.Pytester) -> None:
+    """A rollout waiting out its retry backoff when the run was stopped got a failure row, which
+    spends an attempt: three stopped runs gave it up for good, while each said '--rollouts-resume
+    runs them'. It is unfinished, like one in flight: no row, and the resume sends it at attempt 0."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(lambda row, seen: Reply(status=503)) as busy:
+        command = [*pytest_command(busy.url), "--rollouts-retry-backoff=60"]
+        with session(pytester.path, command) as proc:
+            wait_for(lambda: len(busy.requests) == 3, "every rollout's first try")
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = finish(proc)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    files = Artifacts(pytester.path)
+    assert not files.failures_path.exists() or files.failures == []
+    with ScriptedAgent() as agent:
+        resumed = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
+        assert sorted(r.get("_ng_attempt_index", 0) for r in agent.requests) == [0, 0, 0]
+    resumed.assert_outcomes(passed=3)

@@ -317,47 +317,45 @@ class Engine:
         elif attempt_index:
             body = _with_attempt_index(body, attempt_index)
         # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
+        # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
+        # no row, so it spends none of the attempt cap and a resume sends it again.
         tries: list[Attempt] = []
-        try:
-            for number in range(self._h["retries"] + 1):
-                async with self._in_flight:
-                    # Asked once a request may go out, not at admission: an admitted rollout can wait
-                    # behind ``parallel`` others for longer than the whole budget.
-                    drained = self._deadline.refuse() if self._deadline is not None else ""
-                    if not drained:
-                        self._in_flight_since[position] = time.monotonic()
-                        try:
-                            attempt = await post_run(self._pool, target, body, self._h["timeout"], self._redact)
-                        finally:
-                            del self._in_flight_since[position]
-                if drained:
-                    if not tries:
-                        return [rollout_index, None, CANCELLED, drained, 0.0, 0]
-                    # The try it would have retried stands for the attempt: its row makes resume retry it.
-                    failed = self._record(tries.pop(), stamps, rollout_index, tries)
-                    failed[DETAIL] += f"; not retried, {drained}"
-                    return failed
-                failure = attempt.failure
-                if failure is not None:
-                    if not failure.retryable or number == self._h["retries"]:
-                        return self._record(attempt, stamps, rollout_index, tries)
-                    tries.append(attempt)
-                    await asyncio.sleep(self._backoff(number, failure.retry_after))
-                    continue
-                if episode is not None and attempt.reply is not None:
-                    attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
-                try:
-                    # Replies come in bursts (a wave of requests started together). Yielding once
-                    # lets the requests waiting on the semaphore go out before this one's row and
-                    # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
-                    await asyncio.sleep(0)
-                finally:
-                    # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
-                    outcome = self._record(attempt, stamps, rollout_index, tries)
-                return outcome
-        finally:
-            if tries:  # cancelled between tries: the last one that came back stands for the attempt
-                self._record(tries.pop(), stamps, rollout_index, tries)
+        for number in range(self._h["retries"] + 1):
+            async with self._in_flight:
+                # Asked once a request may go out, not at admission: an admitted rollout can wait
+                # behind ``parallel`` others for longer than the whole budget.
+                drained = self._deadline.refuse() if self._deadline is not None else ""
+                if not drained:
+                    self._in_flight_since[position] = time.monotonic()
+                    try:
+                        attempt = await post_run(self._pool, target, body, self._h["timeout"], self._redact)
+                    finally:
+                        del self._in_flight_since[position]
+            if drained:
+                if not tries:
+                    return [rollout_index, None, CANCELLED, drained, 0.0, 0]
+                # The try it would have retried stands for the attempt: its row makes resume retry it.
+                failed = self._record(tries.pop(), stamps, rollout_index, tries)
+                failed[DETAIL] += f"; not retried, {drained}"
+                return failed
+            failure = attempt.failure
+            if failure is not None:
+                if not failure.retryable or number == self._h["retries"]:
+                    return self._record(attempt, stamps, rollout_index, tries)
+                tries.append(attempt)
+                await asyncio.sleep(self._backoff(number, failure.retry_after))
+                continue
+            if episode is not None and attempt.reply is not None:
+                attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
+            try:
+                # Replies come in bursts (a wave of requests started together). Yielding once
+                # lets the requests waiting on the semaphore go out before this one's row and
+                # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
+                await asyncio.sleep(0)
+            finally:
+                # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
+                outcome = self._record(attempt, stamps, rollout_index, tries)
+            return outcome
         raise AssertionError("unreachable: the last try always returns")
 
     def _record(
