@@ -58,7 +58,9 @@ def request(
             pool.close()
 
     try:
-        return asyncio.run(one())
+        # Its own loop, never made the thread's current one: whatever loop the caller had set stays set.
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            return runner.run(one())
     except TimeoutError:
         raise RequestTimeout(f"no complete reply within {timeout:g}s") from None
     except HttpError as exc:

@@ -3,9 +3,9 @@ connections, and (through ``net.blocking``) ``/aggregate_metrics`` and the head 
 
 Against a fast agent the dispatcher's CPU bounds the whole run, and aiohttp's client
 spent most of it: 10k requests cost it 3.6-3.9 s of CPU, this client 1.0 s (same agent,
-same loop). It does only what ``/run`` needs -- pooled connections, a fixed request
-head, httptools' parser (llhttp, the parser Node.js uses) for replies, chunked and
-read-until-close bodies, gzip/deflate -- and nothing a rollout does not: redirects are
+same loop). It does only what agents' endpoints need -- pooled connections, a fixed request
+head, a body sent whole or streamed chunked, httptools' parser (llhttp, the parser Node.js
+uses) for replies, chunked and read-until-close bodies, gzip/deflate -- and nothing a rollout does not: redirects are
 not followed (an agent's ``/run`` does not move; see ``health.judge`` for ``/health``),
 cookies are not kept (aiohttp's session kept them: a load balancer's affinity cookie is
 no longer sent back), and proxy variables are not read (aiohttp did not read them either).
