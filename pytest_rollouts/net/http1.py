@@ -224,16 +224,18 @@ class _Connection(asyncio.Protocol):
         try:
             for chunk in chunks:
                 if waiter.done() or not self.alive:
-                    self.reusable = False  # the body was cut short: the server may still be reading it
-                    return
+                    break
                 if chunk:
                     self._transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
                 await (self._writable if self._writable is not None else asyncio.sleep(0))
+            else:
+                if not waiter.done() and self.alive:
+                    self._transport.write(b"0\r\n\r\n")
+                    return
         except BaseException:  # cancelled (its deadline), or the pieces failed: no one awaits the reply now
             waiter.cancel()
             raise
-        if not waiter.done() and self.alive:
-            self._transport.write(b"0\r\n\r\n")
+        self.reusable = False  # the body was cut short: what the server reads next on it is unknown
 
     @property
     def alive(self) -> bool:
