@@ -28,15 +28,16 @@ from pytest_rollouts.pacing import paced
 from pytest_rollouts.scoring.gate import check_gate
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.scoring.merge import MergeError, check, find_inputs, load_shards, write_merged
-from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
-from pytest_rollouts.config.settings import AgentHeader, Settings, SettingsError, combine_layers, describe_errors
+from pytest_rollouts.config.settings import Settings, SettingsError, combine_layers, describe_errors
+from pytest_rollouts.config.values import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8
 EXIT_USAGE = 4
 EXIT_UNWRITABLE = 1  # an artifact could not be written (disk full): nothing partial is left
-HEADERS_ENV = next(o.env for o in OPTIONS if o.name == "agent_header")
+HEADERS_ENV = str(OPTION["agent_header"].env)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,15 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         help="shard <stem>.jsonl files (repeatable; each value adds its globs)",
     )
     merge.add_argument("--out", required=True, help="the merged <stem>.jsonl")
-    merge.add_argument("--count-as-zero", action="append", default=[], metavar="CLASS[,CLASS...]")
-    merge.add_argument("--count-missing-as-zero", action="store_true")
-    merge.add_argument("--require-complete", action="store_true")
-    merge.add_argument("--fail-under", type=float, default=None, metavar="X")
+    # The scoring options mean here what they mean in a run: their metavars and help are the run's.
+    merge.add_argument(
+        "--count-as-zero",
+        action="append",
+        default=[],
+        metavar=OPTION["count_as_zero"].metavar,
+        help=OPTION["count_as_zero"].help,
+    )
+    merge.add_argument("--count-missing-as-zero", action="store_true", help=OPTION["count_missing_as_zero"].help)
+    merge.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].help)
+    merge.add_argument(
+        "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].help
+    )
     merge.add_argument(
         "--agent",
         action="append",
         default=[],
-        metavar="[NAME=]URL",
+        metavar=OPTION["agent"].metavar,
         help="where a group's /aggregate_metrics lives (a URL alone: every group's), as in a run; "
         "without it metrics are computed locally",
     )
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "--agent-header",
         action="append",
         default=[],
-        metavar="[AGENT:]NAME=VALUE",
+        metavar=OPTION["agent_header"].metavar,
         help="header for /aggregate_metrics, as in a run (${VAR} is read from the environment); "
         f"adds to env {HEADERS_ENV}, one per line",
     )
@@ -86,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout",
         type=float,
         default=None,
-        metavar="S",
-        help="seconds a group's whole /aggregate_metrics request may take, reply included (default 3600), "
+        metavar=OPTION["timeout"].metavar,
+        help="seconds a group's whole /aggregate_metrics request may take, reply included "
+        f"(default {OPTION['timeout'].shown_default}), "
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
     args = parser.parse_args(argv)

@@ -1,19 +1,26 @@
-"""The command-line options and their ini twins, as plain data.
+"""The options, one entry each: the one place their names, defaults, environment variables and help live.
 
-This module is imported by every pytest session (through ``plugin.py``), so it holds
-only names and help texts; validation lives in ``settings.py`` and is imported only
-when a session actually uses rollouts.
+From this table come the command-line options and their ini twins (``plugin.py``), the
+defaults and descriptions of the settings model (``config/settings.py``, the Python API's
+``CollectionConfig``) and the options reference (``python -m pytest_rollouts.options >
+docs/options.md``); ``tests/test_option_table.py`` fails when any of them disagrees with it.
+
+Every pytest session imports this module (through ``plugin.py``), so it holds plain data only;
+validation lives in ``config/settings.py``, imported only when a session uses rollouts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import UnionType
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Option:
-    """One setting, reachable as ``--rollouts-<name>`` and as ini ``rollouts_<name>``.
+    """One setting, reachable as ``--rollouts-<name>``, as ini ``rollouts_<name>`` and, with ``env``,
+    as that environment variable; ``default`` is what the settings model holds when none is given.
 
     A ``keyed`` repeatable option's entries each carry a key (an agent's name, a header's agent
     and name, a routing key), so its sources combine: ini, then env, then the command line, an
@@ -29,6 +36,17 @@ class Option:
     repeatable: bool = False
     keyed: bool = False
     env: str | None = None
+    default: Any = None
+    # A default the run works out (from the rootdir, from other options, from the run itself),
+    # said in words where ``default`` is None.
+    computed_default: str | None = None
+    # What only the options reference says: the fine print --help has no room for.
+    details: str = ""
+
+    def __post_init__(self) -> None:
+        """A flag is off unless given: its default says so, in the model as in the table."""
+        if self.flag:
+            object.__setattr__(self, "default", False)
 
     @property
     def cli(self) -> str:
@@ -46,12 +64,36 @@ class Option:
             return bool | str
         return "linelist" if self.repeatable else "string"
 
+    @property
+    def shown_default(self) -> str | None:
+        """The default as help and the reference show it; None for an option that is off or empty
+        unless given."""
+        if self.computed_default is not None:
+            return self.computed_default
+        if self.flag or not isinstance(self.default, int | float | str):  # off, unset, or an empty collection
+            return None
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+
+    @property
+    def described(self) -> str:
+        """The help ``--help`` shows for the option and its ini twin: what it does, the variable
+        it is also read from, and its default."""
+        parts = [self.help]
+        if self.env:
+            parts.append(f"Env {self.env}.")
+        if self.shown_default is not None:
+            parts.append(f"Default: {self.shown_default}.")
+        return " ".join(parts)
+
 
 OPTIONS: tuple[Option, ...] = (
     Option(
         "out",
-        "Output path <stem>.jsonl; the sidecars are named after it. Default: results/rollouts.jsonl under the rootdir.",
+        "Output path <stem>.jsonl; the sidecars are named after it.",
         "PATH",
+        computed_default="results/rollouts.jsonl under the rootdir",
+        details="Another name, an empty value or a directory is a usage error. A relative path given on the "
+        "command line is read from the current directory, one in ini from the rootdir.",
     ),
     Option(
         "agent",
@@ -59,11 +101,14 @@ OPTIONS: tuple[Option, ...] = (
         "[NAME=]URL",
         repeatable=True,
         keyed=True,
+        default=(),
     ),
     Option(
         "repeats",
-        "Rollouts per dataset row (num_repeats): N, or per agent AGENT=N,_default=M. Default 1.",
+        "Rollouts per dataset row (num_repeats): N, or per agent AGENT=N,_default=M.",
         "N|AGENT=N,...",
+        default=1,
+        details="An agent the per-agent form does not list gets `_default`, else 1.",
     ),
     Option(
         "agent_map",
@@ -72,6 +117,7 @@ OPTIONS: tuple[Option, ...] = (
         "FROM=TO",
         repeatable=True,
         keyed=True,
+        default={},
     ),
     Option(
         "fan_out",
@@ -80,15 +126,17 @@ OPTIONS: tuple[Option, ...] = (
         "KEY=A,B[,...]",
         repeatable=True,
         keyed=True,
+        default={},
     ),
     Option(
         "agent_header",
         "HTTP header sent with every request to agents (or only AGENT's); VALUE may be ${ENV_VAR}. "
-        "Never written or printed (repeatable; env ROLLOUTS_AGENT_HEADERS, one per line).",
+        "Never written or printed (repeatable; one per line in the environment variable).",
         "[AGENT:]NAME=VALUE",
         repeatable=True,
         keyed=True,
         env="ROLLOUTS_AGENT_HEADERS",
+        default=(),
     ),
     Option(
         "head_server",
@@ -102,23 +150,46 @@ OPTIONS: tuple[Option, ...] = (
         "(comma-separated, repeatable).",
         "CHECK[,CHECK...]",
         repeatable=True,
+        default=frozenset(),
     ),
-    Option("health_workers", "Health checks run at once. Default 8.", "N"),
+    Option("health_workers", "Health checks run at once.", "N", default=8),
     Option("limit", "Use only the first N rows of each dataset file.", "N"),
     Option("interleave_repeats", "Order rollouts a b c a b c instead of a a b b c c.", flag=True),
     Option(
-        "repeats_add_seed", 'Put {"seed": rollout_index} into responses_create_params.metadata.extra_body.', flag=True
+        "repeats_add_seed",
+        'Put {"seed": rollout_index} into responses_create_params.metadata.extra_body.',
+        flag=True,
+        details="`extra_body` is a JSON string there, as NeMo Gym writes it.",
     ),
-    Option("responses_create_params", "JSON object shallow-merged into every row's responses_create_params.", "JSON"),
-    Option("parallel", "Requests in flight at once (num_samples_in_parallel). Default 64.", "N"),
-    Option("max_resident", "Rollouts admitted but not yet reported, which bounds memory. Default 8 x parallel.", "N"),
-    Option("timeout", "Seconds one /run attempt may take. Default 3600.", "S"),
+    Option(
+        "responses_create_params",
+        "JSON object shallow-merged into every row's responses_create_params.",
+        "JSON",
+        default={},
+    ),
+    Option("parallel", "Requests in flight at once (num_samples_in_parallel).", "N", default=64),
+    Option(
+        "max_resident",
+        "Rollouts admitted but not yet reported, which bounds memory.",
+        "N",
+        computed_default="8 x parallel",
+        details="The item pytest is waiting on is always admitted, so the bound can be exceeded by that item's repeats.",
+    ),
+    Option("timeout", "Seconds one /run attempt may take.", "S", default=3600.0),
     Option(
         "retries",
-        "Retries within the run (tries of the same attempt) of a /run that got no reply or 429/502/503/504. Default 2.",
+        "Retries within the run (tries of the same attempt) of a /run that got no reply or 429/502/503/504.",
         "N",
+        default=2,
+        details="A retry keeps its rollout's `_ng_attempt_index`: it does not count toward `--rollouts-max-attempts`.",
     ),
-    Option("retry_backoff", "Base of the exponential backoff between retries, seconds. Default 1.0.", "S"),
+    Option(
+        "retry_backoff",
+        "Base of the exponential backoff between retries, seconds.",
+        "S",
+        default=1.0,
+        details="Jittered and doubled each time, at most 60 s; a `Retry-After` header is honoured.",
+    ),
     Option(
         "resume",
         "Continue the run recorded at --rollouts-out: run only the materialized rollouts that have no result yet.",
@@ -132,9 +203,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_attempts",
         "Attempts per rollout across runs (one per run that tried it, in-run retries included) before resume "
-        "gives up on it (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS). Default 3.",
+        "gives up on it.",
         "N",
         env="NEMO_GYM_MAX_ROLLOUT_ATTEMPTS",
+        default=3,
     ),
     Option(
         "retry_terminal_timeouts",
@@ -148,6 +220,7 @@ OPTIONS: tuple[Option, ...] = (
         "(count_failure_classes_as_zero; comma-separated, repeatable).",
         "CLASS[,CLASS...]",
         repeatable=True,
+        default=frozenset(),
     ),
     Option(
         "count_missing_as_zero",
@@ -159,7 +232,13 @@ OPTIONS: tuple[Option, ...] = (
         "Exit 6 unless every materialized rollout completed (after all artifacts are written).",
         flag=True,
     ),
-    Option("fail_under", "Exit 7 when the mean reward is below X.", "X"),
+    Option(
+        "fail_under",
+        "Exit 7 when the mean reward is below X.",
+        "X",
+        details="Refused with `--rollouts-no-aggregate` (exit 4): gate the merge instead "
+        "(`pytest-rollouts aggregate ... --fail-under X`).",
+    ),
     Option(
         "shard",
         "Run only shard K of N (0 <= K < N): a stable hash of the task index picks the tasks, "
@@ -171,12 +250,14 @@ OPTIONS: tuple[Option, ...] = (
         "Stop starting rollouts S seconds after dispatch began (dispatch_budget_s); drained rollouts are "
         "class cancelled, written nowhere, and run by the next --rollouts-resume.",
         "S",
+        details="The clock starts with the dispatcher, agent health checks included. Checked when a request "
+        "would go out, retries included: a retry refused keeps the failure it would have retried.",
     ),
     Option(
         "drain_margin",
-        "Within the budget, do not start a rollout with less than S seconds left (drain_margin_s). "
-        "Default: the p75 of this run's successful rollout durations, once 5 have finished.",
+        "Within the budget, do not start a rollout with less than S seconds left (drain_margin_s).",
         "S",
+        computed_default="the p75 of this run's successful rollout durations, once 5 have finished",
     ),
     Option(
         "no_aggregate",
@@ -185,3 +266,40 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
 )
+
+OPTION: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+PRECEDENCE = """\
+Every option has an ini twin under `[tool.pytest.ini_options]` (or `[pytest]`). The command line
+wins over the environment (for options that have a variable), which wins over ini. Repeatable
+options keyed by name (`--rollouts-agent`, `--rollouts-agent-map`, `--rollouts-fan-out`,
+`--rollouts-agent-header`) combine their sources instead: ini, then env, then the command line,
+a later entry replacing an earlier one with the same key (an agent's name, a header's agent and
+name, case-insensitive, a map or fan-out key). Other repeatable options take the strongest
+source whole. Within one source, one key given two different values is a usage error. Values are
+validated up front: a bad one is a usage error (exit 4) that names the option, variable or ini key.
+The Python API's `CollectionConfig` takes the same names and defaults."""
+
+
+def reference() -> Iterator[str]:
+    """The options reference (``docs/options.md``), line by line, from the table."""
+    yield "# Options"
+    yield ""
+    yield "<!-- Generated from pytest_rollouts/options.py: python -m pytest_rollouts.options > docs/options.md -->"
+    yield ""
+    yield PRECEDENCE
+    yield ""
+    yield "| option | ini | environment | default | meaning |"
+    yield "|---|---|---|---|---|"
+    for option in OPTIONS:
+        flag = f"`{option.cli}{' ' + option.metavar if option.metavar else ''}`".replace("|", "\\|")
+        ini = f"`{option.ini}`" + (" (one per line)" if option.repeatable else "")
+        env = f"`{option.env}`" if option.env else ""
+        default = option.shown_default or ""
+        meaning = " ".join(part for part in (option.help, option.details) if part)
+        meaning = meaning.replace("|", "\\|").replace("<", "\\<")  # <stem> is no HTML tag
+        yield f"| {flag} | {ini} | {env} | {default} | {meaning} |"
+
+
+if __name__ == "__main__":
+    print("\n".join(reference()))

@@ -30,7 +30,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rollouts", "agent rollouts (pytest-rollouts)")
     for option in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": "rollouts_" + option.name, "default": None, "help": option.help}
+        kwargs: dict[str, Any] = {"dest": "rollouts_" + option.name, "default": None, "help": option.described}
         if option.flag:
             kwargs["action"] = "store_true"
         else:
@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             if option.repeatable:
                 kwargs["action"] = "append"
         group.addoption(option.cli, **kwargs)
-        parser.addini(option.ini, option.help, type=option.ini_type, default=None)
+        parser.addini(option.ini, option.described, type=option.ini_type, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from collections.abc import Iterator
@@ -67,6 +68,9 @@ def head_server() -> Iterator[tuple[list[str], dict[str, str]]]:
             body = json.dumps(state["yaml"]).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            if state.get("encoding") == "gzip":
+                body = gzip.compress(body)
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -117,6 +121,20 @@ def test_agent_map_default_sends_plain_rows_to_a_discovered_agent(pytester: pyte
         )
         result.assert_outcomes(passed=2)
         assert sorted(code.keys()) == [(0, 0), (1, 0)] and math.requests == []
+
+
+def test_a_compressed_config_is_read_by_the_agents_http_client(pytester: pytest.Pytester, head_server) -> None:
+    """Discovery goes through the one client to agents, which decodes what a proxy in front of the
+    head server compresses (``http.client`` handed the gzip bytes to the JSON parser: a usage error)."""
+    _, state = head_server
+    rows = tasks(1)
+    rows[0]["agent_ref"] = {"name": "math_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as math:
+        state["yaml"], state["encoding"] = _config_yaml(_port(math.url), 2), "gzip"
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
+        result.assert_outcomes(passed=1)
+        assert math.keys() == [(0, 0)]
 
 
 def test_unknown_agent_lists_the_discovered_ones(pytester: pytest.Pytester, head_server) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_rollouts.options import OPTIONS
-from pytest_rollouts.config.settings import check_url
+from pytest_rollouts.config.values import check_url
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import json
 import socket
 import threading
@@ -305,6 +306,19 @@ def test_server_without_aggregate_metrics_falls_back_to_local(pytester: pytest.P
     assert entry["metrics_source"] == "local"
     assert entry["key_metrics"]["mean/reward"] == pytest.approx(2 / 3)
     assert [g["_ng_task_index"] for g in entry["group_level_metrics"]] == [0, 1, 2]
+
+
+def test_a_compressed_metrics_reply_is_read_as_a_run_reply_is(pytester: pytest.Pytester) -> None:
+    """``/aggregate_metrics`` goes through the one client to agents, which decodes gzip as it does
+    for ``/run`` (``http.client`` handed the compressed bytes on: the server's metrics were dropped)."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    body = gzip.compress(orjson.dumps({"agent_metrics": {"mean/reward": 0.25}, "key_metrics": {"mean/reward": 0.25}}))
+    head = f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with ScriptedAgent(aggregate=lambda _: Reply(reset=True, raw=head + body)) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(["default: mean reward 0.2500 over 3 rollouts [[]server metrics[]]"])
+    [entry] = metrics_file(pytester)
+    assert (entry["metrics_source"], entry["key_metrics"]) == ("server", {"mean/reward": 0.25})
 
 
 def test_a_metrics_server_answering_garbage_falls_back_to_local(pytester: pytest.Pytester) -> None:

@@ -21,7 +21,6 @@ Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -30,9 +29,8 @@ from typing import Any
 
 import yaml
 
-from pytest_rollouts.net.address import Address
 from pytest_rollouts.config.routing import Discovered
-from pytest_rollouts.net.whole_request import RequestTimeout, bounded_connection
+from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout, request
 
 CONFIG_PATH = "/global_config_dict_yaml"
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
@@ -50,22 +48,18 @@ def discover(base_url: str, *, timeout: float) -> Discovered:
     else, and a head server that trickles its config must not hold the session there.
     """
     url = base_url.rstrip("/") + CONFIG_PATH
-    address = Address.parse(base_url, CONFIG_PATH)
     try:
-        with bounded_connection(address, timeout) as connection:
-            connection.request("GET", address.path, headers=address.headers({"Accept": "application/json"}))
-            response = connection.getresponse()
-            raw = response.read()
+        response = request("GET", base_url, CONFIG_PATH, {"Accept": "application/json"}, timeout=timeout)
     except RequestTimeout as exc:
         raise HeadServerError(f"the NeMo Gym head server at {base_url} sent {exc} for {CONFIG_PATH}") from None
-    except (OSError, http.client.HTTPException) as exc:
+    except RequestFailed as exc:
         raise HeadServerError(
             f"cannot reach the NeMo Gym head server at {base_url} ({exc}); is it running, on that port?"
         ) from None
     if response.status != 200:
         raise HeadServerError(f"NeMo Gym head server {base_url} answered HTTP {response.status} for {CONFIG_PATH}")
     try:
-        text = json.loads(raw)
+        text = json.loads(response.body)
         config = yaml.safe_load(text) if isinstance(text, str) else text
     except (ValueError, yaml.YAMLError) as exc:
         raise HeadServerError(f"{url} did not return a JSON-encoded YAML config: {exc}") from None

@@ -1,113 +1,24 @@
-"""Resolve and validate the run's settings once: command line > ini > default.
+"""Resolve and validate the run's settings once: command line > environment > ini > default.
 
-Every value goes through one pydantic model, so a bad value anywhere (flag or ini)
-becomes one readable usage error that names where it came from.
+Every value goes through one pydantic model, so a bad value anywhere (flag, variable or ini)
+becomes one readable usage error that names where it came from. The model's fields are the
+option table's (``options.py``): their defaults and descriptions come from there, their types
+and bounds are here. The Python API takes the same model as ``CollectionConfig``.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
 import orjson
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from pytest_rollouts.net.address import ascii_host, without_password
-from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.config.values import AgentAddress, AgentHeader, Keyed, each_parsed, parse_agent_headers
+from pytest_rollouts.net.address import without_password
+from pytest_rollouts.options import OPTION, OPTIONS
 
-
-class AgentAddress(BaseModel):
-    """One ``--rollouts-agent`` value: an unnamed one sets the default agent."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str | None
-    url: str
-
-    @classmethod
-    def parse(cls, text: str) -> AgentAddress:
-        name, sep, rest = text.partition("=")
-        if sep and name and not any(c in name for c in ":/"):
-            return cls(name=name.strip(), url=check_url(rest.strip()))
-        return cls(name=None, url=check_url(text.strip()))
-
-    @property
-    def key(self) -> str | None:
-        return self.name
-
-    def clash(self, earlier: AgentAddress) -> str:
-        which = "the default agent" if self.name is None else f"agent {self.name}"
-        return f"{which} is given twice ({without_password(earlier.url)} and {without_password(self.url)})"
-
-
-class AgentHeader(BaseModel):
-    """One ``--rollouts-agent-header [AGENT:]NAME=VALUE``; ``${ENV_VAR}`` in ``VALUE`` is read from the environment.
-
-    The value is a ``SecretStr`` so no repr, log line or validation error can print it.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    agent: str | None
-    name: str
-    value: SecretStr
-
-    @classmethod
-    def parse(cls, text: str) -> AgentHeader:
-        target, sep, value = text.partition("=")
-        agent, colon, name = target.rpartition(":")
-        name = name.strip()
-        if not sep or not _TOKEN.fullmatch(name):
-            raise ValueError("an agent header looks like NAME=VALUE or AGENT:NAME=VALUE (value not shown)")
-        unset = sorted({var for var in _ENV_REF.findall(value) if var not in os.environ})
-        if unset:
-            raise ValueError(f"header {name}: environment variable {', '.join(unset)} is not set")
-        value = _ENV_REF.sub(lambda ref: os.environ[ref[1]], value.strip())
-        if not _HEADER_VALUE.fullmatch(value):
-            raise ValueError(f"header {name}: a value must be one line of printable latin-1 text (value not shown)")
-        return cls(agent=agent.strip() or None if colon else None, name=name, value=SecretStr(value))
-
-    @property
-    def key(self) -> tuple[str | None, str]:
-        """Header names are case-insensitive: ``authorization`` replaces ``Authorization``."""
-        return self.agent, self.name.lower()
-
-    def clash(self, earlier: AgentHeader) -> str:
-        if self.value.get_secret_value() == earlier.value.get_secret_value():
-            return ""  # the same header, its name in another case: HTTP reads them as one
-        scope = f"{self.agent}:" if self.agent else ""
-        return f"header {scope}{self.name} is given twice with different values (not shown)"
-
-
-class Keyed(Protocol):
-    """An entry of a keyed repeatable option (see ``Option.keyed``)."""
-
-    @property
-    def key(self) -> Hashable: ...
-
-    def clash(self, earlier: Any) -> str:
-        """Why this entry and an earlier one with its key cannot both come from one place, or ""
-        when they only differ in how they are written."""
-        ...
-
-
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# RFC 9110 field-value characters: visible ASCII, space, tab and obs-text; no line breaks.
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_KEY = "_default"
 
 
@@ -122,41 +33,6 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def parse_agent_headers(specs: Iterable[str | AgentHeader]) -> tuple[AgentHeader, ...]:
-    """Header specs, one per item or line (the option, its env variable, the aggregate CLI); blank
-    ones skipped, parsed ones kept."""
-    return tuple(_each([s for s in specs if not isinstance(s, str) or s.strip()], AgentHeader.parse))
-
-
-def _each(value: Any, parse: Callable[[str], Any]) -> Any:
-    """The items of a repeatable option, parsed; items that already are models pass through."""
-    if isinstance(value, (list, tuple)):
-        return tuple(parse(v) if isinstance(v, str) else v for v in value)
-    return value
-
-
-def check_url(url: str) -> str:
-    """An agent address (command line, ini or ``rollouts.toml``): another scheme would fail only at
-    run time, after every retry."""
-    parts = urlsplit(url)
-    shown = without_password(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"agent address {shown!r} is not an http(s) URL with a host")
-    try:
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise ValueError(f"agent address {shown!r} has a bad port") from None
-    if parts.netloc.endswith(":"):
-        raise ValueError(f"agent address {shown!r} has an empty port")
-    if parts.fragment or url.endswith("#"):
-        raise ValueError(f"agent address {shown!r} has a #fragment, which no request carries")
-    try:
-        ascii_host(parts.hostname)
-    except ValueError:
-        raise ValueError(f"agent address {shown!r} has a host that is no domain name (IDNA)") from None
-    return url.rstrip("/")
-
-
 # Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
 # them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
 # nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
@@ -169,44 +45,52 @@ MAX_SHARDS = 1_000_000
 MAX_SECONDS = 30 * 24 * 3600.0
 
 
+def option_field(name: str, **bounds: Any) -> Any:
+    """The field of option ``name``: its default and description from the option table, ``bounds``
+    (pydantic's ``ge``, ``le``, ...) from the model, which alone knows the value's type. pydantic
+    copies a mutable default (``{}``) for each model, so no two runs share one."""
+    entry = OPTION[name]
+    return Field(entry.default, description=entry.described, **bounds)
+
+
 class Settings(BaseModel):
     """What a rollouts run was asked to do; frozen so no hook can drift it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    out: Path | None = None
-    agent: tuple[AgentAddress, ...] = ()
-    repeats: int | dict[str, int] = 1
-    agent_map: dict[str, str] = Field(default_factory=dict)
-    fan_out: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    agent_header: tuple[AgentHeader, ...] = ()
-    head_server: str | None = None
-    no_health_check: bool = False
-    health_ignore: frozenset[str] = frozenset()
-    health_workers: int = Field(8, ge=1, le=256)
-    limit: int | None = Field(None, ge=1, le=MAX_ROWS)
-    interleave_repeats: bool = False
-    repeats_add_seed: bool = False
-    responses_create_params: dict[str, Any] = Field(default_factory=dict)
-    parallel: int = Field(64, ge=1, le=MAX_PARALLEL)
-    max_resident: int | None = Field(None, ge=1, le=MAX_RESIDENT)
-    timeout: float = Field(3600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    retries: int = Field(2, ge=0, le=20)
-    retry_backoff: float = Field(1.0, ge=0, le=600, allow_inf_nan=False)
-    resume: bool = False
-    resume_recorded: bool = False
-    max_attempts: int = Field(3, ge=1, le=MAX_ATTEMPTS)
-    retry_terminal_timeouts: bool = False
-    longest_first: bool = False
-    count_as_zero: frozenset[str] = frozenset()
-    count_missing_as_zero: bool = False
-    require_complete: bool = False
+    out: Path | None = option_field("out")
+    agent: tuple[AgentAddress, ...] = option_field("agent")
+    repeats: int | dict[str, int] = option_field("repeats")
+    agent_map: dict[str, str] = option_field("agent_map")
+    fan_out: dict[str, tuple[str, ...]] = option_field("fan_out")
+    agent_header: tuple[AgentHeader, ...] = option_field("agent_header")
+    head_server: str | None = option_field("head_server")
+    no_health_check: bool = option_field("no_health_check")
+    health_ignore: frozenset[str] = option_field("health_ignore")
+    health_workers: int = option_field("health_workers", ge=1, le=256)
+    limit: int | None = option_field("limit", ge=1, le=MAX_ROWS)
+    interleave_repeats: bool = option_field("interleave_repeats")
+    repeats_add_seed: bool = option_field("repeats_add_seed")
+    responses_create_params: dict[str, Any] = option_field("responses_create_params")
+    parallel: int = option_field("parallel", ge=1, le=MAX_PARALLEL)
+    max_resident: int | None = option_field("max_resident", ge=1, le=MAX_RESIDENT)
+    timeout: float = option_field("timeout", gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    retries: int = option_field("retries", ge=0, le=20)
+    retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
+    resume: bool = option_field("resume")
+    resume_recorded: bool = option_field("resume_recorded")
+    max_attempts: int = option_field("max_attempts", ge=1, le=MAX_ATTEMPTS)
+    retry_terminal_timeouts: bool = option_field("retry_terminal_timeouts")
+    longest_first: bool = option_field("longest_first")
+    count_as_zero: frozenset[str] = option_field("count_as_zero")
+    count_missing_as_zero: bool = option_field("count_missing_as_zero")
+    require_complete: bool = option_field("require_complete")
     # nan would compare false with every mean: a gate silently off.
-    fail_under: float | None = Field(None, allow_inf_nan=False)
-    no_aggregate: bool = False
-    shard: tuple[int, int] | None = None
-    dispatch_budget: float | None = Field(None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    drain_margin: float | None = Field(None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    fail_under: float | None = option_field("fail_under", allow_inf_nan=False)
+    no_aggregate: bool = option_field("no_aggregate")
+    shard: tuple[int, int] | None = option_field("shard")
+    dispatch_budget: float | None = option_field("dispatch_budget", gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -217,7 +101,7 @@ class Settings(BaseModel):
             self._sources = context.get("sources", {})
 
     def source_of(self, name: str) -> str:
-        return self._sources.get(name) or next(o.cli for o in OPTIONS if o.name == name)
+        return self._sources.get(name) or OPTION[name].cli
 
     @field_validator("out", mode="before")
     @classmethod
@@ -362,7 +246,7 @@ class Settings(BaseModel):
     @field_validator("agent", mode="before")
     @classmethod
     def _parse_agents(cls, value: Any) -> Any:
-        return _each(value, AgentAddress.parse)
+        return each_parsed(value, AgentAddress.parse)
 
     @field_validator("agent", "agent_header")
     @classmethod
@@ -468,3 +352,7 @@ def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
         given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
         lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)
+
+
+# The name the Python API gives the model: one set of names and defaults for the plugin and the API.
+CollectionConfig = Settings

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from pytest_rollouts.config.settings import check_url
+from pytest_rollouts.config.values import check_url
 
 
 class SuiteError(Exception):

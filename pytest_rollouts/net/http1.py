@@ -1,10 +1,11 @@
-"""A lean HTTP/1.1 client for the requests dispatch makes (``POST /run``, ``GET /health``), on kept-alive connections.
+"""The one HTTP/1.1 client to agents: ``/run`` and ``/health`` from the dispatcher, on kept-alive
+connections, and (through ``net.blocking``) ``/aggregate_metrics`` and the head server's config.
 
 Against a fast agent the dispatcher's CPU bounds the whole run, and aiohttp's client
 spent most of it: 10k requests cost it 3.6-3.9 s of CPU, this client 1.0 s (same agent,
-same loop). It does only what ``/run`` needs -- pooled connections, a fixed request
-head, httptools' parser (llhttp, the parser Node.js uses) for replies, chunked and
-read-until-close bodies, gzip/deflate -- and nothing a rollout does not: redirects are
+same loop). It does only what agents' endpoints need -- pooled connections, a fixed request
+head, a body sent whole or streamed chunked, httptools' parser (llhttp, the parser Node.js
+uses) for replies, chunked and read-until-close bodies, gzip/deflate -- and nothing a rollout does not: redirects are
 not followed (an agent's ``/run`` does not move; see ``health.judge`` for ``/health``),
 cookies are not kept (aiohttp's session kept them: a load balancer's affinity cookie is
 no longer sent back), and proxy variables are not read (aiohttp did not read them either).
@@ -21,7 +22,7 @@ import ssl
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import httptools
@@ -40,6 +41,8 @@ DECODED = {
 # Codings a server may use that this client cannot decode; any other name is passed through as
 # identity, as aiohttp does (``Content-Encoding: UTF-8`` is a common mistake).
 UNDECODED = frozenset({"br", "zstd", "compress", "x-compress"})
+# Where a target's head ends: a body of known size follows its length, a streamed one is chunked.
+LENGTH_FIELD = b"Content-Length: "
 
 
 class HttpError(Exception):
@@ -66,7 +69,7 @@ class Target:
         address = Address.parse(url, route)
         lines = [f"{method} {address.path} HTTP/1.1"]
         lines += [f"{name}: {value}" for name, value in address.headers(headers).items()]
-        lines.append("Content-Length: ")
+        lines.append(LENGTH_FIELD.decode())
         return cls(address.shown, address.host, address.port, address.tls, "\r\n".join(lines).encode("latin-1"))
 
     @property
@@ -105,6 +108,7 @@ class _Connection(asyncio.Protocol):
         self._status = 0
         self._headers_done = False
         self._until_close = False
+        self._writable: asyncio.Future[None] | None = None
         self.reusable = False
         self.idle_since = 0.0
 
@@ -124,8 +128,17 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(HttpError("ClientResponseError", f"the agent's reply is not valid HTTP: {exc}"))
 
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
+        self.resume_writing()  # a streamed body stops at the reply's outcome, not at a full buffer
         if self._waiter is None or self._waiter.done():
             return
         if self._headers_done and self._until_close:  # the body ends where the connection does
@@ -203,6 +216,27 @@ class _Connection(asyncio.Protocol):
             self._transport.write(data)
         return waiter
 
+    async def stream(self, chunks: Iterable[bytes], waiter: asyncio.Future[Reply]) -> None:
+        """Send ``chunks`` as a chunked body, each once the transport has room for it, until the
+        reply is settled: a server that answers before reading the body (404 where it has no such
+        endpoint, 401, 413) will not read the rest, and sending it anyway costs seconds at 100k rows."""
+        assert self._transport is not None
+        try:
+            for chunk in chunks:
+                if waiter.done() or not self.alive:
+                    break
+                if chunk:
+                    self._transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                await (self._writable if self._writable is not None else asyncio.sleep(0))
+            else:
+                if not waiter.done() and self.alive:
+                    self._transport.write(b"0\r\n\r\n")
+                    return
+        except BaseException:  # cancelled (its deadline), or the pieces failed: no one awaits the reply now
+            waiter.cancel()
+            raise
+        self.reusable = False  # the body was cut short: what the server reads next on it is unknown
+
     @property
     def alive(self) -> bool:
         return self._transport is not None and not self._transport.is_closing()
@@ -265,13 +299,24 @@ class Pool:
         self._tls: ssl.SSLContext | None = None
 
     async def request(
-        self, target: Target, body: bytes = b"", error_limit: int | None = None, read_limit: int | None = None
+        self,
+        target: Target,
+        body: bytes | Iterable[bytes] = b"",
+        error_limit: int | None = None,
+        read_limit: int | None = None,
     ) -> Reply:
-        """One request on a kept-alive connection; limits as ``_Connection.send`` takes them."""
+        """One request on a kept-alive connection; limits as ``_Connection.send`` takes them. A
+        ``body`` of pieces is streamed chunked (``/aggregate_metrics`` reads rows from disk as sent)."""
         connection = self._idle_connection(target) or await self._connect(target)
         try:
-            data = b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body))  # one copy of the body
-            reply = await connection.send(data, error_limit, read_limit)
+            if isinstance(body, bytes):
+                data = b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body))  # one copy of the body
+                reply = await connection.send(data, error_limit, read_limit)
+            else:
+                head = target.head.removesuffix(LENGTH_FIELD) + b"Transfer-Encoding: chunked\r\n\r\n"
+                waiter = connection.send(head, error_limit, read_limit)
+                await connection.stream(body, waiter)
+                reply = await waiter
         except BaseException:  # cancelled or timed out mid-reply: what comes next on it is unknown
             connection.close()
             self._open.discard(connection)

@@ -8,9 +8,7 @@ and a group's ``/aggregate_metrics`` request body is streamed from the files in
 
 from __future__ import annotations
 
-import http.client
 import io
-import select
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,15 +18,15 @@ from typing import Any, BinaryIO
 import orjson
 
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
-from pytest_rollouts.net.address import Address
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
+from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
 from pytest_rollouts.scoring.metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
 from pytest_rollouts.rows.materialize import ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.records import ENVIRONMENT_SERVER, reward_of, routing_identity
 from pytest_rollouts.rows.resume import key_of
-from pytest_rollouts.net.whole_request import bounded_connection
+from pytest_rollouts.net.blocking import RequestError, request
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 # How much of a metrics server's error reply the metrics note shows.
@@ -364,37 +362,32 @@ def _server_metrics(
 ) -> dict[str, Any] | None:
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
 
-    One blocking request at session end: stdlib ``http.client`` streams the chunked body
-    from disk, without an event loop in pytest's process. ``timeout`` bounds the whole request,
-    reply included: a server that trickles its answer must not hold the session open.
+    One request at session end, its body streamed from the files. ``timeout`` bounds the whole
+    request, reply included: a server that trickles its answer must not hold the session open.
     """
     address = Address.parse(url, "/aggregate_metrics")
-    url = address.shown
-    headers = address.with_credentials(headers)
-    redact = Redactor({"": headers})
+    redact = Redactor({"": address.with_credentials(headers)})
     try:
-        with bounded_connection(address, timeout) as connection:
-            connection.request(
-                "POST",
-                address.path,
-                body=_until_answered(_batches(_verify_responses(paths.out, group, added)), connection),
-                headers=address.headers({**headers, "Content-Type": "application/json"}),
-                encode_chunked=True,
-            )
-            response = connection.getresponse()
-            body = response.read()
-    except (OSError, http.client.HTTPException) as exc:  # refused, reset, too slow, or a reply that is not HTTP
-        raise MetricsServerError(f"{url} failed: {redact(str(exc) or type(exc).__name__)}") from None
+        response = request(
+            "POST",
+            url,
+            "/aggregate_metrics",
+            {**headers, "Content-Type": "application/json"},
+            _batches(_verify_responses(paths.out, group, added)),
+            timeout=timeout,
+        )
+    except RequestError as exc:  # refused, reset, too slow, or a reply that is not HTTP
+        raise MetricsServerError(f"{address.shown} failed: {redact(str(exc))}") from None
     if response.status in NOT_IMPLEMENTED:
         return None
     if response.status != 200:
-        shown = redact.excerpt(body, SHOWN_ERROR_CHARS)
-        raise MetricsServerError(f"{url} answered HTTP {response.status}: {shown!r}")
+        shown = redact.excerpt(response.body, SHOWN_ERROR_CHARS)
+        raise MetricsServerError(f"{address.shown} answered HTTP {response.status}: {shown!r}")
     try:
         # Written to the metrics file and shown: a server echoing its request headers must not leak them.
-        return redact.row(object_from(body))
+        return redact.row(object_from(response.body))
     except ValueError as exc:
-        raise MetricsServerError(f"{url} replied with {redact(str(exc))}") from None
+        raise MetricsServerError(f"{address.shown} replied with {redact(str(exc))}") from None
 
 
 def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:
@@ -423,17 +416,6 @@ def _batches(pieces: Iterator[bytes]) -> Iterator[bytes]:
             batch, size = [], 0
     if batch:
         yield b"".join(batch)
-
-
-def _until_answered(chunks: Iterator[bytes], connection: http.client.HTTPConnection) -> Iterator[bytes]:
-    """The body, cut short once the server has replied: a server that answers before reading it
-    (404 or 405 where it has no ``/aggregate_metrics``, 401, 413) will not read the rest, and at
-    100k rows sending it anyway costs seconds. The reply it sent is what ``getresponse`` reads."""
-    for chunk in chunks:
-        sock = connection.sock
-        if sock is not None and select.select([sock], [], [], 0)[0]:
-            return
-        yield chunk
 
 
 def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
