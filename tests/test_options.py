@@ -52,6 +52,9 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ("--rollouts-timeout=inf", "--rollouts-timeout: Input should be a finite number"),
         ("--rollouts-timeout=nan", "--rollouts-timeout: Input should be a finite number"),
         ("--rollouts-timeout=1e12", "--rollouts-timeout: Input should be less than or equal to"),
+        # Accepted: every rollout then failed as a TimeoutError and the run exited 0.
+        ("--rollouts-timeout=1e-300", "--rollouts-timeout: Input should be greater than or equal to 0.001"),
+        ("--rollouts-dispatch-budget=1e-9", "--rollouts-dispatch-budget: Input should be greater than or equal to 0.001"),
         ("--rollouts-dispatch-budget=inf", "--rollouts-dispatch-budget: Input should be a finite number"),
         ("--rollouts-drain-margin=nan", "--rollouts-drain-margin: Input should be a finite number"),
         ("--rollouts-retry-backoff=nan", "--rollouts-retry-backoff: Input should be a finite number"),
@@ -79,7 +82,7 @@ def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nrollouts_timeout = -1\n")
     result = pytester.runpytest(*QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini rollouts_timeout: Input should be greater than 0*"])
+    result.stderr.fnmatch_lines(["*ini rollouts_timeout: Input should be greater than or equal to 0.001*"])
 
 
 def test_ini_twins_configure_the_run(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:

@@ -43,6 +43,8 @@ MAX_ROWS = 2**53
 MAX_ATTEMPTS = 1_000
 MAX_SHARDS = 1_000_000
 MAX_SECONDS = 30 * 24 * 3600.0
+# A timeout or budget below a millisecond ends every rollout before its request is written.
+MIN_SECONDS = 0.001
 
 
 def option_field(name: str, **bounds: Any) -> Any:
@@ -74,7 +76,7 @@ class Settings(BaseModel):
     responses_create_params: dict[str, Any] = option_field("responses_create_params")
     parallel: int = option_field("parallel", ge=1, le=MAX_PARALLEL)
     max_resident: int | None = option_field("max_resident", ge=1, le=MAX_RESIDENT)
-    timeout: float = option_field("timeout", gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    timeout: float = option_field("timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
     resume: bool = option_field("resume")
@@ -89,7 +91,9 @@ class Settings(BaseModel):
     fail_under: float | None = option_field("fail_under", allow_inf_nan=False)
     no_aggregate: bool = option_field("no_aggregate")
     shard: tuple[int, int] | None = option_field("shard")
-    dispatch_budget: float | None = option_field("dispatch_budget", gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    dispatch_budget: float | None = option_field(
+        "dispatch_budget", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False
+    )
     drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
