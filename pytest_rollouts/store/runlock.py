@@ -66,13 +66,7 @@ class RunLock:
         drops the lock, then takes it shared): whoever won the gap has written its name, and
         this session, finding it, gives way.
         """
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise OutputBusy(self._busy(holder)) from None
+        fd = self._take(fcntl.LOCK_EX)
         left = _read(fd)
         me = Holder(run_id, os.getpid(), socket.gethostname(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         _write(fd, orjson.dumps(asdict(me)))
@@ -95,13 +89,7 @@ class RunLock:
         another session holds it. ``None``: the controller took none (a suite configured by its
         declaration alone, which the controller never reads), and the workers share it among
         themselves."""
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise OutputBusy(self._busy(holder)) from None
+        fd = self._take(fcntl.LOCK_SH)
         holder = _read(fd)
         if run_id is not None and (holder is None or holder.run_id != run_id):
             os.close(fd)
@@ -136,6 +124,17 @@ class RunLock:
     def _open(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def _take(self, mode: int) -> int:
+        """The lock file, open and locked in ``mode`` without waiting; ``OutputBusy`` naming its holder."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise OutputBusy(self._busy(holder)) from None
+        return fd
 
     def _busy(self, holder: Holder | None) -> str:
         who = ""
