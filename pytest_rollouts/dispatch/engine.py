@@ -45,16 +45,17 @@ from pytest_rollouts.dispatch.frames import ChannelClosed, FrameBuffer, message,
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.net.http1 import Pool, Target
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlAppender, dumps, loads, whole_lines
-from pytest_rollouts.rows.materialize import ATTEMPT_INDEX, ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.rows.records import (
+from pytest_rollouts.rows.records import failure_class_of, marked_terminal, reward_of
+from pytest_rollouts.rows.schema import (
+    ATTEMPT_INDEX,
     CANCELLED,
     ENVIRONMENT_SERVER,
+    FAILURE_MESSAGE,
     NO_PERSIST,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
     agent_failure_row,
-    failure_class_of,
     failure_row,
-    marked_terminal,
-    reward_of,
     success_row,
 )
 
@@ -391,7 +392,7 @@ class Engine:
                 rollout_index,
                 None,
                 failure_class,
-                row["_ng_failure_message"],
+                row[FAILURE_MESSAGE],
                 attempt.elapsed,
                 tries,
                 False,

@@ -14,14 +14,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.rows.records import failure_class_of
+from pytest_rollouts.rows.schema import (
+    ENVIRONMENT_SERVER_FAILED,
+    FAILURE_CLASS,
+    FAILURE_MESSAGE,
+    FAILURE_PREFIX,
+    FAILURE_RESPONSE_BODY,
+    FAILURE_TYPE,
+    MAX_BODY_CHARS,
+    TASK_ID,
+    TERMINAL,
+)
 from pytest_rollouts.store.jsonl import dumps
-from pytest_rollouts.rows.records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
 
 if TYPE_CHECKING:
     from pytest_rollouts.net.auth import Redactor
-
-TASK_ID = "_ng_task_id"
-ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
 
 
 def taskset_of(row: Mapping[str, Any]) -> str | None:
@@ -67,13 +75,13 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
             TASK_ID: task_id,
             FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
             TERMINAL: failure.get("terminal") is True,
-            "_ng_failure_type": "EpisodeFailure",
-            "_ng_failure_message": redact.cut(str(said), MAX_BODY_CHARS),
-            "_ng_failure_response_body": redact.cut(text, MAX_BODY_CHARS),
+            FAILURE_TYPE: "EpisodeFailure",
+            FAILURE_MESSAGE: redact.cut(str(said), MAX_BODY_CHARS),
+            FAILURE_RESPONSE_BODY: redact.cut(text, MAX_BODY_CHARS),
         }
         for key in ("stage", "partial_response"):
             if key in failure:
-                row[f"_ng_failure_{key}"] = failure[key]
+                row[FAILURE_PREFIX + key] = failure[key]
         return row
     result = reply.get("result") if shaped else None
     if isinstance(result, Mapping):
@@ -82,7 +90,7 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
         TASK_ID: task_id,
         FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
         TERMINAL: False,
-        "_ng_failure_type": "InvalidEpisodeReply",
-        "_ng_failure_message": "not an episode reply: no episode_id and task_id objects with a result object "
+        FAILURE_TYPE: "InvalidEpisodeReply",
+        FAILURE_MESSAGE: "not an episode reply: no episode_id and task_id objects with a result object "
         "or a failure",
     }
