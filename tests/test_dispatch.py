@@ -94,16 +94,16 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
     )
 
 
-def test_stamps_override_what_the_agent_echoed(pytester: pytest.Pytester) -> None:
-    """A reply echoing stamps of its own is stored under the collector's: a first attempt has no
-    attempt index, a retry (the resume after a failed run) has its own."""
+def test_stamps_override_the_agent_ref_the_agent_echoed(pytester: pytest.Pytester) -> None:
+    """A reply echoing an ``agent_ref`` (no collector key: NeMo Gym's collector adds it to the stored
+    row) is stored under the collector's stamps: a first attempt has no attempt index, a retry (the
+    resume after a failed run) has its own. Echoed ``_ng_*`` stamps are refused (test_failures.py)."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
 
     def echoes(row: dict[str, Any], seen: int) -> Reply:
         if row["_ng_task_index"] == 1 and seen == 0:
             return Reply(status=502)
-        echoed = {"_ng_attempt_index": 5, "_ng_task_index": 99, "_ng_rollout_index": 7, "agent_ref": {"name": "z"}}
-        return Reply(json={**verifier(row, seen).json, **echoed})
+        return Reply(json={**verifier(row, seen).json, "agent_ref": {"name": "z"}})
 
     with ScriptedAgent(echoes) as agent:
         common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0")

@@ -22,15 +22,19 @@ from pytest_rollouts.net.http1 import Pool, Target
 from pytest_rollouts.rows.episodes import episode_body, episode_reply
 from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal, reward_of
 from pytest_rollouts.rows.schema import (
+    AGENT_RUN_ERROR,
     ATTEMPT_INDEX,
     CANCELLED,
     ENVIRONMENT_SERVER,
     FAILURE_MESSAGE,
+    MAX_BODY_CHARS,
     NO_PERSIST,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
+    collector_keys_message,
     failure_row,
+    reply_collector_keys,
     success_row,
 )
 from pytest_rollouts.store.jsonl import JsonlAppender, dumps, loads
@@ -127,6 +131,7 @@ class Attempts:
                     tries.append(attempt)
                     await asyncio.sleep(self._backoff(number, failure.retry_after))
                     continue
+                self._refuse_collector_keys(attempt)
                 if episode is not None and attempt.reply is not None:
                     attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
                 try:
@@ -142,6 +147,21 @@ class Attempts:
             if tries:  # cancelled between tries: the last one that came back stands for the attempt
                 self._record(tries.pop(), stamps, planned.rollout, tries)
         raise AssertionError("unreachable: the last try always returns")
+
+    def _refuse_collector_keys(self, attempt: Attempt) -> None:
+        """A reply that sets the collector's own ``_ng_*`` keys (a stamp echoed back, a failure
+        field of ours) is refused, as NeMo Gym's ``_is_collector_key`` refuses them: keeping its
+        values would pass them off as ours, overwriting them would hide that the agent breaks the
+        contract. It becomes an ``agent_run_error`` naming the keys, with the reply as its body, so
+        the sidecar shows what to fix, and resume sends the rollout again once it is fixed."""
+        assert attempt.reply is not None
+        keys = reply_collector_keys(attempt.reply)
+        if not keys:
+            return
+        body = self._redact.cut(dumps(attempt.reply, default=str).decode(), MAX_BODY_CHARS)
+        message = collector_keys_message(keys)
+        attempt.failure = Failure(AGENT_RUN_ERROR, "CollectorKeys", message, attempt.http_status, body)
+        attempt.reply = None
 
     def _record(
         self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]
@@ -176,9 +196,6 @@ class Attempts:
             return RolloutOutcome(
                 rollout_index, None, failure_class, row[FAILURE_MESSAGE], attempt.elapsed, tries, given_up=given_up
             )
-        # The stamps say which attempt this was, and a first attempt carries no index: one the
-        # agent echoed would claim a retry that never happened.
-        reply.pop(ATTEMPT_INDEX, None)
         self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)

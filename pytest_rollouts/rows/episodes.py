@@ -25,6 +25,8 @@ from pytest_rollouts.rows.schema import (
     MAX_BODY_CHARS,
     TASK_ID,
     TERMINAL,
+    collector_keys_message,
+    result_collector_keys,
 )
 from pytest_rollouts.store.jsonl import dumps
 
@@ -60,8 +62,9 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
 
     The failure's texts are cut to the sidecar's size through ``redact``, which redacts them first.
 
-    Anything else (not episode-shaped, or neither a result object nor a failure) is an
-    ``environment_server_failed`` that resume retries, never a result without a score.
+    Anything else (not episode-shaped, neither a result object nor a failure, or a result that
+    uses the collector's keys) is an ``environment_server_failed`` that resume retries, never a
+    result without a score.
     """
     if failure_class_of(reply) is not None:  # a failure the server classified itself, as any agent may
         return reply
@@ -84,13 +87,22 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
                 row[FAILURE_PREFIX + key] = failure[key]
         return row
     result = reply.get("result") if shaped else None
-    if isinstance(result, Mapping):
-        return {**result, TASK_ID: task_id}
+    if not isinstance(result, Mapping):
+        said = "not an episode reply: no episode_id and task_id objects with a result object or a failure"
+        return _invalid(task_id, "InvalidEpisodeReply", said)
+    # NeMo Gym refuses these too: the collector adds its own keys, and a result's would pass for them.
+    reserved = result_collector_keys(result)
+    if reserved:
+        return _invalid(task_id, "CollectorKeys", collector_keys_message(reserved))
+    return {**result, TASK_ID: task_id}
+
+
+def _invalid(task_id: Any, failure_type: str, message: str) -> dict[str, Any]:
+    """A reply that is no episode result the collector can store: a failure resume retries."""
     return {
         TASK_ID: task_id,
         FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
         TERMINAL: False,
-        FAILURE_TYPE: "InvalidEpisodeReply",
-        FAILURE_MESSAGE: "not an episode reply: no episode_id and task_id objects with a result object "
-        "or a failure",
+        FAILURE_TYPE: failure_type,
+        FAILURE_MESSAGE: message,
     }

@@ -4,6 +4,11 @@ Every module that reads or writes one of these fields imports its name from here
 field is spelled once and the artifacts cannot drift from one writer to the next. The
 rows the dispatcher stores (a result, a failure, a failure the agent classified) are
 built here too, from the same names.
+
+Which keys are whose follows NeMo Gym's ``_is_collector_key``: the ``_ng_*`` keys (and its
+observability records) are written by rollout collection itself, so a reply that sets
+them would pass off its own values as the collector's. The only exceptions are the keys
+contracts.md gives an agent to classify its own failure.
 """
 
 from __future__ import annotations
@@ -52,6 +57,37 @@ ALWAYS_TERMINAL = frozenset({"skipped"})
 # A failure's response body is kept up to this many characters (NeMo Gym's cut).
 MAX_BODY_CHARS = 2000
 
+# NeMo Gym's collector writes these observability records too. An agent's ``/run`` reply may bring
+# its own (an agent that sends its trajectory owns its turns); an environment server's result may not.
+OBSERVABILITY_KEYS = frozenset({"ng_trajectory", "ng_model_call_capture", "ng_perf"})
+# The collector keys an agent may set, and only to classify its own failure (contracts.md). An agent
+# that sends the class on every reply (null on success) still returns a result.
+AGENT_FAILURE_KEYS = frozenset({FAILURE_CLASS, TERMINAL, NO_PERSIST})
+
+
+def is_collector_key(key: str) -> bool:
+    """Keys rollout collection writes itself (NeMo Gym's ``_is_collector_key``)."""
+    return key.startswith(COLLECTOR_PREFIX) or key in OBSERVABILITY_KEYS
+
+
+def reply_collector_keys(reply: Mapping[str, Any]) -> list[str]:
+    """The ``_ng_*`` keys an agent's ``/run`` reply sets that are the collector's, sorted.
+
+    Native agents echo no stamp (contracts.md), so one that does is not overwritten in silence:
+    its reply is refused, and the row says which keys it set.
+    """
+    return sorted(key for key in reply if key.startswith(COLLECTOR_PREFIX) and key not in AGENT_FAILURE_KEYS)
+
+
+def result_collector_keys(result: Mapping[str, Any]) -> list[str]:
+    """The collector's keys an environment server's episode ``result`` uses, sorted (none may be)."""
+    return sorted(key for key in result if is_collector_key(key))
+
+
+def collector_keys_message(keys: Sequence[str]) -> str:
+    return f"the reply sets keys only the collector writes: {', '.join(keys)}"
+
+
 def success_row(reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
     return {**reply, **stamps, ELAPSED: round(elapsed, 6)}
 
@@ -76,7 +112,7 @@ def agent_failure_row(
     """A reply the agent itself classified: stored as returned, with our stamps and defaults.
 
     Defaults, not overrides: an environment server's failure, made a row by ``episodes.py``, brings
-    its own type, message and body.
+    its own type, message and body (an agent's reply cannot: those keys are refused on it).
     """
     row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
     row.setdefault(FAILURE_TYPE, "AgentReported")
