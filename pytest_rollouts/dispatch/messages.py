@@ -176,10 +176,23 @@ def decode(raw: bytes) -> Message:
         build = _BUILDERS[tag]
     except (ValueError, KeyError) as exc:  # orjson's JSONDecodeError is a ValueError
         raise MessageError(f"not a dispatcher message: {raw[:200]!r}") from exc
-    return build(fields, tag)
+    try:
+        return build(fields)
+    except _Mismatch as exc:
+        raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
 
 
-Builder = Callable[[Any, str], Any]
+class _Mismatch(Exception):
+    """Raised where fields differ; each level it passes on the way out prepends its place to ``path``,
+    so a message that decodes cleanly spends nothing on naming places."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(said)
+        self.said = said
+        self.path = ""
+
+
+Builder = Callable[[Any], Any]
 
 
 def _builder(cls: type) -> Builder:
@@ -190,21 +203,28 @@ def _builder(cls: type) -> Builder:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     expected = frozenset(names)
-    nested = {name: sub for name in names if (sub := _nested(hints[name])) is not None}
+    nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)
 
-    def build(fields: Any, where: str) -> Any:
-        if not isinstance(fields, dict):
-            raise MessageError(f"{where}: expected an object of fields, got {type(fields).__name__}")
-        if fields.keys() != expected:
-            extra, missing = sorted(fields.keys() - expected), sorted(expected - fields.keys())
-            said = [f"field {name!r} its type does not define" for name in extra]
-            said += [f"no field {name!r}" for name in missing]
-            raise MessageError(f"message {where!r} has " + " and ".join(said))
-        for name, sub in nested.items():
-            fields[name] = sub(fields[name], f"{where}.{name}")
+    def build(fields: Any) -> Any:
+        if type(fields) is not dict or fields.keys() != expected:
+            raise _Mismatch(_differences(fields, expected))
+        for name, sub in nested:
+            try:
+                fields[name] = sub(fields[name])
+            except _Mismatch as exc:
+                exc.path = f".{name}{exc.path}"
+                raise
         return cls(**fields)
 
     return build
+
+
+def _differences(fields: Any, expected: frozenset[str]) -> str:
+    if type(fields) is not dict:
+        return f"a JSON {type(fields).__name__} where its fields belong"
+    said = [f"field {name!r} its type does not define" for name in sorted(fields.keys() - expected)]
+    said += [f"no field {name!r}" for name in sorted(expected - fields.keys())]
+    return " and ".join(said)
 
 
 def _nested(hint: Any) -> Builder | None:
@@ -214,14 +234,29 @@ def _nested(hint: Any) -> Builder | None:
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
     if origin is list and args and dataclasses.is_dataclass(args[0]):
-        item = _builder(args[0])
-        return lambda values, where: [item(value, f"{where}[{i}]") for i, value in enumerate(values)]
+        return _list_builder(_builder(args[0]))  # type: ignore[arg-type]
     if origin in (Union, types.UnionType) and type(None) in args:
         inner = [arg for arg in args if arg is not type(None)]
         if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
             one = _builder(inner[0])  # type: ignore[arg-type]
-            return lambda value, where: None if value is None else one(value, where)
+            return lambda value: None if value is None else one(value)
     return None
+
+
+def _list_builder(item: Builder) -> Builder:
+    def build(values: Any) -> list[Any]:
+        if type(values) is not list:
+            raise _Mismatch(f"a JSON {type(values).__name__} where a list belongs")
+        built = []
+        for index, value in enumerate(values):
+            try:
+                built.append(item(value))
+            except _Mismatch as exc:
+                exc.path = f"[{index}]{exc.path}"
+                raise
+        return built
+
+    return build
 
 
 _BUILDERS: dict[str, Builder] = {
