@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from pytest_rollouts.dispatch.messages import HealthPlan, PlanHeader
+
 from .conftest import read_rows
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
@@ -89,3 +91,26 @@ def stop_midway(command: list[str], cwd: Path, out: Path, stop: int, rows: int =
     proc.send_signal(stop)
     output, _ = proc.communicate(timeout=60)
     return proc.returncode, output
+
+
+def plan_header(**changes: Any) -> PlanHeader:
+    """A dispatcher plan's header for one agent ``a``, with ``changes`` to its fields."""
+    fields: dict[str, Any] = {
+        "urls": {"a": "http://127.0.0.1:9"},
+        "agents": ["a"],
+        "bodies": "m.jsonl",
+        "out": "r.jsonl",
+        "failures": "f.jsonl",
+        "parallel": 1,
+        "limit": 1,
+        "timeout": 10.0,
+        "retries": 0,
+        "retry_backoff": 0.0,
+        "max_attempts": 1,
+        "budget": None,
+        "margin": None,
+        "shared_output": False,
+        "headers": {},
+        "health": None,
+    }
+    return PlanHeader(**{**fields, **changes})

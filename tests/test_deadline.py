@@ -131,7 +131,7 @@ def test_latency_summary() -> None:
 
 
 def test_drain_margin_defaults_to_p75_once_five_finished() -> None:
-    from pytest_rollouts.dispatch.engine import Deadline
+    from pytest_rollouts.dispatch.attempts import Deadline
 
     deadline = Deadline(budget=1000.0, margin=None)
     deadline.durations.extend([1.0, 2.0, 3.0, 4.0])

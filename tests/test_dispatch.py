@@ -23,7 +23,7 @@ from pytest_rollouts.config.settings import Settings
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import Artifacts, file_size_limit, keys, pytest_command, run_rollouts, stop_midway
+from .helpers import Artifacts, file_size_limit, keys, plan_header, pytest_command, run_rollouts, stop_midway
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,16 +94,16 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
     )
 
 
-def test_stamps_override_what_the_agent_echoed(pytester: pytest.Pytester) -> None:
-    """A reply echoing stamps of its own is stored under the collector's: a first attempt has no
-    attempt index, a retry (the resume after a failed run) has its own."""
+def test_stamps_override_the_agent_ref_the_agent_echoed(pytester: pytest.Pytester) -> None:
+    """A reply echoing an ``agent_ref`` (no collector key: NeMo Gym's collector adds it to the stored
+    row) is stored under the collector's stamps: a first attempt has no attempt index, a retry (the
+    resume after a failed run) has its own. Echoed ``_ng_*`` stamps are refused (test_failures.py)."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
 
     def echoes(row: dict[str, Any], seen: int) -> Reply:
         if row["_ng_task_index"] == 1 and seen == 0:
             return Reply(status=502)
-        echoed = {"_ng_attempt_index": 5, "_ng_task_index": 99, "_ng_rollout_index": 7, "agent_ref": {"name": "z"}}
-        return Reply(json={**verifier(row, seen).json, **echoed})
+        return Reply(json={**verifier(row, seen).json, "agent_ref": {"name": "z"}})
 
     with ScriptedAgent(echoes) as agent:
         common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0")
@@ -266,39 +266,30 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
 ) -> None:
     """Ctrl-C, -x or the end of the run cancels rollouts; one whose reply has come is still
     written (the dispatcher yields between the reply and the row)."""
+    from pytest_rollouts.dispatch import attempts, messages
     from pytest_rollouts.dispatch import engine as engine_module
 
     body = orjson.dumps({"answer": 0, "expected_answer": 0, "_ng_task_index": 0})
     (tmp_path / "m.jsonl").write_bytes(body + b"\n")
     replied = asyncio.Event()
-    real_post_run = engine_module.post_run
+    real_post_run = attempts.post_run
 
     async def post_run(*args: Any, **kwargs: Any) -> Any:
         attempt = await real_post_run(*args, **kwargs)
         replied.set()  # wakes the test only after the rollout has gone on to its next await
         return attempt
 
-    monkeypatch.setattr(engine_module, "post_run", post_run)
+    monkeypatch.setattr(attempts, "post_run", post_run)
     with ScriptedAgent() as agent:
-        header = {
-            "urls": {"a": agent.url},
-            "agents": ["a"],
-            "bodies": str(tmp_path / "m.jsonl"),
-            "out": str(tmp_path / "r.jsonl"),
-            "failures": str(tmp_path / "f.jsonl"),
-            "timeout": 10.0,
-            "parallel": 1,
-            "limit": 1,
-            "retries": 0,
-            "retry_backoff": 0.0,
-            "max_attempts": 1,
-            "budget": None,
-            "margin": None,
-        }
+        header = plan_header(
+            urls={"a": agent.url},
+            bodies=str(tmp_path / "m.jsonl"),
+            out=str(tmp_path / "r.jsonl"),
+            failures=str(tmp_path / "f.jsonl"),
+        )
         values = {"slot": 0, "task": 0, "rollout": 0, "offset": 0, "length": len(body), "first_attempt": 0}
         columns = {
-            name: array(engine_module.COLUMN_TYPES.get(name, "q"), [values.get(name, 0)])
-            for name in engine_module.COLUMNS
+            name: array(messages.COLUMN_TYPES.get(name, "q"), [values.get(name, 0)]) for name in messages.COLUMNS
         }
         sent: list[bytes] = []
         engine = engine_module.Engine(header, columns, sent.append)

@@ -154,3 +154,30 @@ def test_run_level_params_and_seeds_stay_off_episode_rows_and_only_true_is_termi
         again = run_rollouts(pytester, *common, "--rollouts-resume")
         again.assert_outcomes(passed=2)
         assert [r["episode_id"]["attempt"] for r in env.requests] == [0, 1], "retried on resume"
+
+
+def test_an_episode_result_that_uses_collector_keys_is_refused(pytester: pytest.Pytester) -> None:
+    """As NeMo Gym's collector refuses it (``_is_collector_key``): the collector adds its own keys
+    to a result, so a result's ``_ng_*`` stamp or observability record would pass for the collector's.
+    The rollout becomes a retryable ``environment_server_failed`` naming the keys."""
+    write_rows(pytester.path / "data.jsonl", _episode_rows())
+
+    def stamps_its_result(body: dict[str, Any], seen: int) -> Reply:
+        episode = {"episode_id": body["episode_id"], "task_id": body["task"]["task_id"]}
+        extra = {"q0": {"_ng_rollout_index": 5}, "q1": {"ng_trajectory": {"turns": []}}}
+        return Reply(json={**episode, "result": {"reward": 1.0, **extra.get(body["task"]["task_id"]["id"], {})}})
+
+    with ScriptedAgent(behaviour=stamps_its_result) as env:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent=env={env.url}", "--rollouts-agent-map=math_v1=env"
+        )
+    assert result.parseoutcomes().get("environment_server_failed") == 2
+    artifacts = Artifacts(pytester.path)
+    assert [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in artifacts.rows] == [(2, 0)]
+    failures = {f["_ng_task_index"]: f for f in artifacts.failures}
+    for task, key in ((0, "_ng_rollout_index"), (1, "ng_trajectory")):
+        failure = failures[task]
+        assert failure["_ng_failure_class"] == "environment_server_failed"
+        assert failure["_ng_failure_type"] == "CollectorKeys"
+        assert failure["_ng_failure_message"] == f"the reply sets keys only the collector writes: {key}"
+        assert failure["_ng_failure_terminal"] is False

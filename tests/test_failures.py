@@ -189,6 +189,52 @@ def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pyte
         assert [r["_ng_task_index"] for r in agent.requests] == [0, 1, 2, 2], "only task 2 is retried"
 
 
+def test_a_reply_that_sets_collector_keys_is_refused_naming_them(pytester: pytest.Pytester) -> None:
+    """Native agents echo no stamp, and the ``_ng_*`` keys are the collector's (NeMo Gym's
+    ``_is_collector_key``): a reply that sets them is neither stored with them kept nor overwritten
+    in silence. It becomes an ``agent_run_error`` row naming the keys, with the reply as its body; an
+    agent-classified failure may set its class, terminal flag and ``_ng_no_persist``, nothing more."""
+
+    def replies(row: dict[str, Any], seen: int) -> Reply:
+        task = row["_ng_task_index"]
+        if seen:  # fixed by the time the run is resumed
+            return verifier(row, seen)
+        if task == 0:  # echoes the stamps back, as the rows it was sent carry them
+            return Reply(json={**verifier(row, seen).json, "_ng_task_index": 99, "_ng_attempt_index": 5})
+        if task == 1:  # classifies its failure, and writes a failure field of the collector's as well
+            classified = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}
+            return Reply(json={**classified, "_ng_no_persist": False, "_ng_failure_http_status": 408})
+        return Reply(json={**verifier(row, seen).json, "_ng_failure_class": None, "_ng_failure_terminal": False})
+
+    with ScriptedAgent(replies) as agent:
+        result = run(pytester, agent)
+        result.stdout.fnmatch_lines(
+            [
+                "*rollout 0: agent_run_error: the reply sets keys only the collector writes: "
+                "_ng_attempt_index, _ng_task_index: {*",
+                "*1 passed, 2 agent_run_error*",
+            ]
+        )
+        artifacts = Artifacts(pytester.path)
+        [kept] = artifacts.rows
+        assert (kept["_ng_task_index"], kept["_ng_failure_class"], kept["_ng_failure_terminal"]) == (2, None, False)
+        failures = {f["_ng_task_index"]: f for f in artifacts.failures}
+        assert set(failures) == {0, 1}
+        for task, keys in ((0, "_ng_attempt_index, _ng_task_index"), (1, "_ng_failure_http_status")):
+            failure = failures[task]
+            assert set(failure) == FAILURE_KEYS
+            assert failure["_ng_failure_class"] == "agent_run_error"
+            assert failure["_ng_failure_type"] == "CollectorKeys"
+            assert failure["_ng_failure_message"] == f"the reply sets keys only the collector writes: {keys}"
+            assert (failure["_ng_failure_http_status"], failure["_ng_failure_terminal"]) == (200, False)
+            assert failure["_ng_attempt_index"] == 0
+        assert json.loads(failures[0]["_ng_failure_response_body"])["_ng_task_index"] == 99, "the reply, for the record"
+        assert len(agent.requests) == 3, "a refused reply is not retried in-run"
+        again = run(pytester, agent, "--rollouts-resume")
+        again.assert_outcomes(passed=3)
+        assert [r["_ng_task_index"] for r in agent.requests[3:]] == [0, 1], "refused rollouts run again on resume"
+
+
 def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytester) -> None:
     with ScriptedAgent(only_task_1(Reply(status=500, raw=b"kaboom"))) as agent:
         result = run(pytester, agent, "-rA", "--junitxml=junit.xml")

@@ -18,7 +18,7 @@ import pytest
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.rows.episodes import episode_reply
-from pytest_rollouts.rows.records import MAX_BODY_CHARS
+from pytest_rollouts.rows.schema import MAX_BODY_CHARS
 
 from .agents import Reply, ScriptedAgent
 from .conftest import write_rows

@@ -20,10 +20,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, write_all
+from pytest_rollouts.dispatch.messages import (
+    COLUMN_TYPES,
+    COLUMNS,
+    Claim,
+    Close,
+    Closed,
+    Done,
+    Error,
+    Fatal,
+    Freed,
+    FromEngine,
+    HealthPlan,
+    MessageError,
+    PlanHeader,
+    Progress,
+    Ready,
+    Unhealthy,
+    decode,
+    encode,
+)
 from pytest_rollouts.net.auth import headers_for
-from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, message, write_all
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -111,7 +129,7 @@ class Dispatcher:
         # ahead over the whole plan would run other workers' items.
         self._limit = 0 if worker else settings.resident_limit
         self._worker = worker
-        self._done: dict[int, list[Any] | str] = {}
+        self._done: dict[int, list[RolloutOutcome] | str] = {}
         # Why the engine is gone, once it is: every later wait on an unreported task fails with it.
         self._gone = ""
         self._claimed: set[int] = set()
@@ -121,7 +139,7 @@ class Dispatcher:
         self._proc = process
         # Requests in flight, the oldest one's age and key, and when pytest read that: the engine
         # reports it ahead of each batch of results, and every 2 s while none comes.
-        self._in_flight: tuple[int, float | None, list[int] | None, float] | None = None
+        self._in_flight: tuple[Progress, float] | None = None
         # Tasks finished, rollouts sent, failures by class, as the engine last reported: ahead of
         # the items pytest has reported, which come in plan order behind any slow one.
         self.finished: tuple[int, int, dict[str, int]] | None = None
@@ -146,48 +164,50 @@ class Dispatcher:
         agents = sorted({r.agent for r in self._rollouts})
         agent_index = {name: i for i, name in enumerate(agents)}
         settings = self._settings
-        header = {
-            "urls": {name: self._urls[name] for name in agents},
-            "agents": agents,
-            "bodies": str(self._bodies),
-            "out": str(self._out),
-            "failures": str(self._failures),
-            "parallel": self._parallel,
-            "limit": self._limit,
-            "timeout": settings.timeout,
-            "retries": settings.retries,
-            "retry_backoff": settings.retry_backoff,
-            "max_attempts": settings.max_attempts,
-            "budget": settings.dispatch_budget,
-            "margin": settings.drain_margin,
-            # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
-            "shared_output": self._worker,
-            # Secrets travel over the pipe, never the command line.
-            "headers": {name: headers_for(settings.agent_header, name) for name in agents},
-            "health": None
+        header = PlanHeader(
+            urls={name: self._urls[name] for name in agents},
+            agents=agents,
+            bodies=str(self._bodies),
+            out=str(self._out),
+            failures=str(self._failures),
+            parallel=self._parallel,
+            limit=self._limit,
+            timeout=settings.timeout,
+            retries=settings.retries,
+            retry_backoff=settings.retry_backoff,
+            max_attempts=settings.max_attempts,
+            budget=settings.dispatch_budget,
+            margin=settings.drain_margin,
+            shared_output=self._worker,
+            headers={name: headers_for(settings.agent_header, name) for name in agents},
+            health=None
             if settings.no_health_check
-            else {"workers": settings.health_workers, "ignored": sorted(settings.health_ignore)},
+            else HealthPlan(settings.health_workers, sorted(settings.health_ignore)),
+        )
+        values: dict[str, list[int]] = {
+            "slot": [r.slot for r in self._rollouts],
+            "task": [r.task_index for r in self._rollouts],
+            "rollout": [r.rollout_index for r in self._rollouts],
+            "offset": [r.offset for r in self._rollouts],
+            "length": [r.length for r in self._rollouts],
+            "first_attempt": [r.first_attempt for r in self._rollouts],
+            "agent": [agent_index[r.agent] for r in self._rollouts],
+            "episode": [r.episode for r in self._rollouts],
         }
-        columns = [
-            array("q", [r.slot for r in self._rollouts]),
-            array("q", [r.task_index for r in self._rollouts]),
-            array("q", [r.rollout_index for r in self._rollouts]),
-            array("q", [r.offset for r in self._rollouts]),
-            array("q", [r.length for r in self._rollouts]),
-            array("q", [r.first_attempt for r in self._rollouts]),
-            array("H", [agent_index[r.agent] for r in self._rollouts]),
-            array("B", [r.episode for r in self._rollouts]),
-        ]
+        columns = [array(COLUMN_TYPES.get(name, "q"), values[name]) for name in COLUMNS]
         if self._proc is None:
             self._proc = spawn_engine()
-        self._write(message(header) + b"".join(frame(c.tobytes()) for c in columns))
+        self._write(encode(header) + b"".join(frame(c.tobytes()) for c in columns))
         self._plan_sent = True
         # Health checks may take long; the engine's heartbeat comes meanwhile.
-        while (reply := self._read())[0] == "progress":
+        while isinstance(reply := self._read(), Progress):
             pass
-        if reply[0] == "unhealthy":
-            raise AgentsUnhealthy(reply[1])
-        if reply != ["ready"]:
+        if isinstance(reply, Unhealthy):
+            raise AgentsUnhealthy(reply.lines)
+        if isinstance(reply, Fatal):  # it could not even read the plan (a pytest and an engine that disagree)
+            self._stop(reply.why)
+            raise DispatcherGone(self._gone)
+        if not isinstance(reply, Ready):
             raise DispatcherError("the dispatcher process did not start")
         self._ready = True
 
@@ -201,20 +221,20 @@ class Dispatcher:
                 if slot not in self._claimed and not self._surely_admitted(slot):
                     self._claimed.add(slot)
                     self._claimed_rollouts += self._planned[slot]
-                    self._write(message(["claim", slot]))
+                    self._write(encode(Claim(slot)))
                 self._store(self._read())
             result = self._done.pop(slot)
             self._freed += self._planned[slot]
             if (self._freed >= FREED_BATCH or self._freed >= self._limit) and not self._gone:
                 try:
-                    self._write(message(["freed", self._freed]))
+                    self._write(encode(Freed(self._freed)))
                 except DispatcherGone:
                     pass  # this task's result is in hand; the next wait reports why dispatch stopped
                 self._freed_sent += self._freed
                 self._freed = 0
             if isinstance(result, str):
                 raise DispatcherError(f"dispatching task slot {slot} failed:\n{result}")
-            settled = settled + [RolloutOutcome(*fields) for fields in result]
+            settled = settled + result
         return sorted(settled, key=_by_rollout)
 
     def claim(self, slots: list[int]) -> None:
@@ -223,7 +243,7 @@ class Dispatcher:
         if fresh:
             self._claimed.update(fresh)
             self._claimed_rollouts += sum(self._planned[slot] for slot in fresh)
-            self._write(b"".join(message(["claim", slot]) for slot in fresh))
+            self._write(b"".join(encode(Claim(slot)) for slot in fresh))
 
     def _stop(self, why: str) -> None:
         """The first reason dispatch stopped is the one reported."""
@@ -239,8 +259,9 @@ class Dispatcher:
         """As the engine last reported, the oldest request's age brought up to now."""
         if self._in_flight is None:
             return None
-        count, age, where, read_at = self._in_flight
-        return count, None if age is None else age + time.monotonic() - read_at, where
+        progress, read_at = self._in_flight
+        age = progress.oldest_age
+        return progress.in_flight, None if age is None else age + time.monotonic() - read_at, progress.oldest
 
     def _surely_admitted(self, slot: int) -> bool:
         """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.
@@ -261,10 +282,10 @@ class Dispatcher:
             proc.kill()
         try:
             if self._plan_sent:
-                self._write_to(proc, message(["close"]))
-                while not self._stuck and (msg := self._read_from(proc))[0] != "closed":
-                    if msg[0] == "fatal":  # its last writes failed: the run must not pass as whole
-                        self._stop(msg[1])
+                self._write_to(proc, encode(Close()))
+                while not self._stuck and not isinstance(msg := self._read_from(proc), Closed):
+                    if isinstance(msg, Fatal):  # its last writes failed: the run must not pass as whole
+                        self._stop(msg.why)
         except ChannelStuck as exc:  # its last fsync may not have happened: not a whole run
             self._stuck = True
             self._stop(str(exc))
@@ -283,21 +304,20 @@ class Dispatcher:
                     self._stop(f"the dispatcher process (pid {proc.pid}) did not exit, even when killed")
             proc.stdout.close()
 
-    def _store(self, msg: list[Any]) -> None:
-        kind, *rest = msg
-        if kind == "progress":
-            self._in_flight = (rest[0], rest[1], rest[2], time.monotonic())
-            self.finished = (rest[3][0], rest[3][1], rest[3][2])
+    def _store(self, msg: FromEngine) -> None:
+        if isinstance(msg, Done):
+            self._done[msg.slot] = msg.outcomes
+        elif isinstance(msg, Progress):
+            self._in_flight = (msg, time.monotonic())
+            self.finished = (msg.tasks_done, msg.rollouts_sent, msg.failures)
             if self.on_progress is not None and self._ready:
                 self.on_progress()
-            return
-        if kind == "fatal":
-            self._stop(rest[0])
-            return
-        if kind == "closed":  # its last words, read after it failed (see _read_last_words)
-            return
-        slot, payload = rest
-        self._done[slot] = payload if kind == "done" else str(payload)
+        elif isinstance(msg, Fatal):
+            self._stop(msg.why)
+        elif isinstance(msg, Error):
+            self._done[msg.slot] = msg.traceback
+        elif not isinstance(msg, Closed):  # its last words, read after it failed (see _read_last_words)
+            raise MessageError(f"message {msg.tag!r} is not one the engine sends while it runs")
 
     def _write(self, data: bytes) -> None:
         assert self._proc is not None
@@ -322,7 +342,7 @@ class Dispatcher:
         except (ChannelClosed, OSError):
             pass
 
-    def _read(self) -> list[Any]:
+    def _read(self) -> FromEngine:
         assert self._proc is not None
         try:
             return self._read_from(self._proc, self.on_idle)
@@ -339,7 +359,7 @@ class Dispatcher:
         assert proc.stdin is not None
         write_all(proc.stdin.fileno(), data, SILENCE_LIMIT_S)
 
-    def _read_from(self, proc: subprocess.Popen[bytes], idle: Callable[[], bool] | None = None) -> list[Any]:
+    def _read_from(self, proc: subprocess.Popen[bytes], idle: Callable[[], bool] | None = None) -> FromEngine:
         """The engine's next message; ``idle`` work fills the wait while none has arrived."""
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
@@ -355,7 +375,10 @@ class Dispatcher:
             if not data:
                 raise ChannelClosed("the dispatcher channel closed")
             self._inbox.extend(self._received.feed(data))
-        return orjson.loads(self._inbox.popleft())
+        msg = decode(self._inbox.popleft())
+        if not isinstance(msg, FromEngine):
+            raise MessageError(f"message {msg.tag!r} is not one the engine sends")
+        return msg
 
     def _silent(self, fd: int, limit_s: float) -> bool:
         """Nothing for ``limit_s``, and still nothing for two heartbeats more. A poll resumed after

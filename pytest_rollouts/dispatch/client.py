@@ -17,10 +17,8 @@ from typing import Any
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Reply, Target
 from pytest_rollouts.store.jsonl import loads
-from pytest_rollouts.rows.records import FAILURE_CLASS, MAX_BODY_CHARS
+from pytest_rollouts.rows.schema import AGENT_REQUEST_FAILED, AGENT_RUN_ERROR, MAX_BODY_CHARS
 
-AGENT_RUN_ERROR = "agent_run_error"
-AGENT_REQUEST_FAILED = "agent_request_failed"
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
@@ -36,16 +34,6 @@ class Failure:
     body: str | None = None
     retryable: bool = False
     retry_after: float | None = None
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            FAILURE_CLASS: self.failure_class,
-            "_ng_failure_type": self.type,
-            "_ng_failure_message": self.message,
-            "_ng_failure_http_status": self.http_status,
-            "_ng_failure_response_body": self.body,
-            "_ng_failure_terminal": False,
-        }
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Length-prefixed frames between pytest and its dispatcher process.
 
-A frame is a 4-byte big-endian length and a payload: orjson for messages, raw bytes
-for the plan's integer columns. Kept free of heavy imports: pytest's side uses it too.
+A frame is a 4-byte big-endian length and a payload: a message (``messages.py``) or
+the raw bytes of one of the plan's integer columns. Kept free of heavy imports: pytest's side uses it too.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import os
 import select
 import struct
 import time
-from typing import Any, BinaryIO
-
-import orjson
+from typing import BinaryIO
 
 _LENGTH = struct.Struct(">I")
 
@@ -27,10 +25,6 @@ class ChannelStuck(ChannelClosed):
 
 def frame(payload: bytes) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
-
-
-def message(value: Any) -> bytes:
-    return frame(orjson.dumps(value))
 
 
 def write_all(fd: int, data: bytes, limit_s: float | None = None) -> None:

@@ -20,7 +20,8 @@ import pytest
 
 from pytest_rollouts.pacing import lasting
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
-from pytest_rollouts.rows.records import CANCELLED, dominant_class
+from pytest_rollouts.rows.records import dominant_class
+from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.pytest.properties import json_property, record_outcomes
 from pytest_rollouts.pytest.stash import DECLARATION, DIST, RUN_KEY
 

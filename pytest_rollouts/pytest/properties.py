@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.rows.records import CANCELLED, RolloutOutcome
+from pytest_rollouts.rows.records import RolloutOutcome
+from pytest_rollouts.rows.schema import CANCELLED
 
 REWARDS = "rollouts_rewards"
 ELAPSED = "rollouts_elapsed"

@@ -19,7 +19,8 @@ import orjson
 import pytest
 
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.rows.records import CANCELLED, RolloutOutcome, dominant_class
+from pytest_rollouts.rows.records import RolloutOutcome, dominant_class
+from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.pytest.properties import (
     CACHED,
     DRAINED,

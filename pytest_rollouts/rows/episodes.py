@@ -14,14 +14,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.rows.records import failure_class_of
+from pytest_rollouts.rows.schema import (
+    ENVIRONMENT_SERVER_FAILED,
+    FAILURE_CLASS,
+    FAILURE_MESSAGE,
+    FAILURE_PREFIX,
+    FAILURE_RESPONSE_BODY,
+    FAILURE_TYPE,
+    MAX_BODY_CHARS,
+    TASK_ID,
+    TERMINAL,
+    collector_keys_message,
+    result_collector_keys,
+)
 from pytest_rollouts.store.jsonl import dumps
-from pytest_rollouts.rows.records import FAILURE_CLASS, MAX_BODY_CHARS, TERMINAL, failure_class_of
 
 if TYPE_CHECKING:
     from pytest_rollouts.net.auth import Redactor
-
-TASK_ID = "_ng_task_id"
-ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
 
 
 def taskset_of(row: Mapping[str, Any]) -> str | None:
@@ -52,8 +62,9 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
 
     The failure's texts are cut to the sidecar's size through ``redact``, which redacts them first.
 
-    Anything else (not episode-shaped, or neither a result object nor a failure) is an
-    ``environment_server_failed`` that resume retries, never a result without a score.
+    Anything else (not episode-shaped, neither a result object nor a failure, or a result that
+    uses the collector's keys) is an ``environment_server_failed`` that resume retries, never a
+    result without a score.
     """
     if failure_class_of(reply) is not None:  # a failure the server classified itself, as any agent may
         return reply
@@ -67,22 +78,31 @@ def episode_reply(reply: dict[str, Any], task_id: Any, redact: Redactor) -> dict
             TASK_ID: task_id,
             FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
             TERMINAL: failure.get("terminal") is True,
-            "_ng_failure_type": "EpisodeFailure",
-            "_ng_failure_message": redact.cut(str(said), MAX_BODY_CHARS),
-            "_ng_failure_response_body": redact.cut(text, MAX_BODY_CHARS),
+            FAILURE_TYPE: "EpisodeFailure",
+            FAILURE_MESSAGE: redact.cut(str(said), MAX_BODY_CHARS),
+            FAILURE_RESPONSE_BODY: redact.cut(text, MAX_BODY_CHARS),
         }
         for key in ("stage", "partial_response"):
             if key in failure:
-                row[f"_ng_failure_{key}"] = failure[key]
+                row[FAILURE_PREFIX + key] = failure[key]
         return row
     result = reply.get("result") if shaped else None
-    if isinstance(result, Mapping):
-        return {**result, TASK_ID: task_id}
+    if not isinstance(result, Mapping):
+        said = "not an episode reply: no episode_id and task_id objects with a result object or a failure"
+        return _invalid(task_id, "InvalidEpisodeReply", said)
+    # NeMo Gym refuses these too: the collector adds its own keys, and a result's would pass for them.
+    reserved = result_collector_keys(result)
+    if reserved:
+        return _invalid(task_id, "CollectorKeys", collector_keys_message(reserved))
+    return {**result, TASK_ID: task_id}
+
+
+def _invalid(task_id: Any, failure_type: str, message: str) -> dict[str, Any]:
+    """A reply that is no episode result the collector can store: a failure resume retries."""
     return {
         TASK_ID: task_id,
         FAILURE_CLASS: ENVIRONMENT_SERVER_FAILED,
         TERMINAL: False,
-        "_ng_failure_type": "InvalidEpisodeReply",
-        "_ng_failure_message": "not an episode reply: no episode_id and task_id objects with a result object "
-        "or a failure",
+        FAILURE_TYPE: failure_type,
+        FAILURE_MESSAGE: message,
     }

@@ -11,11 +11,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pytest_rollouts.rows.records import ENVIRONMENT_SERVER
-
-TASK_INDEX = "_ng_task_index"
-ROLLOUT_INDEX = "_ng_rollout_index"
-ATTEMPT_INDEX = "_ng_attempt_index"
+from pytest_rollouts.rows.schema import ATTEMPT_INDEX, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
 
 
 def materialize_row(

@@ -1,6 +1,6 @@
-"""The rows a rollout leaves on disk, and the small outcome pytest sees.
+"""The small outcome pytest sees of a rollout, and what is read off a stored row.
 
-The full reply goes to disk and is dropped; only ``RolloutOutcome`` (a reward or a
+The full reply goes to disk (as ``schema.py`` builds its row) and is dropped; only ``RolloutOutcome`` (a reward or a
 failure class) stays in memory until the item reports, which is what keeps a
 100k-row run's memory flat.
 """
@@ -8,27 +8,11 @@ failure class) stays in memory until the item reports, which is what keeps a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pytest_rollouts.dispatch.client import Attempt, Failure
-
-
-FAILURE_CLASS = "_ng_failure_class"
-CANCELLED = "cancelled"
-ELAPSED = "elapsed_seconds"
-TERMINAL = "_ng_failure_terminal"
-NO_PERSIST = "_ng_no_persist"
-ALWAYS_TERMINAL = frozenset({"skipped"})
-# On a failure row: the tries of the same attempt before the one the row describes (HTTP retries
-# within one run), oldest first. An attempt is one run's dispatch of a rollout, and resume caps
-# attempts, so these tries are summarised here rather than written as rows of their own.
-EARLIER_TRIES = "_ng_earlier_tries"
-ENVIRONMENT_SERVER = "_ng_environment_server"
-# A failure's response body is kept up to this many characters (NeMo Gym's cut).
-MAX_BODY_CHARS = 2000
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL
 
 
 def routing_identity(row: Mapping[str, Any]) -> str:
@@ -59,48 +43,6 @@ class RolloutOutcome:
     @property
     def scored(self) -> bool:
         return self.failure_class is None
-
-
-def success_row(reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    return {**reply, **stamps, ELAPSED: round(elapsed, 6)}
-
-
-def failure_row(failure: Failure, stamps: dict[str, Any], elapsed: float, earlier: Sequence[Attempt]) -> dict[str, Any]:
-    return {**stamps, **failure.fields(), ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
-
-
-def agent_failure_row(
-    reply: dict[str, Any], stamps: dict[str, Any], elapsed: float, http_status: int | None, earlier: Sequence[Attempt]
-) -> dict[str, Any]:
-    """A reply the agent itself classified: stored as returned, with our stamps and defaults."""
-    row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
-    row.setdefault("_ng_failure_type", "AgentReported")
-    row.setdefault("_ng_failure_message", str(reply.get("failure_reason") or ""))
-    row.setdefault("_ng_failure_http_status", http_status)
-    row.setdefault("_ng_failure_response_body", None)
-    if reply[FAILURE_CLASS] in ALWAYS_TERMINAL:
-        row[TERMINAL] = True
-    else:
-        row.setdefault(TERMINAL, False)
-    return row
-
-
-def earlier_tries(earlier: Sequence[Attempt]) -> list[dict[str, Any]]:
-    """What each earlier try got, without its message or body: the row's own are the ones that stand,
-    and a list (not a count) is no number the default metrics would average for a counted failure."""
-    tries = []
-    for attempt in earlier:
-        failure = attempt.failure
-        assert failure is not None  # only a try without a reply is tried again
-        tries.append(
-            {
-                FAILURE_CLASS: failure.failure_class,
-                "_ng_failure_type": failure.type,
-                "_ng_failure_http_status": failure.http_status,
-                ELAPSED: round(attempt.elapsed, 6),
-            }
-        )
-    return tries
 
 
 def failure_class_of(reply: Mapping[str, Any]) -> str | None:

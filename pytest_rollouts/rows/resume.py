@@ -17,8 +17,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pytest_rollouts.rows.materialize import ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.rows.records import ALWAYS_TERMINAL, ELAPSED, marked_terminal, reward_of
+from pytest_rollouts.rows.records import marked_terminal, reward_of
+from pytest_rollouts.rows.schema import (
+    ALWAYS_TERMINAL,
+    ELAPSED,
+    FAILURE_CLASS,
+    FAILURE_MESSAGE,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
+)
 
 Key = tuple[int, int]
 RETRYABLE_WITH_OPT_IN = "timeout_exceeded"
@@ -53,9 +60,9 @@ class Histories:
     def add_failure(self, row: dict[str, Any]) -> None:
         history = self._get(row)
         history.failures += 1
-        history.latest_class = str(row.get("_ng_failure_class"))
+        history.latest_class = str(row.get(FAILURE_CLASS))
         history.latest_terminal = marked_terminal(row)
-        history.latest_message = str(row.get("_ng_failure_message") or "")
+        history.latest_message = str(row.get(FAILURE_MESSAGE) or "")
 
     def _get(self, row: dict[str, Any]) -> KeyHistory:
         key = key_of(row)

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_rollouts.rows.records import CANCELLED
+from pytest_rollouts.rows.schema import CANCELLED
 
 Key = tuple[int, int]
 NO_ROW = "no row"

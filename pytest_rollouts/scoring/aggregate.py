@@ -23,8 +23,8 @@ from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
 from pytest_rollouts.scoring.metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
-from pytest_rollouts.rows.materialize import ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.rows.records import ENVIRONMENT_SERVER, reward_of, routing_identity
+from pytest_rollouts.rows.records import reward_of, routing_identity
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.net.blocking import RequestError, request
 
@@ -295,7 +295,7 @@ def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
     """The last attempt recorded for each key: its class and where its row sits."""
     latest: dict[Key, tuple[str, int]] = {}
     for _, offset, _, row in artifact_rows(failures):
-        latest[key_of(row)] = (str(row.get("_ng_failure_class")), offset)
+        latest[key_of(row)] = (str(row.get(FAILURE_CLASS)), offset)
     return latest
 
 

@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.store.jsonl import NonFinite
 
 # Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
 Z_95 = 1.96
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
-_NOT_METRICS = frozenset({"mask_sample", "elapsed_seconds"})
+_NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
 _NEVER_NUMBERS = frozenset({str, list, type(None)})
 
@@ -67,7 +68,7 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for key, value in row.items():
-        if type(value) in _NEVER_NUMBERS or key.startswith("_ng_") or key in _NOT_METRICS:
+        if type(value) in _NEVER_NUMBERS or key.startswith(COLLECTOR_PREFIX) or key in _NOT_METRICS:
             continue
         number = _as_number(value)
         if number is not None:
@@ -361,7 +362,7 @@ def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> d
 def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
     """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
     in rollout order) which of its rollouts gave which numbers."""
-    entry: dict[str, Any] = {"_ng_task_index": task}
+    entry: dict[str, Any] = {TASK_INDEX: task}
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
         values = rows[0].values
         for field in fields:
@@ -388,8 +389,8 @@ def _rollout_info(row: MetricRow) -> dict[str, Any]:
     """
     return {
         "rollout_id": f"{row.task}:{row.rollout}",
-        "_ng_task_index": row.task,
-        "_ng_rollout_index": row.rollout,
+        TASK_INDEX: row.task,
+        ROLLOUT_INDEX: row.rollout,
         **row.values,
     }
 
@@ -397,7 +398,7 @@ def _rollout_info(row: MetricRow) -> dict[str, Any]:
 def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
     """One rollout index across tasks: does the score drift between the first and later repeats?"""
     entry: dict[str, Any] = {
-        "_ng_rollout_index": rollout,
+        ROLLOUT_INDEX: rollout,
         "sample_count": len(rows),
         "missing_count": max(0, expected - len(rows)),
     }

@@ -1,0 +1,250 @@
+"""One rollout's attempt in this run: its HTTP tries, the one row it leaves, and its outcome.
+
+An attempt is one run's dispatch of a rollout; resume caps attempts. Within it, a try that
+got no reply (or a 429/502/503/504) is tried again, all tries carrying the attempt's index,
+and whatever ends the attempt (a reply, the last try, the dispatch budget, a cancel) writes
+exactly one row: a result to the output, or a failure to the sidecar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_rollouts.dispatch.client import Attempt, Failure, post_run
+from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.net.auth import Redactor
+from pytest_rollouts.net.http1 import Pool, Target
+from pytest_rollouts.rows.episodes import episode_body, episode_reply
+from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal, reward_of
+from pytest_rollouts.rows.schema import (
+    AGENT_RUN_ERROR,
+    ATTEMPT_INDEX,
+    CANCELLED,
+    ENVIRONMENT_SERVER,
+    FAILURE_MESSAGE,
+    MAX_BODY_CHARS,
+    NO_PERSIST,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
+    agent_failure_row,
+    collector_keys_message,
+    failure_row,
+    reply_collector_keys,
+    success_row,
+)
+from pytest_rollouts.store.jsonl import JsonlAppender, dumps, loads
+
+MAX_BACKOFF_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAttempt:
+    """One rollout as the plan gives it: its identity, its request body, and its earlier attempts."""
+
+    position: int
+    task: int
+    rollout: int
+    agent: int
+    body: bytes
+    # The number of earlier runs' failure rows: a first attempt carries no index.
+    first_attempt: int
+    # An episode row is sent as an episode request built from it, and names no agent.
+    episode: bool
+
+
+class Attempts:
+    """Runs attempts at most ``parallel`` requests at a time and writes each one's row."""
+
+    def __init__(
+        self,
+        header: PlanHeader,
+        pool: Pool,
+        targets: list[Target],
+        redact: Redactor,
+        outputs: JsonlAppender,
+        failures: JsonlAppender,
+    ) -> None:
+        self._h = header
+        self._pool = pool
+        self._targets = targets
+        self._redact = redact
+        self._outputs = outputs
+        self._failures = failures
+        self._in_flight = asyncio.Semaphore(header.parallel)
+        # Requests enter as they start and leave as they end, so the first entry is the oldest.
+        self.in_flight_since: dict[int, float] = {}
+        self._deadline = Deadline(header.budget, header.margin) if header.budget else None
+
+    async def run(self, planned: PlannedAttempt) -> RolloutOutcome:
+        """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
+        or a 429/502/503/504, all carrying the attempt's index, and one row for the whole attempt.
+
+        Resume caps attempts (runs that tried a rollout), so an outage that outlasts one run's
+        retries costs that run one attempt, and the next ``--rollouts-resume`` sends it again.
+        """
+        agent = self._h.agents[planned.agent]
+        body = planned.body
+        episode = loads(body) if planned.episode else None
+        stamps: dict[str, Any] = {
+            TASK_INDEX: planned.task,
+            ROLLOUT_INDEX: planned.rollout,
+            **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
+        }
+        target = self._targets[planned.agent]
+        attempt_index = planned.first_attempt
+        if attempt_index:
+            stamps[ATTEMPT_INDEX] = attempt_index
+        if episode is not None:
+            body = episode_body(episode, planned.task, planned.rollout, attempt_index)
+        elif attempt_index:
+            body = _with_attempt_index(body, attempt_index)
+        # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
+        # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
+        # no row, so it spends none of the attempt cap and a resume sends it again.
+        tries: list[Attempt] = []
+        for number in range(self._h.retries + 1):
+            async with self._in_flight:
+                # Asked once a request may go out, not at admission: an admitted rollout can wait
+                # behind ``parallel`` others for longer than the whole budget.
+                drained = self._deadline.refuse() if self._deadline is not None else ""
+                if not drained:
+                    self.in_flight_since[planned.position] = time.monotonic()
+                    try:
+                        attempt = await post_run(self._pool, target, body, self._h.timeout, self._redact)
+                    finally:
+                        del self.in_flight_since[planned.position]
+            if drained:
+                if not tries:
+                    return RolloutOutcome(planned.rollout, None, CANCELLED, drained, 0.0, 0)
+                # The try it would have retried stands for the attempt: its row makes resume retry it.
+                failed = self._record(tries.pop(), stamps, planned.rollout, tries)
+                failed.detail += f"; not retried, {drained}"
+                return failed
+            failure = attempt.failure
+            if failure is not None:
+                if not failure.retryable or number == self._h.retries:
+                    return self._record(attempt, stamps, planned.rollout, tries)
+                tries.append(attempt)
+                await asyncio.sleep(self._backoff(number, failure.retry_after))
+                continue
+            self._refuse_collector_keys(attempt)
+            if episode is not None and attempt.reply is not None:
+                attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
+            try:
+                # Replies come in bursts (a wave of requests started together). Yielding once
+                # lets the requests waiting on the semaphore go out before this one's row and
+                # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
+                await asyncio.sleep(0)
+            finally:
+                # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
+                outcome = self._record(attempt, stamps, planned.rollout, tries)
+            return outcome
+        raise AssertionError("unreachable: the last try always returns")
+
+    def _refuse_collector_keys(self, attempt: Attempt) -> None:
+        """A reply that sets the collector's own ``_ng_*`` keys (a stamp echoed back, a failure
+        field of ours) is refused, as NeMo Gym's ``_is_collector_key`` refuses them: keeping its
+        values would pass them off as ours, overwriting them would hide that the agent breaks the
+        contract. It becomes an ``agent_run_error`` naming the keys, with the reply as its body, so
+        the sidecar shows what to fix, and resume sends the rollout again once it is fixed."""
+        assert attempt.reply is not None
+        keys = reply_collector_keys(attempt.reply)
+        if not keys:
+            return
+        body = self._redact.cut(dumps(attempt.reply, default=str).decode(), MAX_BODY_CHARS)
+        message = collector_keys_message(keys)
+        attempt.failure = Failure(AGENT_RUN_ERROR, "CollectorKeys", message, attempt.http_status, body)
+        attempt.reply = None
+
+    def _record(
+        self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]
+    ) -> RolloutOutcome:
+        """Write the attempt's row, its last try's, and return the outcome.
+
+        ``earlier``: the tries before it, summarised in a failure row and emptied, so the attempt
+        has one row whatever ends it; a result needs no record of them.
+        """
+        tries, summary = len(earlier) + 1, earlier[:]
+        earlier.clear()
+        # A failure written with the last attempt the cap allows: no resume tries it again.
+        last = stamps.get(ATTEMPT_INDEX, 0) + 1 >= self._h.max_attempts
+        reply = attempt.reply
+        if reply is None:
+            failure = attempt.failure
+            assert failure is not None
+            failure.message = self._redact(failure.message) or ""
+            self._failures.append(failure_row(failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, summary))
+            return RolloutOutcome(
+                rollout_index, None, failure.failure_class, _detail(failure), attempt.elapsed, tries, given_up=last
+            )
+        failure_class = failure_class_of(reply)
+        if failure_class is not None:
+            row = self._redact.row(
+                agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status, summary)
+            )
+            persisted = not row.get(NO_PERSIST)
+            if persisted:
+                self._failures.append(row)
+            given_up = last and persisted and not marked_terminal(row)
+            return RolloutOutcome(
+                rollout_index, None, failure_class, row[FAILURE_MESSAGE], attempt.elapsed, tries, given_up=given_up
+            )
+        self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
+        if self._deadline is not None:
+            self._deadline.durations.append(attempt.elapsed)
+        return RolloutOutcome(rollout_index, reward_of(reply), None, "", attempt.elapsed, tries)
+
+    def _backoff(self, number: int, retry_after: float | None) -> float:
+        """Before try ``number + 1`` of this run's attempt: it doubles with the tries of this run only."""
+        base = self._h.retry_backoff * (2**number)
+        delay = random.uniform(base / 2, base)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return min(delay, MAX_BACKOFF_S)
+
+
+class Deadline:
+    """The dispatch budget: stop starting rollouts that could not finish before it runs out.
+
+    A job scheduler will kill the allocation soon after the budget; a rollout started
+    too late would be killed part-way, its cost wasted. Not starting it leaves no row,
+    which is exactly what makes the next ``--rollouts-resume`` run it.
+    """
+
+    MIN_DURATIONS = 5
+
+    def __init__(self, budget: float, margin: float | None) -> None:
+        self._ends = time.monotonic() + budget
+        self._margin = margin
+        self.durations: list[float] = []
+
+    def margin(self) -> float:
+        """An explicit margin wins; otherwise this run's own p75, once enough rollouts finished."""
+        if self._margin is not None:
+            return self._margin
+        if len(self.durations) < self.MIN_DURATIONS:
+            return 0.0
+        return statistics.quantiles(self.durations, n=4, method="inclusive")[2]
+
+    def refuse(self) -> str:
+        """Why a rollout must not start now, or "" when it may."""
+        left, margin = self._ends - time.monotonic(), self.margin()
+        if left > margin:
+            return ""
+        return f"dispatch budget: {max(left, 0.0):.1f}s left, a rollout needs {margin:.1f}s"
+
+
+def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:
+    row = loads(body)
+    row[ATTEMPT_INDEX] = attempt_index
+    return dumps(row)
+
+
+def _detail(failure: Failure) -> str:
+    body = f": {failure.body[:200]}" if failure.body else ""
+    return f"{failure.message}{body}"

@@ -1,0 +1,265 @@
+"""Every message between pytest and its dispatcher process, each defined once as a typed dataclass.
+
+Both sides import these types, and a message goes over the pipe as ``[tag, {field: value}]``:
+fields travel by name, never by position. A field one side adds and the other does not know
+(an engine and a pytest from different checkouts, or a change made on one side only) is a
+``MessageError`` naming the message and the field, where a list read back by index would have
+shifted every later value into the wrong place without a word. orjson writes dataclasses
+natively, so encoding costs no more than the lists it replaces did.
+
+The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in ``COLUMNS``
+order (``frames.py``): at 100k rollouts a column is one frame, not 100k values in JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar, Union
+
+import orjson
+
+from pytest_rollouts.dispatch.frames import frame
+from pytest_rollouts.rows.records import RolloutOutcome
+
+# The plan's columns, one value per rollout in plan order, and their array type codes ("q" unless given).
+COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
+COLUMN_TYPES = {"agent": "H", "episode": "B"}
+
+
+class MessageError(ValueError):
+    """A message whose fields are not its type's: the two sides disagree on what it carries."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HealthPlan:
+    """Check the agents' health before any request: this many at once, these checks ignored."""
+
+    workers: int
+    ignored: list[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanHeader:
+    """What the engine needs besides the plan's columns: agents, artifacts, bounds and retries."""
+
+    tag: ClassVar[str] = "plan"
+    urls: dict[str, str]
+    # Agent names; the ``agent`` column indexes this list.
+    agents: list[str]
+    bodies: str
+    out: str
+    failures: str
+    parallel: int
+    # Rollouts admitted ahead of pytest (0: only what pytest claims, as an xdist worker).
+    limit: int
+    timeout: float
+    retries: int
+    retry_backoff: float
+    max_attempts: int
+    budget: float | None
+    margin: float | None
+    # xdist workers share the output; a crashed worker's tasks are re-queued elsewhere.
+    shared_output: bool
+    # Secrets travel over the pipe, never the command line.
+    headers: dict[str, dict[str, str]]
+    health: HealthPlan | None
+
+
+# -- pytest to the engine ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """pytest waits on this task before the look-ahead reached it: start it now."""
+
+    tag: ClassVar[str] = "claim"
+    slot: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Freed:
+    """pytest consumed this many rollouts: room to admit more."""
+
+    tag: ClassVar[str] = "freed"
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Close:
+    """Cancel what still runs, write and fsync everything, answer ``Closed``."""
+
+    tag: ClassVar[str] = "close"
+
+
+# -- the engine to pytest ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ready:
+    """The agents are healthy (or unchecked): dispatch started."""
+
+    tag: ClassVar[str] = "ready"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unhealthy:
+    """Agents failed their health check, one line each; nothing was sent."""
+
+    tag: ClassVar[str] = "unhealthy"
+    lines: list[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Progress:
+    """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
+    and the tasks finished, rollouts sent and failures by class so far."""
+
+    tag: ClassVar[str] = "progress"
+    in_flight: int
+    oldest_age: float | None
+    oldest: list[int] | None
+    tasks_done: int
+    rollouts_sent: int
+    failures: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Done:
+    """Every rollout of the task in ``slot`` finished and its rows are written."""
+
+    tag: ClassVar[str] = "done"
+    slot: int
+    outcomes: list[RolloutOutcome]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Error:
+    """Dispatching the task in ``slot`` hit a bug: the item fails with this traceback."""
+
+    tag: ClassVar[str] = "error"
+    slot: int
+    traceback: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fatal:
+    """A bug or a lost artifact outside any one rollout: the engine closes."""
+
+    tag: ClassVar[str] = "fatal"
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Closed:
+    """The engine's last message: every artifact is written, fsynced and closed."""
+
+    tag: ClassVar[str] = "closed"
+
+
+ToEngine = Claim | Freed | Close
+FromEngine = Ready | Unhealthy | Progress | Done | Error | Fatal | Closed
+Message = PlanHeader | ToEngine | FromEngine
+
+
+def encode(msg: Message) -> bytes:
+    """One framed message, ready to write."""
+    return frame(orjson.dumps([msg.tag, msg]))
+
+
+def decode(raw: bytes) -> Message:
+    """The message in a frame's payload, built only if its fields are exactly its type's."""
+    try:
+        tag, fields = orjson.loads(raw)
+        build = _BUILDERS[tag]
+    except (ValueError, KeyError) as exc:  # orjson's JSONDecodeError is a ValueError
+        raise MessageError(f"not a dispatcher message: {raw[:200]!r}") from exc
+    try:
+        return build(fields)
+    except _Mismatch as exc:
+        raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
+
+
+class _Mismatch(Exception):
+    """Raised where fields differ; each level it passes on the way out prepends its place to ``path``,
+    so a message that decodes cleanly spends nothing on naming places."""
+
+    def __init__(self, said: str) -> None:
+        super().__init__(said)
+        self.said = said
+        self.path = ""
+
+
+Builder = Callable[[Any], Any]
+
+
+def _builder(cls: type) -> Builder:
+    """Check a JSON object's keys against ``cls``'s fields, then build it (nested dataclasses too).
+
+    Resolved once per type, at import: the per-message cost is a key comparison and a constructor.
+    """
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    expected = frozenset(names)
+    nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)
+
+    def build(fields: Any) -> Any:
+        if type(fields) is not dict or fields.keys() != expected:
+            raise _Mismatch(_differences(fields, expected))
+        for name, sub in nested:
+            try:
+                fields[name] = sub(fields[name])
+            except _Mismatch as exc:
+                exc.path = f".{name}{exc.path}"
+                raise
+        return cls(**fields)
+
+    return build
+
+
+def _differences(fields: Any, expected: frozenset[str]) -> str:
+    if type(fields) is not dict:
+        return f"a JSON {type(fields).__name__} where its fields belong"
+    said = [f"field {name!r} its type does not define" for name in sorted(fields.keys() - expected)]
+    said += [f"no field {name!r}" for name in sorted(expected - fields.keys())]
+    return " and ".join(said)
+
+
+def _nested(hint: Any) -> Builder | None:
+    """A builder for a field that holds dataclasses (one, a list of them, or one or None)."""
+    if dataclasses.is_dataclass(hint):
+        return _builder(hint)  # type: ignore[arg-type]
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        return _list_builder(_builder(args[0]))  # type: ignore[arg-type]
+    if origin in (Union, types.UnionType) and type(None) in args:
+        inner = [arg for arg in args if arg is not type(None)]
+        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+            one = _builder(inner[0])  # type: ignore[arg-type]
+            return lambda value: None if value is None else one(value)
+    return None
+
+
+def _list_builder(item: Builder) -> Builder:
+    def build(values: Any) -> list[Any]:
+        if type(values) is not list:
+            raise _Mismatch(f"a JSON {type(values).__name__} where a list belongs")
+        built = []
+        for index, value in enumerate(values):
+            try:
+                built.append(item(value))
+            except _Mismatch as exc:
+                exc.path = f"[{index}]{exc.path}"
+                raise
+        return built
+
+    return build
+
+
+_BUILDERS: dict[str, Builder] = {
+    cls.tag: _builder(cls)
+    for cls in (PlanHeader, Claim, Freed, Close, Ready, Unhealthy, Progress, Done, Error, Fatal, Closed)
+}

@@ -1,0 +1,144 @@
+"""The ``_ng_*`` fields of NeMo Gym's artifacts, and the rows built from them.
+
+Every module that reads or writes one of these fields imports its name from here, so a
+field is spelled once and the artifacts cannot drift from one writer to the next. The
+rows the dispatcher stores (a result, a failure, a failure the agent classified) are
+built here too, from the same names.
+
+Which keys are whose follows NeMo Gym's ``_is_collector_key``: the ``_ng_*`` keys (and its
+observability records) are written by rollout collection itself, so a reply that sets
+them would pass off its own values as the collector's. The only exceptions are the keys
+contracts.md gives an agent to classify its own failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_rollouts.dispatch.client import Attempt, Failure
+
+# Every field the collector writes but ``elapsed_seconds`` starts so; none is a measurement.
+COLLECTOR_PREFIX = "_ng_"
+# The stamps: which rollout a row is, and on which attempt (only retries carry an index).
+TASK_INDEX = "_ng_task_index"
+ROLLOUT_INDEX = "_ng_rollout_index"
+ATTEMPT_INDEX = "_ng_attempt_index"
+# An episode row's task id as its environment server named it, and the server it ran on.
+TASK_ID = "_ng_task_id"
+ENVIRONMENT_SERVER = "_ng_environment_server"
+
+# A failure row: why the attempt produced no score.
+FAILURE_CLASS = "_ng_failure_class"
+FAILURE_TYPE = "_ng_failure_type"
+FAILURE_MESSAGE = "_ng_failure_message"
+FAILURE_HTTP_STATUS = "_ng_failure_http_status"
+FAILURE_RESPONSE_BODY = "_ng_failure_response_body"
+TERMINAL = "_ng_failure_terminal"
+# The prefix of the failure fields above, for the ones an environment server's failure adds.
+FAILURE_PREFIX = "_ng_failure_"
+# An agent-classified failure that is written nowhere (resume sends it again).
+NO_PERSIST = "_ng_no_persist"
+# On a failure row: the tries of the same attempt before the one the row describes (HTTP retries
+# within one run), oldest first. An attempt is one run's dispatch of a rollout, and resume caps
+# attempts, so these tries are summarised here rather than written as rows of their own.
+EARLIER_TRIES = "_ng_earlier_tries"
+# Not an ``_ng_`` field, but on every row the collector writes: the attempt's wall time.
+ELAPSED = "elapsed_seconds"
+
+# The failure classes the collector writes (contracts.md). ``cancelled``: a rollout the dispatch
+# budget never started, written nowhere, so resume starts it.
+AGENT_RUN_ERROR = "agent_run_error"
+AGENT_REQUEST_FAILED = "agent_request_failed"
+ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
+CANCELLED = "cancelled"
+ALWAYS_TERMINAL = frozenset({"skipped"})
+# A failure's response body is kept up to this many characters (NeMo Gym's cut).
+MAX_BODY_CHARS = 2000
+
+# NeMo Gym's collector writes these observability records too. An agent's ``/run`` reply may bring
+# its own (an agent that sends its trajectory owns its turns); an environment server's result may not.
+OBSERVABILITY_KEYS = frozenset({"ng_trajectory", "ng_model_call_capture", "ng_perf"})
+# The collector keys an agent may set, and only to classify its own failure (contracts.md). An agent
+# that sends the class on every reply (null on success) still returns a result.
+AGENT_FAILURE_KEYS = frozenset({FAILURE_CLASS, TERMINAL, NO_PERSIST})
+
+
+def is_collector_key(key: str) -> bool:
+    """Keys rollout collection writes itself (NeMo Gym's ``_is_collector_key``)."""
+    return key.startswith(COLLECTOR_PREFIX) or key in OBSERVABILITY_KEYS
+
+
+def reply_collector_keys(reply: Mapping[str, Any]) -> list[str]:
+    """The ``_ng_*`` keys an agent's ``/run`` reply sets that are the collector's, sorted.
+
+    Native agents echo no stamp (contracts.md), so one that does is not overwritten in silence:
+    its reply is refused, and the row says which keys it set.
+    """
+    return sorted(key for key in reply if key.startswith(COLLECTOR_PREFIX) and key not in AGENT_FAILURE_KEYS)
+
+
+def result_collector_keys(result: Mapping[str, Any]) -> list[str]:
+    """The collector's keys an environment server's episode ``result`` uses, sorted (none may be)."""
+    return sorted(key for key in result if is_collector_key(key))
+
+
+def collector_keys_message(keys: Sequence[str]) -> str:
+    return f"the reply sets keys only the collector writes: {', '.join(keys)}"
+
+
+def success_row(reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    return {**reply, **stamps, ELAPSED: round(elapsed, 6)}
+
+
+def failure_row(failure: Failure, stamps: dict[str, Any], elapsed: float, earlier: Sequence[Attempt]) -> dict[str, Any]:
+    return {
+        **stamps,
+        FAILURE_CLASS: failure.failure_class,
+        FAILURE_TYPE: failure.type,
+        FAILURE_MESSAGE: failure.message,
+        FAILURE_HTTP_STATUS: failure.http_status,
+        FAILURE_RESPONSE_BODY: failure.body,
+        TERMINAL: False,
+        ELAPSED: round(elapsed, 6),
+        EARLIER_TRIES: earlier_tries(earlier),
+    }
+
+
+def agent_failure_row(
+    reply: dict[str, Any], stamps: dict[str, Any], elapsed: float, http_status: int | None, earlier: Sequence[Attempt]
+) -> dict[str, Any]:
+    """A reply the agent itself classified: stored as returned, with our stamps and defaults.
+
+    Defaults, not overrides: an environment server's failure, made a row by ``episodes.py``, brings
+    its own type, message and body (an agent's reply cannot: those keys are refused on it).
+    """
+    row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
+    row.setdefault(FAILURE_TYPE, "AgentReported")
+    row.setdefault(FAILURE_MESSAGE, str(reply.get("failure_reason") or ""))
+    row.setdefault(FAILURE_HTTP_STATUS, http_status)
+    row.setdefault(FAILURE_RESPONSE_BODY, None)
+    if reply[FAILURE_CLASS] in ALWAYS_TERMINAL:
+        row[TERMINAL] = True
+    else:
+        row.setdefault(TERMINAL, False)
+    return row
+
+
+def earlier_tries(earlier: Sequence[Attempt]) -> list[dict[str, Any]]:
+    """What each earlier try got, without its message or body: the row's own are the ones that stand,
+    and a list (not a count) is no number the default metrics would average for a counted failure."""
+    tries = []
+    for attempt in earlier:
+        failure = attempt.failure
+        assert failure is not None  # only a try without a reply is tried again
+        tries.append(
+            {
+                FAILURE_CLASS: failure.failure_class,
+                FAILURE_TYPE: failure.type,
+                FAILURE_HTTP_STATUS: failure.http_status,
+                ELAPSED: round(attempt.elapsed, 6),
+            }
+        )
+    return tries
