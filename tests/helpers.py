@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.dispatch.messages import HealthPlan, PlanHeader
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
+from pytest_rollouts.dispatch.messages import PlanHeader
 
 from .conftest import read_rows
 
@@ -114,3 +116,23 @@ def plan_header(**changes: Any) -> PlanHeader:
         "health": None,
     }
     return PlanHeader(**{**fields, **changes})
+
+
+def one_rollout_dispatcher(
+    tmp_path: Path, rows: list[bytes], agent_url: str, parallel: int, process: subprocess.Popen[bytes] | None = None
+) -> Dispatcher:
+    """A dispatcher for ``rows`` (request bodies, written as the materialized inputs), one rollout
+    of one task each, on agent ``a``, health checks off; not started."""
+    bodies = tmp_path / "m.jsonl"
+    bodies.write_bytes(b"".join(row + b"\n" for row in rows))
+    offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
+    plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
+    return Dispatcher(
+        plan,
+        len(plan),
+        {"a": agent_url},
+        (bodies, tmp_path / "r.jsonl", tmp_path / "f.jsonl"),
+        Settings.model_validate({"no_health_check": True}),
+        parallel=parallel,
+        process=process,
+    )

@@ -18,12 +18,19 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
-from pytest_rollouts.config.settings import Settings
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import Artifacts, file_size_limit, keys, plan_header, pytest_command, run_rollouts, stop_midway
+from .helpers import (
+    Artifacts,
+    file_size_limit,
+    keys,
+    one_rollout_dispatcher,
+    plan_header,
+    pytest_command,
+    run_rollouts,
+    stop_midway,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -225,12 +232,7 @@ def test_ctrl_c_or_sigterm_cancels_in_flight_and_keeps_lines_whole(pytester: pyt
 def test_idle_work_fills_the_waits_on_the_engine(tmp_path: Path) -> None:
     """``on_idle`` fills pytest's waits (called again at once while it says more is waiting) and
     changes nothing in what is dispatched or reported."""
-    bodies = tmp_path / "m.jsonl"
     rows = [orjson.dumps({"answer": i % 2, "expected_answer": 0, "_ng_task_index": i}) for i in range(6)]
-    bodies.write_bytes(b"".join(row + b"\n" for row in rows))
-    offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
-    plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
-    settings = Settings.model_validate({"no_health_check": True})
     rewards: list[list[float | None]] = []
     calls: list[int] = []  # how many tasks pytest had received at each call
 
@@ -239,18 +241,11 @@ def test_idle_work_fills_the_waits_on_the_engine(tmp_path: Path) -> None:
         return len(calls) <= 3  # the first three say more is waiting
 
     with ScriptedAgent(latency=0.1) as agent:
-        dispatcher = Dispatcher(
-            plan,
-            len(plan),
-            {"a": agent.url},
-            (bodies, tmp_path / "r.jsonl", tmp_path / "f.jsonl"),
-            settings,
-            parallel=2,
-        )
+        dispatcher = one_rollout_dispatcher(tmp_path, rows, agent.url, parallel=2)
         dispatcher.on_idle = idle
         dispatcher.start()
         try:
-            for slot in range(len(plan)):
+            for slot in range(len(rows)):
                 rewards.append([o.reward for o in dispatcher.wait(slot)])
         finally:
             dispatcher.close()

@@ -21,12 +21,10 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
-from pytest_rollouts.config.settings import Settings
 
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
-from .helpers import Artifacts, pytest_command, run_rollouts
+from .helpers import Artifacts, one_rollout_dispatcher, pytest_command, run_rollouts
 
 REPO = Path(__file__).resolve().parent.parent
 # Longer than any prompt stop takes, far shorter than what a hang would: a session still running
@@ -227,11 +225,7 @@ def test_pytest_killed_during_health_checks_ends_the_dispatcher_at_once(pytester
 def test_the_dispatcher_ends_quietly_when_pytest_stops_reading_mid_dispatch(tmp_path: Path) -> None:
     """Its second report to a pipe nobody read raised ``RuntimeError ... handler is closed``,
     printed as ``a bug in the dispatcher``: in about one kill of pytest in six."""
-    bodies = tmp_path / "m.jsonl"
     rows = [b'{"responses_create_params": {"input": "q"}, "_ng_task_index": %d}' % i for i in range(400)]
-    bodies.write_bytes(b"".join(row + b"\n" for row in rows))
-    offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
-    plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     engine = subprocess.Popen(
         [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
@@ -241,17 +235,8 @@ def test_the_dispatcher_ends_quietly_when_pytest_stops_reading_mid_dispatch(tmp_
         bufsize=0,
         env=env,
     )
-    settings = Settings.model_validate({"no_health_check": True})
     with ScriptedAgent(latency=0.02) as agent:
-        dispatcher = Dispatcher(
-            plan,
-            len(plan),
-            {"a": agent.url},
-            (bodies, tmp_path / "r.jsonl", tmp_path / "f.jsonl"),
-            settings,
-            parallel=4,
-            process=engine,
-        )
+        dispatcher = one_rollout_dispatcher(tmp_path, rows, agent.url, parallel=4, process=engine)
         dispatcher.start()
         wait_for(lambda: agent.completed >= 8, "rollouts under way")
         assert engine.stdout is not None and engine.stdin is not None
@@ -261,7 +246,7 @@ def test_the_dispatcher_ends_quietly_when_pytest_stops_reading_mid_dispatch(tmp_
         finally:
             engine.stdin.close()
             engine.kill()
-        assert agent.completed < len(plan), "it stopped sending"
+        assert agent.completed < len(rows), "it stopped sending"
     assert engine.stderr is not None
     err = engine.stderr.read().decode()
     assert code == 0, err

@@ -10,17 +10,15 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.rows.records import RolloutOutcome, dominant_class
-from pytest_rollouts.rows.schema import CANCELLED
+from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.pytest.properties import (
     CACHED,
     DRAINED,
