@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import orjson
 from aiohttp import web
@@ -47,7 +47,34 @@ def verifier(row: dict[str, Any], seen: int) -> Reply:
 Behaviour = Callable[[dict[str, Any], int], Reply]
 
 
-class ScriptedAgent:
+class LoopServer:
+    """A server on its own thread and event loop, started and stopped as a context manager:
+    tests run pytest in their own thread, which blocks. Subclasses set ``url`` in ``_start``."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class ScriptedAgent(LoopServer):
     def __init__(
         self,
         behaviour: Behaviour = verifier,
@@ -70,21 +97,8 @@ class ScriptedAgent:
         self.peak_in_flight = 0
         self.completed = 0
         self._seen: Counter[tuple[Any, Any]] = Counter()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
-        self.url = ""
-
-    def __enter__(self) -> ScriptedAgent:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        super().__init__()
 
     async def _start(self) -> None:
         app = web.Application()

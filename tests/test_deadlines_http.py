@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 
 import orjson
@@ -16,6 +15,7 @@ import pytest
 
 from pytest_rollouts.pytest import session as run
 
+from .agents import LoopServer
 from .conftest import tasks, write_rows
 from .helpers import run_rollouts
 from .test_shards import aggregate
@@ -26,7 +26,7 @@ TRICKLED_BYTES = 600
 TIMEOUT = "2"  # also each /run's bound in the session: room for a loaded machine
 
 
-class TrickleServer:
+class TrickleServer(LoopServer):
     """A raw HTTP/1.1 server on 127.0.0.1, in a thread: ``trickled`` is answered one byte every
     ``BYTE_INTERVAL_S`` (a valid reply, if anyone waits half a minute for it); any other path at once,
     with what a NeMo Gym agent answers (``/run`` scores 1.0)."""
@@ -36,33 +36,21 @@ class TrickleServer:
         text = json.dumps(body).encode()
         self.reply = _response(text + b" " * max(0, TRICKLED_BYTES - len(text)))
         self.cut = 0  # trickles the client hung up on
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> TrickleServer:
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._server: asyncio.Server | None = None
+        super().__init__()
 
     async def _stop(self) -> None:
         """Trickles still going (the client before the fix waits them out) end with the test."""
+        assert self._server is not None
         self._server.close()
         others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
 
-    async def _start(self) -> asyncio.Server:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        return server
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
