@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
-from pytest_rollouts.pytest.stash import DECLARATION, DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+from pytest_rollouts.pytest.stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun

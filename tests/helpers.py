@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.dispatch.channel import Dispatcher, PlannedRollout
+from pytest_rollouts.dispatch.channel import Dispatcher
+from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.dispatch.messages import PlanHeader
 
 from .conftest import read_rows

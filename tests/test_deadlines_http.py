@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pytest_rollouts.pytest import session as run
+from pytest_rollouts.config import agents
 
 from .agents import LoopServer
 from .conftest import tasks, write_rows
@@ -117,7 +117,7 @@ def test_the_aggregate_command_cuts_a_trickling_metrics_server_at_its_timeout(tm
 def test_a_trickling_head_server_is_a_usage_error_at_the_timeout(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run, "HEAD_SERVER_TIMEOUT_S", float(TIMEOUT))
+    monkeypatch.setattr(agents, "HEAD_SERVER_TIMEOUT_S", float(TIMEOUT))
     write_rows(pytester.path / "data.jsonl", tasks(1))
     with TrickleServer("/global_config_dict_yaml", "{}") as server:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={server.url}")

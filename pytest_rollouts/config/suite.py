@@ -14,7 +14,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.config.values import check_url
+
+
+@cache
+def find_declaration(directory: Path, stop: Path) -> Path | None:
+    """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
+    candidate = directory / DECLARATION
+    if candidate.is_file():
+        return candidate
+    if directory == stop or directory.parent == directory:
+        return None
+    return find_declaration(directory.parent, stop)
 
 
 class SuiteError(Exception):

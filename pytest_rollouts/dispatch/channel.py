@@ -16,10 +16,10 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, write_all
 from pytest_rollouts.dispatch.messages import (
     COLUMN_TYPES,
@@ -57,20 +57,6 @@ CLOSE_TIMEOUT_S = 60.0
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
 READ_BYTES = 1 << 16
-
-
-@dataclass(slots=True)
-class PlannedRollout:
-    """One materialized rollout: its identity and where its request body sits on disk."""
-
-    slot: int
-    task_index: int
-    rollout_index: int
-    agent: str
-    offset: int
-    length: int
-    first_attempt: int = 0
-    episode: bool = False
 
 
 class DispatcherError(RuntimeError):

@@ -8,42 +8,26 @@ materialized.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from collections.abc import Iterator
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_rollouts.pacing import lasting
-from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.pytest.properties import json_property, record_outcomes
-from pytest_rollouts.pytest.stash import DECLARATION, DIST, RUN_KEY
+from pytest_rollouts.config.suite import find_declaration
+from pytest_rollouts.pytest.stash import DIST, RUN_KEY
 
 if TYPE_CHECKING:
     from pytest_rollouts.rows.records import RolloutOutcome
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
-
-
-CREATE_PARAMS = "responses_create_params"
-_ABSENT = object()
-
-
-@cache
-def find_declaration(directory: Path, stop: Path) -> Path | None:
-    """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
-    candidate = directory / DECLARATION
-    if candidate.is_file():
-        return candidate
-    if directory == stop or directory.parent == directory:
-        return None
-    return find_declaration(directory.parent, stop)
 
 
 def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | None:
@@ -100,63 +84,33 @@ class DatasetFile(pytest.File):
             yield from self._items(run.settings, routing, shown)
 
     def _items(self, settings: Settings, routing: Routing, shown: Path) -> Iterator[RolloutItem]:
-        from pytest_rollouts.rows.episodes import taskset_of
-        from pytest_rollouts.config.routing import RoutingError
+        from pytest_rollouts.plan.datasets import DatasetError, DatasetScan
 
-        limit = settings.limit
-        digest = hashlib.sha256()
-        rows = 0
-        # Lines of rows with no ``responses_create_params``, and none given for the run: NeMo Gym
-        # agents refuse them (422), a custom agent may not need them, so they run, with one warning.
-        unparametrized: list[int] = []
-        for row_index, (line_no, offset, line) in enumerate(scan_lines(self.path)):
-            if limit is not None and row_index >= limit:
-                break
-            try:
-                row = parse_object(line, shown, line_no)
-                agents = routing.agents_for(row)
-            except JsonlError as exc:
-                raise self.CollectError(str(exc)) from None
-            except RoutingError as exc:
-                raise self.CollectError(f"{shown}:{line_no}: {exc}") from None
-            digest.update(line.rstrip(b"\r\n") + b"\n")
-            rows += 1
-            first_rollout, episode = 0, taskset_of(row) is not None
-            params = row.get(CREATE_PARAMS, _ABSENT)
-            if params is _ABSENT and not episode:
-                if not settings.responses_create_params:
-                    unparametrized.append(line_no)
-            elif not isinstance(params, dict) and not episode:
-                given = "null" if params is None else type(params).__name__
-                raise self.CollectError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
-            for agent in agents:
+        scan = DatasetScan(self.path, shown, settings, routing)
+        try:
+            for task in scan.tasks():
                 # A task that runs on several agents shows which one in its id, joined the way
                 # pytest joins parameter ids, so -k can select it.
-                name = f"task[{row_index}-{agent}]" if len(agents) > 1 else f"task[{row_index}]"
-                repeats = settings.repeats_for(agent)
+                name = f"task[{task.row_index}-{task.agent}]" if task.fanned else f"task[{task.row_index}]"
                 # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
                 # --lf only finds items whose structured id was built that way.
                 yield RolloutItem.from_parent(
                     self,
                     name=name,
                     nodeid=f"{self.nodeid}::{name}",
-                    offset=offset,
-                    row_index=row_index,
-                    agent=agent,
-                    first_rollout=first_rollout,
-                    repeats=repeats,
-                    episode=episode,
+                    offset=task.offset,
+                    row_index=task.row_index,
+                    agent=task.agent,
+                    first_rollout=task.first_rollout,
+                    repeats=task.repeats,
+                    episode=task.episode,
                 )
-                first_rollout += repeats
-        self.sha256, self.rows = digest.hexdigest(), rows
-        if unparametrized:
-            lines = ", ".join(map(str, unparametrized[:5])) + (", ..." if len(unparametrized) > 5 else "")
-            self.warn(
-                pytest.PytestWarning(
-                    f"{shown}: {len(unparametrized)} rows have no {CREATE_PARAMS} (lines {lines}); "
-                    "NeMo Gym agents refuse such a row (HTTP 422)"
-                )
-            )
+        except DatasetError as exc:
+            raise self.CollectError(str(exc)) from None
+        self.sha256, self.rows = scan.sha256, scan.rows
+        notice = scan.notice()
+        if notice:
+            self.warn(pytest.PytestWarning(notice))
 
 
 class SuiteDeclarationFile(pytest.File):

@@ -18,8 +18,6 @@ RUN_ID = "rollouts_run_id"
 RUN_LOCKED = "rollouts_run_locked"
 # ... and the ``--dist`` mode, which a worker's own options no longer show.
 DIST = "rollouts_dist"
-# A suite's declaration: which files of its directory are datasets, and who serves them.
-DECLARATION = "rollouts.toml"
 # Why a session stops when its dispatcher failed mid-run; an xdist controller reads it back from
 # its workers' stop, to score and gate that run as one process would.
 DISPATCH_STOPPED = "dispatch stopped"

@@ -1,0 +1,123 @@
+"""The agents a run can reach: the registry (options, suites, a head server), and their addresses,
+starting the suites' embedded agents on first need and stopping them at the end.
+
+One object per run, used by the pytest adapter and the Python API alike; it raises
+``AgentsError`` with the message to show, and the caller decides how a refusal ends its run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
+
+if TYPE_CHECKING:
+    from pytest_rollouts.config.embedded import EmbeddedServers
+    from pytest_rollouts.config.routing import AgentRegistry, Routing
+
+HEAD_SERVER_TIMEOUT_S = 10.0
+
+
+class AgentsError(ValueError):
+    """An agent that cannot be found or started; raised before any request is sent."""
+
+
+class Agents:
+    """Agents by name, and where each one answers. ``root``: where suite declarations are looked for
+    up to (pytest's rootdir, or the directory a script runs in)."""
+
+    def __init__(self, settings: Settings, root: Path) -> None:
+        self._settings = settings
+        self._root = root
+        self._registry: AgentRegistry | None = None
+        self._urls: dict[str, str] = {}
+        self._servers: list[EmbeddedServers] = []
+
+    @property
+    def registry(self) -> AgentRegistry:
+        """The agents this run can reach; a head server is asked once, before the first dataset is read."""
+        if self._registry is None:
+            from pytest_rollouts.config.routing import AgentRegistry
+
+            discovered = None
+            if self._settings.head_server is not None:
+                from pytest_rollouts.config.headserver import HeadServerError, discover
+
+                try:
+                    discovered = discover(self._settings.head_server, timeout=HEAD_SERVER_TIMEOUT_S)
+                except HeadServerError as exc:
+                    raise AgentsError(str(exc)) from None
+            self._registry = AgentRegistry(self._settings, discovered)
+        return self._registry
+
+    def routing_for(self, dataset: Path) -> Routing:
+        """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""
+        from pytest_rollouts.config.suite import find_declaration, load_suite
+
+        declaration = find_declaration(dataset.parent, self._root)
+        return self.registry.routing_for(load_suite(declaration) if declaration else None)
+
+    def check_named(self) -> None:
+        """A per-agent repeat count or header for an agent nobody knows is a typo that would go unnoticed."""
+        settings, registry = self._settings, self.registry
+        repeats = settings.repeats if isinstance(settings.repeats, dict) else {}
+        for option, names in (
+            ("repeats", [a for a in repeats if a != DEFAULT_KEY]),
+            ("agent_header", [h.agent for h in settings.agent_header if h.agent is not None]),
+        ):
+            unknown = sorted({a for a in names if not registry.knows(a)})
+            if unknown:
+                raise AgentsError(f"{settings.source_of(option)} names unknown agents: {', '.join(unknown)}")
+
+    def unused_keys_notice(self) -> str:
+        """What to say about routing keys (agent map, fan-out) no collected row matched, or ""."""
+        unused = self.registry.unused_keys()
+        if not unused:
+            return ""
+        return (
+            f"no collected row is keyed {', '.join(map(repr, unused))} "
+            "(--rollouts-agent-map / --rollouts-fan-out): a typo? Keys are agent names, task "
+            "sources, tasksets or _default"
+        )
+
+    def urls(self, names: Iterable[str], recorded: Callable[[], Iterable[str]] = tuple) -> dict[str, str]:
+        """Addresses of ``names``, starting embedded agents that are not running yet.
+
+        ``recorded``: the dataset paths (relative to ``root``) of the run being resumed, for a
+        caller that read no dataset itself (an xdist controller) to learn suite agents from.
+        """
+        wanted = set(names)
+        registry = self.registry
+        missing = sorted(wanted - set(self._urls))
+        if any(not registry.knows(name) for name in missing):
+            for path in recorded():
+                self.routing_for(self._root / path)
+        unknown = [name for name in missing if not registry.knows(name)]
+        if unknown:
+            raise AgentsError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
+        endpoints = [registry.endpoint(name) for name in missing]
+        factories = [e.embedded for e in endpoints if e.embedded is not None]
+        started = self._start_embedded(factories, missing) if factories else {}
+        for e in endpoints:
+            self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
+        return {name: self._urls[name] for name in wanted}
+
+    def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:
+        """Serve suite-embedded agents; aiohttp is imported only here, off the path of runs that have none."""
+        from pytest_rollouts.config.embedded import EmbeddedServerError, EmbeddedServers
+
+        servers = EmbeddedServers(factories)
+        self._servers.append(servers)
+        try:
+            return servers.start()
+        except Exception as exc:  # the suite's own code: say which agent, not an internal error
+            why = str(exc) if isinstance(exc, EmbeddedServerError) else repr(exc)
+            raise AgentsError(f"cannot start an embedded agent ({', '.join(names)}): {why}") from exc
+
+    def close(self) -> None:
+        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.stop()

@@ -1,0 +1,1 @@
+"""Planning: dataset rows to the rollouts a run dispatches (numbering, manifest, materialization, resume)."""

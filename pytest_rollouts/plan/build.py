@@ -1,0 +1,170 @@
+"""The plan of a run: every rollout it dispatches, read from its materialized inputs.
+
+A fresh run writes the materialized inputs (one stamped row per rollout) and plans all of
+them; a resumed run reads the recorded ones back against the rows already on disk and plans
+only what they still lack. Both take tasks as the pytest items or the Python API hold them
+(``PlannedTask``), so both front doors plan alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.manifest import RunManifest, write_manifest
+from pytest_rollouts.rows.materialize import materialize_row, rollout_order
+from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
+from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
+from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
+from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
+
+
+class PlanError(ValueError):
+    """The run cannot be planned (its recorded files are damaged or missing); nothing was sent."""
+
+
+class PlannedTask(Protocol):
+    """One dataset row on one agent, as planning needs it: where the row is, which task it is, and
+    where it sits in the dispatch plan (``slot``)."""
+
+    path: Path
+    offset: int
+    agent: str
+    first_rollout: int
+    repeats: int
+    episode: bool
+    task_index: int
+    slot: int
+
+
+def build_plan(
+    tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Settings, manifest: RunManifest, *, resuming: bool, shown: str
+) -> Plan:
+    """The plan of a run whose files are prepared (``ArtifactPaths.start_run``): a resumed run's from
+    its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
+    and materialized inputs (``ArtifactError`` when they cannot be written)."""
+    if resuming:
+        return plan_resume(tasks, paths, settings, shown)
+    write_manifest(paths.manifest, manifest)
+    return materialize(tasks, paths.materialized, settings)
+
+
+def materialize(tasks: Sequence[PlannedTask], path: Path, settings: Settings) -> Plan:
+    """Write every planned rollout's request body, remembering where each one sits.
+
+    Written to a private file and renamed into place, so concurrent xdist workers
+    (which all materialize the same rows) never interleave their writes.
+    """
+    rollouts: list[PlannedRollout] = []
+    row: dict[str, Any] = {}
+    expected: dict[str, dict[Key, int]] = {}
+    last_position = -1
+    offset = 0
+    with LineReader() as reader, replaced_atomically(path) as out:
+        counts = [(task.first_rollout, task.repeats) for task in tasks]
+        for position, rollout_index in rollout_order(counts, settings.interleave_repeats):
+            task = tasks[position]
+            if position != last_position:
+                row = parse_object(reader.read(task.path, task.offset), task.path, 0)
+                last_position = position
+            materialized = materialize_row(
+                row,
+                task_index=task.task_index,
+                rollout_index=rollout_index,
+                agent=task.agent,
+                create_params=settings.responses_create_params,
+                add_seed=settings.repeats_add_seed,
+                episode=task.episode,
+            )
+            line = dumps(materialized)
+            out.write(line + b"\n")
+            expected.setdefault(routing_identity(materialized), {})[(task.task_index, rollout_index)] = offset
+            rollouts.append(
+                PlannedRollout(
+                    task.slot, task.task_index, rollout_index, task.agent, offset, len(line), episode=task.episode
+                )
+            )
+            offset += len(line) + 1
+    return Plan(rollouts, len(tasks), expected=expected)
+
+
+def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Settings, shown: str) -> Plan:
+    """Re-run what the recorded materialized set still lacks; settle the rest from disk.
+
+    ``shown``: the materialized inputs as the user should read their path.
+    """
+    try:
+        past = histories(read_rows(paths.out), read_rows(paths.failures))
+    except JsonlError as exc:
+        raise PlanError(f"cannot resume: {exc}") from None
+    slots = {(task.task_index, task.agent): task.slot for task in tasks}
+    plan = Plan([], len(tasks))
+    cut = torn_tail(paths.materialized)
+    if cut:
+        # Written whole and renamed into place, so no crash cuts it: a key lost here would
+        # silently leave the run's denominator.
+        raise PlanError(
+            f"cannot resume: {shown} ends in a line cut short ({cut} bytes); "
+            "it is written whole, so the file was damaged: restore it, or start a fresh run"
+        )
+    try:
+        recorded = [
+            (entry, key_of(entry.row), routing_identity(entry.row)) for entry in artifact_rows(paths.materialized)
+        ]
+    except JsonlError as exc:
+        raise PlanError(f"cannot resume: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"cannot resume: a row of {paths.materialized} lacks its stamps ({exc!r})") from None
+    for entry, key, agent in recorded:
+        plan.expected.setdefault(agent, {})[key] = entry.offset
+        slot = slots.get((key[0], agent))
+        if slot is None:
+            continue
+        history = past.by_key.get(key)
+        verdict = decide(
+            history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
+        )
+        if verdict is Verdict.RUN:
+            plan.rollouts.append(
+                PlannedRollout(
+                    slot,
+                    key[0],
+                    key[1],
+                    agent,
+                    entry.offset,
+                    entry.size,
+                    first_attempt=history.failures if history else 0,
+                    episode=taskset_of(entry.row) is not None,
+                )
+            )
+        else:
+            assert history is not None
+            plan.prior.setdefault(slot, []).append(_settled(key[1], verdict, history, settings.max_attempts))
+    if settings.longest_first:
+        longest = past.task_longest()
+        plan.rollouts.sort(key=lambda r: -longest.get(r.task_index, 0.0))
+    return plan
+
+
+def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:
+    if verdict is Verdict.DONE:
+        return RolloutOutcome(rollout_index, history.reward, None, "", history.longest, 0, cached=True)
+    why = (
+        "terminal failure recorded earlier"
+        if verdict is Verdict.TERMINAL
+        else f"gave up after {history.failures} attempts (max {max_attempts})"
+    )
+    return RolloutOutcome(
+        rollout_index,
+        None,
+        history.latest_class,
+        ": ".join(filter(None, (why, history.latest_message))),
+        history.longest,
+        0,
+        cached=True,
+        given_up=verdict is Verdict.CAPPED,
+    )

@@ -1,0 +1,98 @@
+"""Read a dataset file into its tasks: every line validated and routed before any request is sent.
+
+Each task keeps only a byte offset into its file, not the row: the row is read again when
+the run is materialized. The file's fingerprint (``sha256``, ``rows``) is taken on the way,
+for the manifest that resume checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_rollouts.config.routing import Routing, RoutingError
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
+
+CREATE_PARAMS = "responses_create_params"
+_ABSENT = object()
+
+
+class DatasetError(ValueError):
+    """A row no run can send; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One row on one agent. A row fanned out to several agents is one task per agent (``fanned``),
+    their rollout indices continuing one another from ``first_rollout``."""
+
+    row_index: int
+    offset: int
+    agent: str
+    first_rollout: int
+    repeats: int
+    episode: bool
+    fanned: bool
+
+
+class DatasetScan:
+    """The tasks of one dataset file, read once; ``shown`` is the file as messages name it."""
+
+    def __init__(self, path: Path, shown: Path, settings: Settings, routing: Routing) -> None:
+        self._path = path
+        self._shown = shown
+        self._settings = settings
+        self._routing = routing
+        self.sha256 = ""
+        self.rows = 0
+        # Lines of rows with no ``responses_create_params``, and none given for the run: NeMo Gym
+        # agents refuse them (422), a custom agent may not need them, so they run, with one notice.
+        self.unparametrized: list[int] = []
+
+    def tasks(self) -> Iterator[TaskRow]:
+        """Every row's tasks in file order, up to the run's ``limit``; ``DatasetError`` on a bad row."""
+        settings, shown = self._settings, self._shown
+        limit = settings.limit
+        digest = hashlib.sha256()
+        rows = 0
+        for row_index, (line_no, offset, line) in enumerate(scan_lines(self._path)):
+            if limit is not None and row_index >= limit:
+                break
+            try:
+                row = parse_object(line, shown, line_no)
+                agents = self._routing.agents_for(row)
+            except JsonlError as exc:
+                raise DatasetError(str(exc)) from None
+            except RoutingError as exc:
+                raise DatasetError(f"{shown}:{line_no}: {exc}") from None
+            digest.update(line.rstrip(b"\r\n") + b"\n")
+            rows += 1
+            first_rollout, episode = 0, taskset_of(row) is not None
+            params = row.get(CREATE_PARAMS, _ABSENT)
+            if params is _ABSENT and not episode:
+                if not settings.responses_create_params:
+                    self.unparametrized.append(line_no)
+            elif not isinstance(params, dict) and not episode:
+                given = "null" if params is None else type(params).__name__
+                raise DatasetError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
+            fanned = len(agents) > 1
+            for agent in agents:
+                repeats = settings.repeats_for(agent)
+                yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned)
+                first_rollout += repeats
+        self.sha256, self.rows = digest.hexdigest(), rows
+
+    def notice(self) -> str:
+        """What to tell about rows without request parameters, or ""."""
+        lines = self.unparametrized
+        if not lines:
+            return ""
+        shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+        return (
+            f"{self._shown}: {len(lines)} rows have no {CREATE_PARAMS} (lines {shown}); "
+            "NeMo Gym agents refuse such a row (HTTP 422)"
+        )

@@ -1,0 +1,148 @@
+"""Run-wide task numbers, the run manifest, and whether this run resumes an earlier one.
+
+A fresh run numbers datasets in the order given; a resumed run takes each file's first task
+index from the recorded manifest, so files it skips shift nothing, and a changed input is
+refused before anything is moved or sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_rollouts.config.agents import Agents
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.plan.build import PlanError
+from pytest_rollouts.rows.manifest import DatasetEntry, ManifestError, RunManifest, differences, read_manifest
+from pytest_rollouts.store.artifacts import ArtifactPaths
+
+
+@dataclass
+class DatasetTasks:
+    """What a run takes from one dataset file: its fingerprint, and the agents and rollouts of its rows."""
+
+    # As the manifest records it: relative to the run's root, in POSIX form.
+    name: str
+    sha256: str
+    rows: int
+    agents: set[str] = field(default_factory=set)
+    rollouts: int = 0
+
+
+@dataclass
+class Numbering:
+    """The manifest of this run, each dataset's first task index, whether it resumes an earlier
+    run, and what the user must be told."""
+
+    manifest: RunManifest
+    first_task: dict[str, int]
+    resuming: bool
+    notices: list[str] = field(default_factory=list)
+
+
+def number_run(
+    datasets: Sequence[DatasetTasks],
+    settings: Settings,
+    agents: Agents,
+    *,
+    asked_resume: bool,
+    shown: Callable[[Path], str],
+) -> Numbering:
+    """Number a run's tasks once its datasets are read, before any file is moved or request sent.
+
+    Refuses (``AgentsError``, ``PlanError``) options that name unknown agents, a resume without
+    its materialized inputs, and a resume whose input changed.
+    """
+    agents.check_named()
+    unused = agents.unused_keys_notice()
+    assert settings.out is not None
+    paths = ArtifactPaths(settings.out)
+    resuming = wants_resume(asked_resume, paths, shown)
+    numbering = number_datasets(datasets, settings, paths, resuming=resuming)
+    if unused:
+        numbering.notices.insert(0, unused)
+    return numbering
+
+
+def wants_resume(asked: bool, paths: ArtifactPaths, shown: Callable[[Path], str]) -> bool:
+    """Whether this run resumes: asked, and a materialized set is on disk.
+
+    Nothing recorded yet is a fresh run, so a job script can always ask to resume. Results
+    without their materialized inputs are refused: a fresh run would move every result aside,
+    and without the run's denominator there is nothing to resume against.
+    """
+    if not asked or paths.materialized.exists():
+        return asked
+    held = [shown(p) for p in (paths.out, paths.failures) if p.exists() and p.stat().st_size]
+    if held:
+        raise PlanError(
+            f"cannot resume: the materialized inputs {shown(paths.materialized)} are missing, though "
+            f"{' and '.join(held)} hold rows of the run they belong to; they are what a resume runs against: "
+            "restore them, or run without --rollouts-resume to start afresh (the earlier results are moved aside)"
+        )
+    return False
+
+
+def number_datasets(
+    datasets: Sequence[DatasetTasks], settings: Settings, paths: ArtifactPaths, *, resuming: bool
+) -> Numbering:
+    """Each dataset's first task index and the run manifest; a resume whose input changed is refused."""
+    try:
+        recorded = read_manifest(paths.manifest) if resuming else None
+    except ManifestError as exc:
+        raise PlanError(f"cannot resume: {exc}") from None
+    next_task = recorded.next_task() if recorded else 0
+    entries = []
+    for dataset in datasets:
+        known = recorded.entry(dataset.name) if recorded else None
+        first = known.first_task if known else next_task
+        next_task = max(next_task, first + dataset.rows)
+        entries.append(
+            DatasetEntry(
+                path=dataset.name,
+                sha256=dataset.sha256,
+                rows=dataset.rows,
+                first_task=first,
+                agents=sorted(dataset.agents),
+                rollouts=dataset.rollouts,
+            )
+        )
+    firsts = {e.path: e.first_task for e in entries}
+    numbering = Numbering(RunManifest(datasets=entries, shape=shape(settings)), firsts, resuming)
+    if recorded is not None:
+        changed = differences(recorded, numbering.manifest)
+        if changed and not settings.resume_recorded:
+            raise PlanError(_refuse_changed(paths, changed))
+    elif resuming:
+        numbering.notices.append(
+            f"no run manifest next to {paths.out}; resuming from {paths.materialized} without checking the input"
+        )
+    return numbering
+
+
+def shape(settings: Settings) -> dict[str, Any]:
+    """The options that shape the materialized set: a resume with other values is another run."""
+    s = settings
+    return {
+        "repeats": s.repeats,
+        "limit": s.limit,
+        "interleave_repeats": s.interleave_repeats,
+        "repeats_add_seed": s.repeats_add_seed,
+        "responses_create_params": s.responses_create_params,
+        "shard": None if s.shard is None else f"{s.shard[0]}/{s.shard[1]}",
+        # Only when used, so runs recorded before routing options existed still resume.
+        **({"agent_map": s.agent_map} if s.agent_map else {}),
+        **({"fan_out": {key: list(agents) for key, agents in s.fan_out.items()}} if s.fan_out else {}),
+    }
+
+
+def _refuse_changed(paths: ArtifactPaths, changed: list[str]) -> str:
+    lines = [f"cannot resume {paths.out}: the input changed since the recorded run:"]
+    lines += [f"  - {c}" for c in changed]
+    lines.append(
+        "Run without --rollouts-resume to start over (the old artifacts are moved aside), "
+        "or pass --rollouts-resume-recorded to go on with the recorded materialized set."
+    )
+    return "\n".join(lines)

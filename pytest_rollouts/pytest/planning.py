@@ -1,0 +1,145 @@
+"""A pytest session's plan: tasks numbered at collection, other shards deselected, and the run's
+files prepared once collection is final, over the pytest-free planning core (``plan/``).
+
+pytest splits planning in two: task numbers must exist before ``-k``, ``-m`` and ``--lf``
+deselect (a resume maps them back onto the recorded run), and what is dispatched is known
+only after. Refusals become usage errors here; the core knows nothing of pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
+from pytest_rollouts.pytest.stash import RolloutsWarning
+from pytest_rollouts.rows.plan import Plan
+from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+
+if TYPE_CHECKING:
+    from pytest_rollouts.config.agents import Agents
+    from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.rows.manifest import RunManifest
+
+
+class SessionPlan:
+    """What this session runs of the dataset, and whether it resumes an earlier run."""
+
+    def __init__(self, config: pytest.Config, settings: Callable[[], Settings], agents: Callable[[], Agents]) -> None:
+        self._config = config
+        self._settings = settings
+        self._agents = agents
+        self.resuming = False
+        # Numbering refused the run: ``prepare``, which pytest calls on its way out, does nothing.
+        self.refused = False
+        # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
+        # manifest, which the merge needs to prove the shards' union complete.
+        self.empty_shard = False
+        # Where the earlier results went, and what a crash had cut: what a refusal puts back.
+        self.run_start = RunStart()
+        self._manifest: RunManifest | None = None
+
+    def shown(self, path: Path) -> str:
+        """A path as the user should read it: relative to where pytest was started."""
+        return os.path.relpath(path, self._config.invocation_params.dir)
+
+    def number_tasks(self, items: list[pytest.Item]) -> None:
+        """Give every collected row its run-wide task index, before ``-k``/``-m``/``--lf`` deselect.
+
+        A fresh run numbers rows in collection order; a resumed one takes each file's first
+        index from the recorded manifest, so files this session skips shift nothing.
+        """
+        try:
+            self._number_tasks(items)
+        except pytest.UsageError:
+            self.refused = True
+            raise
+
+    def _number_tasks(self, items: list[pytest.Item]) -> None:
+        from pytest_rollouts.config.agents import AgentsError
+        from pytest_rollouts.plan.build import PlanError
+        from pytest_rollouts.plan.numbering import DatasetTasks, number_run
+
+        files: dict[DatasetFile, DatasetTasks] = {}
+        for item in items:
+            if isinstance(item, RolloutItem):
+                dataset: DatasetFile = item.parent  # type: ignore[assignment]
+                tasks = files.get(dataset)
+                if tasks is None:
+                    name = Path(dataset.relpath).as_posix()
+                    tasks = files[dataset] = DatasetTasks(name, dataset.sha256, dataset.rows)
+                tasks.agents.add(item.agent)
+                tasks.rollouts += item.repeats
+        if not files:
+            return
+        settings = self._settings()
+        asked = settings.resume or bool(getattr(self._config.option, "lf", False))
+        try:
+            numbering = number_run(list(files.values()), settings, self._agents(), asked_resume=asked, shown=self.shown)
+        except (AgentsError, PlanError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.resuming, self._manifest = numbering.resuming, numbering.manifest
+        for notice in numbering.notices:
+            warnings.warn(RolloutsWarning(notice), stacklevel=1)
+        firsts = {dataset: numbering.first_task[tasks.name] for dataset, tasks in files.items()}
+        for item in items:
+            if isinstance(item, RolloutItem):
+                item.task_index = firsts[item.parent] + item.row_index  # type: ignore[index]
+        if settings.shard is not None:
+            self._keep_shard(items, settings.shard)
+
+    def _keep_shard(self, items: list[pytest.Item], shard: tuple[int, int]) -> None:
+        """Deselect the rows of other shards, the way ``-k`` deselects: they are not this run's."""
+        from pytest_rollouts.rows.shard import in_shard
+
+        keep, drop = [], []
+        for item in items:
+            mine = not isinstance(item, RolloutItem) or in_shard(item.task_index, shard)
+            (keep if mine else drop).append(item)
+        if drop:
+            self._config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+            self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
+
+    def build(self, selected: Sequence[RolloutItem], paths: ArtifactPaths, run_id: str) -> Plan:
+        """Move earlier results aside (or repair them, resuming), then write or read the plan.
+
+        Raises ``OSError`` when the files cannot be prepared, ``ArtifactError`` when a fresh
+        run's cannot be written, and a usage error when a resumed run's are damaged.
+        """
+        from pytest_rollouts.plan.build import PlanError, build_plan
+
+        self.run_start = paths.start_run(run_id, resume=self.resuming)
+        _tell(self.run_start)
+        assert self._manifest is not None
+        shown = self.shown(paths.materialized)
+        try:
+            return build_plan(selected, paths, self._settings(), self._manifest, resuming=self.resuming, shown=shown)
+        except PlanError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def put_back(self, paths: ArtifactPaths, workerinput: dict[str, Any] | None) -> str:
+        """A fresh run refused before any request leaves the files as it found them; what to add
+        to the refusal. Not on an xdist worker: others may be writing the same files."""
+        if workerinput is not None or self.resuming:
+            return ""
+        paths.take_back(self.run_start)
+        moved = self.run_start.moved_to
+        return "" if moved is None else f"\nThe earlier results are back in place (from {moved})."
+
+
+def _tell(start: RunStart) -> None:
+    if start.moved_to is not None:
+        warnings.warn(
+            RolloutsWarning(
+                f"earlier results were moved to {start.moved_to} (use --rollouts-resume to continue a run instead)"
+            ),
+            stacklevel=1,
+        )
+    for path, size in (start.repaired or {}).items():
+        warnings.warn(RolloutsWarning(f"{path}: dropped a last line cut short by a crash ({size} bytes)"), stacklevel=1)
