@@ -99,9 +99,33 @@ def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None, u
     return Measurement(wall, usage.ru_maxrss / 1024, seen["first"] - launched, seen["last"] - seen["first"])
 
 
+@contextmanager
+def scratch(keep: bool) -> Iterator[Path]:
+    """A temp dir for datasets, outputs and logs, removed after unless ``keep``."""
+    work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def count_lines(path: Path) -> int:
     with open(path, "rb") as handle:
         return sum(1 for _ in handle)
+
+
+def bench_env() -> dict[str, str]:
+    """This environment for a measured run, bytecode caching on, as on an ordinary machine (this
+    sandbox sets PYTHONDONTWRITEBYTECODE, which would charge recompiling pytest to every run)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def plain_command(data: Path, url: str, out: Path, parallel: int) -> list[str]:
+    """The baseline: ``plain_client.py``, the aiohttp loop anyone would write by hand."""
+    return [sys.executable, str(HERE / "plain_client.py"), str(data), url, str(out), str(parallel)]
 
 
 def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, list[Measurement]]:
@@ -112,7 +136,7 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     write_dataset(data, rows)
     outs = {"plain": base / "plain" / "r.jsonl", "plugin": base / "plugin" / "r.jsonl"}
     commands = {
-        "plain": [sys.executable, str(HERE / "plain_client.py"), str(data), url, str(outs["plain"]), str(parallel)],
+        "plain": plain_command(data, url, outs["plain"], parallel),
         "plugin": [
             sys.executable,
             "-m",
@@ -130,10 +154,21 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     }
     # Only pytest and this plugin: third-party plugins that happen to be installed on the
     # bench machine (hypothesis, pytest-benchmark, ...) are not part of what is measured.
-    # Bytecode caching is on for both, as on an ordinary machine (this sandbox sets
-    # PYTHONDONTWRITEBYTECODE, which would charge recompiling pytest to every run).
-    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    base_env = bench_env()
     envs = {"plain": base_env, "plugin": {**base_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+    return alternate(base, url, rows, commands, outs, envs, repeat)
+
+
+def alternate(
+    base: Path,
+    url: str,
+    rows: int,
+    commands: dict[str, list[str]],
+    outs: dict[str, Path],
+    envs: dict[str, dict[str, str]],
+    repeat: int,
+) -> dict[str, list[Measurement]]:
+    """``repeat`` rounds of each command in turn, in ``base``; each must write ``rows`` lines to its ``outs``."""
     runs: dict[str, list[Measurement]] = {variant: [] for variant in commands}
     for _ in range(repeat):
         for variant, argv in commands.items():
@@ -186,8 +221,9 @@ class Target:
         return f"{self.what:<58} {self.figure:>8.2f}{self.unit:<3} <= {self.limit:g}{self.unit:<3} {verdict}"
 
 
-def median_pair_ratio(runs: dict[str, list[Measurement]]) -> float:
-    return statistics.median(b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs["plugin"], strict=True))
+def median_pair_ratio(runs: dict[str, list[Measurement]], variant: str = "plugin") -> float:
+    """The median over back-to-back pairs of ``variant``'s wall time over the plain loop's."""
+    return statistics.median(b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs[variant], strict=True))
 
 
 def plugin_import_ms(work: Path) -> float:
@@ -195,7 +231,7 @@ def plugin_import_ms(work: Path) -> float:
     the cumulative time of each import of one of its modules not made by another of them."""
     empty = work / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = bench_env()
     argv = [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "pytest_rollouts.plugin", str(empty)]
     result = subprocess.run(argv, cwd=empty, env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True)
     total_us, seen, ancestors = 0, False, []  # the import chain of the line at hand, outermost first
@@ -257,8 +293,7 @@ def main() -> None:
     if args.rows is None and (args.parallel, args.latency, args.repeat) != (None, None, None):
         parser.error("--parallel, --latency and --repeat shape a --rows run; the targets run fixes its own")
 
-    work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
-    try:
+    with scratch(args.keep) as work:
         if args.rows is None:
             targets = measure_targets(work)
             print("targets (2-core machine; figures from this run):")
@@ -269,11 +304,6 @@ def main() -> None:
             with agent(latency) as url:
                 for rows in (int(n) for n in args.rows.split(",")):
                     report(rows, bench_rows(work, url, rows, parallel, repeat), parallel, latency)
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,13 @@ costs above this is its overhead.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
 import orjson
+from client_args import arguments
 
 
 async def post_one(
@@ -48,12 +48,7 @@ async def run(dataset: Path, url: str, out_path: Path, parallel: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path)
-    parser.add_argument("url", help="agent base URL, e.g. http://127.0.0.1:8000")
-    parser.add_argument("out", type=Path)
-    parser.add_argument("parallel", type=int)
-    args = parser.parse_args()
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     asyncio.run(run(args.dataset, args.url, args.out, args.parallel))
 
 

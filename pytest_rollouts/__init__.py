@@ -7,17 +7,24 @@ for pydantic or the dispatcher.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_rollouts.api import preprocess_examples
+    from pytest_rollouts.api import preprocess_examples, run_examples
+    from pytest_rollouts.dispatch.inprocess import HealthCheckFailed
 
-__all__ = ["preprocess_examples"]
+# Each public name, and the module that defines it.
+_HOMES = {
+    "preprocess_examples": "pytest_rollouts.api",
+    "run_examples": "pytest_rollouts.api",
+    "HealthCheckFailed": "pytest_rollouts.dispatch.inprocess",
+}
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from pytest_rollouts import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'pytest_rollouts' has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'pytest_rollouts' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

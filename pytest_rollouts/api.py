@@ -3,22 +3,29 @@
 ``preprocess_examples`` applies the run-level routing and repetition a run applies to dataset
 rows, to rows a caller holds: the same routing (``config.routing``) and the same stamps
 (``rows.materialize``), so rows prepared here and rows the plugin materializes are alike.
-Nothing here imports pytest.
+``run_examples`` runs such rows in the caller's event loop (``dispatch.examples``) and hands
+each result back as it finishes. Both take their arguments through the plugin's settings model:
+the same names, defaults, bounds and messages as the options. Nothing here imports pytest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from pytest_rollouts.config.routing import Routing, RoutingError, routing_key
 from pytest_rollouts.config.settings import Settings, describe_errors
+from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.materialize import materialize_row
 
+if TYPE_CHECKING:
+    from pytest_rollouts.dispatch.examples import ExampleRun
+
 WHERE = "preprocess_examples"
+RUN = "run_examples"
 
 
 def preprocess_examples(
@@ -69,17 +76,85 @@ def preprocess_examples(
 def _settings(
     agent_map: Mapping[str, str] | None, fan_out: Mapping[str, Sequence[str]] | None, num_repeats: Any
 ) -> Settings:
-    """The arguments through the run's own validation: the same rules, bounds and messages."""
     given = {
         "agent_map": dict(agent_map or {}),
         "fan_out": {key: list(agents) for key, agents in (fan_out or {}).items()},
         "repeats": dict(num_repeats) if isinstance(num_repeats, Mapping) else num_repeats,
     }
-    names = {"agent_map": "agent_map", "fan_out": "fan_out", "repeats": "num_repeats"}
+    return _validated(given, {"repeats": "num_repeats"})
+
+
+def _validated(given: dict[str, Any], renamed: Mapping[str, str]) -> Settings:
+    """The arguments through the run's own validation: the same rules, bounds and messages, naming
+    each argument (``renamed``: the settings fields whose argument has another name)."""
+    names = {field: renamed.get(field, field) for field in given}
     try:
         return Settings.model_validate(given, context={"sources": names})
     except ValidationError as exc:
         raise ValueError(describe_errors(exc, names)) from None
+
+
+def run_examples(
+    rows: Iterable[Mapping[str, Any]],
+    agents: Mapping[str, str],
+    *,
+    parallel: int = 64,
+    max_resident: int | None = None,
+    dispatch_budget: float | None = None,
+    drain_margin: float | None = None,
+    timeout: float = 3600.0,
+    retries: int = 2,
+    retry_backoff: float = 1.0,
+    agent_header: Iterable[str] = (),
+    no_health_check: bool = False,
+    health_ignore: Iterable[str] = (),
+    health_workers: int = 8,
+) -> ExampleRun:
+    """Run ``rows`` in the running event loop; ``async with`` the result for ``(row, result)`` pairs.
+
+    ``agents`` maps agent names to URLs. Rows are sent as given, each to the agent its
+    ``agent_ref.name`` names (stamp them with ``preprocess_examples``); pairs come in completion
+    order. ``result`` is exactly the agent's ``/run`` reply, or for a rollout that failed the
+    failures sidecar's row (``_ng_failure_class`` and the other ``_ng_failure_*`` fields), or for
+    one the dispatch budget drained a ``cancelled`` row marked ``_ng_dispatch_drained``.
+
+    At most ``parallel`` requests are in flight and at most ``max_resident`` (default 8 x
+    ``parallel``) rollouts are started and not yet taken by the caller. The other arguments are
+    the plugin's options of the same names. Leaving the block cancels whatever is in flight.
+
+    Raises ``ValueError`` for a bad argument, and, before anything is sent, for a row that lacks its
+    stamps or names an agent not in ``agents`` (a ``Sequence`` of rows is checked whole first; rows
+    from any other iterable are checked as they are read). Entering the block raises
+    ``HealthCheckFailed`` when an agent fails its health check (then nothing was sent).
+    """
+    if not isinstance(agents, Mapping) or not agents:
+        raise ValueError(f"{RUN}: agents must map agent names to URLs, e.g. {{'policy': 'http://127.0.0.1:8000'}}")
+    # As --rollouts-agent NAME=URL reads a name: one of these would be read as part of the URL.
+    odd = sorted(repr(n) for n in agents if not isinstance(n, str) or n != n.strip() or not n or set(n) & set("=:/"))
+    if odd:
+        raise ValueError(f"{RUN}: agents: {', '.join(odd)} is no agent name (a name has no '=', ':' or '/')")
+    given = {
+        "agent": [f"{name}={url}" for name, url in agents.items()],
+        "parallel": parallel,
+        "max_resident": max_resident,
+        "dispatch_budget": dispatch_budget,
+        "drain_margin": drain_margin,
+        "timeout": timeout,
+        "retries": retries,
+        "retry_backoff": retry_backoff,
+        "agent_header": list(agent_header),
+        "no_health_check": no_health_check,
+        "health_ignore": list(health_ignore),
+        "health_workers": health_workers,
+    }
+    settings = _validated(given, {"agent": "agents"})
+    # The HTTP client is loaded with the first run: preprocessing alone does not pay for it.
+    from pytest_rollouts.dispatch.examples import ExampleRun
+
+    header = PlanHeader.of(
+        settings, settings.named_agent_urls, parallel=settings.parallel, limit=settings.resident_limit
+    )
+    return ExampleRun(header, rows)
 
 
 def _agents(routing: Routing, row: dict[str, Any]) -> tuple[str | None, ...]:

@@ -119,15 +119,21 @@ def plan_header(**changes: Any) -> PlanHeader:
     return PlanHeader(**{**fields, **changes})
 
 
-def one_rollout_dispatcher(
-    tmp_path: Path, rows: list[bytes], agent_url: str, parallel: int, process: subprocess.Popen[bytes] | None = None
-) -> Dispatcher:
-    """A dispatcher for ``rows`` (request bodies, written as the materialized inputs), one rollout
-    of one task each, on agent ``a``, health checks off; not started."""
+def one_rollout_plan(tmp_path: Path, rows: list[bytes]) -> tuple[Path, list[PlannedRollout]]:
+    """``rows`` (request bodies) written as the materialized inputs ``m.jsonl``, and a plan of one
+    rollout of one task each, on agent ``a``."""
     bodies = tmp_path / "m.jsonl"
     bodies.write_bytes(b"".join(row + b"\n" for row in rows))
     offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
-    plan = [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
+    return bodies, [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
+
+
+def one_rollout_dispatcher(
+    tmp_path: Path, rows: list[bytes], agent_url: str, parallel: int, process: subprocess.Popen[bytes] | None = None
+) -> Dispatcher:
+    """A dispatcher for ``one_rollout_plan``'s plan, writing ``r.jsonl`` and ``f.jsonl``, health checks
+    off; not started."""
+    bodies, plan = one_rollout_plan(tmp_path, rows)
     return Dispatcher(
         plan,
         len(plan),

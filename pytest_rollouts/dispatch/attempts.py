@@ -3,7 +3,8 @@
 An attempt is one run's dispatch of a rollout; resume caps attempts. Within it, a try that
 got no reply (or a 429/502/503/504) is tried again, all tries carrying the attempt's index,
 and whatever ends the attempt (a reply, the last try, the dispatch budget, a cancel) writes
-exactly one row: a result to the output, or a failure to the sidecar.
+exactly one row: a result, or a failure. Where it goes is the caller's ``Rows``: the run's
+files (``artifact_rows.FileRows``), or the caller itself (``run_examples``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_rollouts.dispatch.client import Attempt, Failure, post_run
 from pytest_rollouts.dispatch.messages import PlanHeader
@@ -28,16 +29,16 @@ from pytest_rollouts.rows.schema import (
     ENVIRONMENT_SERVER,
     FAILURE_MESSAGE,
     MAX_BODY_CHARS,
-    NO_PERSIST,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
     collector_keys_message,
+    drained_row,
     failure_row,
+    persisted,
     reply_collector_keys,
-    success_row,
 )
-from pytest_rollouts.store.jsonl import JsonlAppender, dumps, loads
+from pytest_rollouts.store.jsonl import dumps, loads
 
 MAX_BACKOFF_S = 60.0
 
@@ -57,30 +58,36 @@ class PlannedAttempt:
     episode: bool
 
 
-class Attempts:
-    """Runs attempts at most ``parallel`` requests at a time and writes each one's row."""
+class Rows(Protocol):
+    """Where an attempt's one row goes.
 
-    def __init__(
-        self,
-        header: PlanHeader,
-        pool: Pool,
-        targets: list[Target],
-        redact: Redactor,
-        outputs: JsonlAppender,
-        failures: JsonlAppender,
-    ) -> None:
+    A seam rather than two files, so the same attempts serve the dispatcher, which writes rows
+    to disk and keeps only their outcome, and an in-process caller that wants the rows back.
+    """
+
+    def result(self, reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> None:
+        """The attempt got a reply that is a result: ``reply`` as the agent sent it, and the stamps
+        and wall time a stored row adds to it (``schema.success_row``)."""
+
+    def failure(self, row: dict[str, Any]) -> None:
+        """The attempt produced no score: its failure row, redacted. A row ``schema.persisted``
+        refuses (an agent's ``_ng_no_persist``, a rollout the budget drained) is written nowhere."""
+
+
+class Attempts:
+    """Runs attempts at most ``parallel`` requests at a time and hands each one's row to ``Rows``."""
+
+    def __init__(self, header: PlanHeader, pool: Pool, targets: list[Target], redact: Redactor) -> None:
         self._h = header
         self._pool = pool
         self._targets = targets
         self._redact = redact
-        self._outputs = outputs
-        self._failures = failures
         self._in_flight = asyncio.Semaphore(header.parallel)
         # Requests enter as they start and leave as they end, so the first entry is the oldest.
         self.in_flight_since: dict[int, float] = {}
         self._deadline = Deadline(header.budget, header.margin) if header.budget else None
 
-    async def run(self, planned: PlannedAttempt) -> RolloutOutcome:
+    async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
         """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
         or a 429/502/503/504, all carrying the attempt's index, and one row for the whole attempt.
 
@@ -120,15 +127,16 @@ class Attempts:
                         del self.in_flight_since[planned.position]
             if drained:
                 if not tries:
+                    rows.failure(drained_row({ATTEMPT_INDEX: 0, **stamps}, drained))
                     return RolloutOutcome(planned.rollout, None, CANCELLED, drained, 0.0, 0)
                 # The try it would have retried stands for the attempt: its row makes resume retry it.
-                failed = self._record(tries.pop(), stamps, planned.rollout, tries)
+                failed = self._record(rows, tries.pop(), stamps, planned.rollout, tries)
                 failed.detail += f"; not retried, {drained}"
                 return failed
             failure = attempt.failure
             if failure is not None:
                 if not failure.retryable or number == self._h.retries:
-                    return self._record(attempt, stamps, planned.rollout, tries)
+                    return self._record(rows, attempt, stamps, planned.rollout, tries)
                 tries.append(attempt)
                 await asyncio.sleep(self._backoff(number, failure.retry_after))
                 continue
@@ -142,7 +150,7 @@ class Attempts:
                 await asyncio.sleep(0)
             finally:
                 # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
-                outcome = self._record(attempt, stamps, planned.rollout, tries)
+                outcome = self._record(rows, attempt, stamps, planned.rollout, tries)
             return outcome
         raise AssertionError("unreachable: the last try always returns")
 
@@ -162,9 +170,9 @@ class Attempts:
         attempt.reply = None
 
     def _record(
-        self, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]
+        self, rows: Rows, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]
     ) -> RolloutOutcome:
-        """Write the attempt's row, its last try's, and return the outcome.
+        """Hand on the attempt's row, its last try's, and return the outcome.
 
         ``earlier``: the tries before it, summarised in a failure row and emptied, so the attempt
         has one row whatever ends it; a result needs no record of them.
@@ -178,7 +186,7 @@ class Attempts:
             failure = attempt.failure
             assert failure is not None
             failure.message = self._redact(failure.message) or ""
-            self._failures.append(failure_row(failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, summary))
+            rows.failure(failure_row(failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, summary))
             return RolloutOutcome(
                 rollout_index, None, failure.failure_class, _detail(failure), attempt.elapsed, tries, given_up=last
             )
@@ -187,14 +195,12 @@ class Attempts:
             row = self._redact.row(
                 agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status, summary)
             )
-            persisted = not row.get(NO_PERSIST)
-            if persisted:
-                self._failures.append(row)
-            given_up = last and persisted and not marked_terminal(row)
+            rows.failure(row)
+            given_up = last and persisted(row) and not marked_terminal(row)
             return RolloutOutcome(
                 rollout_index, None, failure_class, row[FAILURE_MESSAGE], attempt.elapsed, tries, given_up=given_up
             )
-        self._outputs.append_line(self._redact.line(success_row(reply, stamps, attempt.elapsed)))
+        rows.result(reply, stamps, attempt.elapsed)
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
         return RolloutOutcome(rollout_index, reward_of(reply), None, "", attempt.elapsed, tries)

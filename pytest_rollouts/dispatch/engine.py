@@ -32,10 +32,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
+from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
-from pytest_rollouts.dispatch.client import JSON_HEADERS
 from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
-from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import (
     COLUMN_TYPES,
     COLUMNS,
@@ -56,16 +56,12 @@ from pytest_rollouts.dispatch.messages import (
 from pytest_rollouts.dispatch.messages import Unhealthy as UnhealthyMessage
 from pytest_rollouts.dispatch.pipes import Input, Output
 from pytest_rollouts.dispatch.shared_output import SharedOutput
-from pytest_rollouts.net.address import Address
-from pytest_rollouts.net.auth import Redactor
-from pytest_rollouts.net.http1 import Pool, Target
+from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.pacing import pace_process
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.bodies import Bodies
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlAppender
+from pytest_rollouts.store.jsonl import ArtifactError
 
-SYNC_INTERVAL_S = 1.0
-CONNECT_TIMEOUT_S = 30.0
 PROGRESS_INTERVAL_S = 2.0
 
 
@@ -76,17 +72,7 @@ class Engine:
         self._write = send
         # Reports completed in one turn of the loop go to pytest in one write (and one read there).
         self._outbox: list[bytes] = []
-        self._names = header.agents
-        # Credentials in an agent's URL are a header like the others, kept out of what is written too.
-        self._agent_headers = {
-            name: Address.parse(header.urls[name]).with_credentials(header.headers.get(name, {}))
-            for name in self._names
-        }
-        targets = [
-            Target.of("POST", header.urls[name], "/run", {**JSON_HEADERS, **self._agent_headers[name]})
-            for name in self._names
-        ]
-        self._redact = Redactor(self._agent_headers)
+        self._agents = PlanAgents.of(header)
         count = len(columns["slot"])
         self._admitted = bytearray(count)
         self._by_slot: dict[int, list[int]] = {}
@@ -106,11 +92,9 @@ class Engine:
         self._rollouts_sent = 0
         self._failure_counts: Counter[str] = Counter()
         self._bodies = Bodies(Path(header.bodies))
-        self._outputs = JsonlAppender(Path(header.out))
-        self._failures = JsonlAppender(Path(header.failures))
-        # A shorter --rollouts-timeout ends the attempt first (TimeoutError, not retried), as with aiohttp.
+        self._rows = FileRows(Path(header.out), Path(header.failures), self._agents.redact)
         self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
-        self._attempts = Attempts(header, self._pool, targets, self._redact, self._outputs, self._failures)
+        self._attempts = Attempts(header, self._pool, self._agents.targets, self._agents.redact)
         self._shared = SharedOutput(Path(header.out)) if header.shared_output else None
 
     # -- messages from pytest ------------------------------------------------------------
@@ -144,34 +128,20 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pool.close()
         self._bodies.close()
-        for appender in (self._outputs, self._failures):
-            try:
-                appender.close()
-            except ArtifactError as exc:  # the last second's rows: pytest is told even now
-                self.crash(exc)
+        try:
+            self._rows.close()
+        except ArtifactError as exc:  # the last second's rows: pytest is told even now
+            self.crash(exc)
         self._send(encode(Closed()))
 
     async def _begin(self) -> None:
-        unhealthy = await self._check_health()
+        unhealthy = await self._agents.unhealthy(self._pool)
         if unhealthy:
             self._send(encode(UnhealthyMessage([u.line() for u in unhealthy])))
             return
-        self._spawn(self._sync_periodically())
+        self._spawn(sync_periodically(self._sync, self._bodies))
         self._send(encode(Ready()))
         self._admit()
-
-    async def _check_health(self) -> list[Unhealthy]:
-        health = self._h.health
-        if health is None:
-            return []
-        return await check_agents(
-            self._pool,
-            {name: self._h.urls[name] for name in self._names},
-            self._agent_headers,
-            workers=health.workers,
-            ignored=frozenset(health.ignored),
-            redact=self._redact,
-        )
 
     def _post(self, data: bytes) -> None:
         if not self._outbox:
@@ -254,7 +224,7 @@ class Engine:
     async def _run(self, position: int) -> None:
         slot = self._col["slot"][position]
         try:
-            outcome = self._written_elsewhere(position) or await self._attempts.run(self._planned(position))
+            outcome = self._written_elsewhere(position) or await self._attempts.run(self._planned(position), self._rows)
         except asyncio.CancelledError:
             raise
         except ArtifactError as exc:  # every later row would be lost too
@@ -314,22 +284,8 @@ class Engine:
         where = [self._col["task"][oldest], self._col["rollout"][oldest]]
         return encode(Progress(len(since), time.monotonic() - since[oldest], where, done, sent, failures))
 
-    async def _sync_periodically(self) -> None:
-        """fsync at least once a second: a crash loses at most the last second's rows.
-
-        The materialized inputs are checked as often (on this thread, which closes their file):
-        request bodies come from the file this process opened, but scoring and resume read the
-        one at its path.
-        """
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(SYNC_INTERVAL_S)
-            self._bodies.check()
-            await loop.run_in_executor(None, self._sync)
-
     def _sync(self) -> None:
-        self._outputs.sync()
-        self._failures.sync()
+        self._rows.sync()
 
 
 def _read_plan(stdin: Any) -> tuple[PlanHeader, dict[str, array]] | None:

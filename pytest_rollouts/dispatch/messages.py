@@ -16,13 +16,17 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable
-from typing import Any, ClassVar, Union
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import orjson
 
 from pytest_rollouts.dispatch.frames import frame
+from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.records import RolloutOutcome
+
+if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for pydantic
+    from pytest_rollouts.config.settings import Settings
 
 # The plan's columns, one value per rollout in plan order, and their array type codes ("q" unless given).
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
@@ -66,6 +70,43 @@ class PlanHeader:
     # Secrets travel over the pipe, never the command line.
     headers: dict[str, dict[str, str]]
     health: HealthPlan | None
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        urls: Mapping[str, str],
+        *,
+        parallel: int,
+        limit: int,
+        paths: tuple[str, str, str] = ("", "", ""),
+        shared_output: bool = False,
+    ) -> PlanHeader:
+        """The header of a plan for ``urls``' agents (sorted by name: the ``agent`` column's order),
+        with the run's bounds, retries, budget, headers and health checks from ``settings``.
+        ``paths``: the materialized inputs, the outputs and the failures sidecar (none in memory)."""
+        agents = sorted(urls)
+        bodies, out, failures = paths
+        return cls(
+            urls={name: urls[name] for name in agents},
+            agents=agents,
+            bodies=bodies,
+            out=out,
+            failures=failures,
+            parallel=parallel,
+            limit=limit,
+            timeout=settings.timeout,
+            retries=settings.retries,
+            retry_backoff=settings.retry_backoff,
+            max_attempts=settings.max_attempts,
+            budget=settings.dispatch_budget,
+            margin=settings.drain_margin,
+            shared_output=shared_output,
+            headers={name: headers_for(settings.agent_header, name) for name in agents},
+            health=None
+            if settings.no_health_check
+            else HealthPlan(settings.health_workers, sorted(settings.health_ignore)),
+        )
 
 
 # -- pytest to the engine ------------------------------------------------------------------

@@ -40,6 +40,9 @@ TERMINAL = "_ng_failure_terminal"
 FAILURE_PREFIX = "_ng_failure_"
 # An agent-classified failure that is written nowhere (resume sends it again).
 NO_PERSIST = "_ng_no_persist"
+# On the row of a rollout the dispatch budget never started (NeMo Gym's ``_dispatch_drained_result``):
+# nothing ran, so nothing is written, and a caller of ``run_examples`` can tell it from a failure.
+DISPATCH_DRAINED = "_ng_dispatch_drained"
 # On a failure row: the tries of the same attempt before the one the row describes (HTTP retries
 # within one run), oldest first. An attempt is one run's dispatch of a rollout, and resume caps
 # attempts, so these tries are summarised here rather than written as rows of their own.
@@ -104,6 +107,29 @@ def failure_row(failure: Failure, stamps: dict[str, Any], elapsed: float, earlie
         ELAPSED: round(elapsed, 6),
         EARLIER_TRIES: earlier_tries(earlier),
     }
+
+
+def drained_row(stamps: dict[str, Any], why: str) -> dict[str, Any]:
+    """A rollout the dispatch budget never started: a ``cancelled`` row marked written nowhere, so
+    resume starts it next time (``persisted`` is false) and a caller holding it sees why."""
+    return {
+        **stamps,
+        FAILURE_CLASS: CANCELLED,
+        FAILURE_TYPE: "DispatchDrained",
+        FAILURE_MESSAGE: why,
+        FAILURE_HTTP_STATUS: None,
+        FAILURE_RESPONSE_BODY: None,
+        TERMINAL: False,
+        ELAPSED: 0.0,
+        DISPATCH_DRAINED: True,
+        NO_PERSIST: True,
+    }
+
+
+def persisted(row: Mapping[str, Any]) -> bool:
+    """Whether a failure row is written to the sidecar: not when marked ``_ng_no_persist`` (by the agent,
+    or as a drained rollout), which leaves the rollout to the next resume."""
+    return not row.get(NO_PERSIST)
 
 
 def agent_failure_row(

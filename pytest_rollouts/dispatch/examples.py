@@ -1,0 +1,119 @@
+"""Rows a caller holds, run in its own event loop: the dispatch behind ``run_examples``.
+
+Each row is sent as given (``preprocess_examples`` stamps rows as a run does): to the agent its
+``agent_ref.name`` names or, for an episode row, to the environment server stamped on it, with the
+retries, bounds and budget of the plan. What comes back for a row is exactly the agent's reply (an
+episode's ``result``, as a run stores it), or the row the failures sidecar would hold, with the
+``_ng_failure_*`` fields: a rollout's failure is data, never an exception that would end the
+rollouts still in flight. Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeGuard
+
+from pytest_rollouts.dispatch.attempts import PlannedAttempt
+from pytest_rollouts.dispatch.inprocess import Completions, LocalDispatch
+from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.records import routing_identity
+from pytest_rollouts.rows.schema import ATTEMPT_INDEX, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.store.jsonl import dumps
+
+WHERE = "run_examples"
+# A row handed back with its result, or with its failure row.
+Pair = tuple[Mapping[str, Any], dict[str, Any]]
+
+
+class ExampleRun:
+    """``async with`` it: the health checks run, then it is an async iterator of ``(row, result)``
+    pairs in completion order; leaving the block cancels whatever is still in flight.
+
+    A ``Sequence`` of rows is checked whole here, before anything is sent; any other iterable is
+    read only as rollouts start (so memory stays flat however many rows it yields), each row
+    checked as it is read: a bad one ends the iteration with ``ValueError``.
+    """
+
+    def __init__(self, header: PlanHeader, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._header = header
+        self._rows = rows
+        self._agents = {name: position for position, name in enumerate(header.agents)}
+        if isinstance(rows, Sequence):
+            for position, row in enumerate(rows):
+                self._identity(position, row)
+        self._dispatch: LocalDispatch | None = None
+
+    async def __aenter__(self) -> Completions[Pair]:
+        if self._dispatch is not None:
+            raise RuntimeError(f"{WHERE}(...) runs once: call it again for another block")
+        dispatch = self._dispatch = LocalDispatch(self._header)
+        try:
+            await dispatch.check_health()
+        except BaseException:
+            await dispatch.aclose()
+            raise
+        return dispatch.stream(self._start(position, row) for position, row in enumerate(self._rows))
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._dispatch is not None
+        await self._dispatch.aclose()
+
+    def _start(self, position: int, row: Mapping[str, Any]) -> Any:
+        """The coroutine that runs ``row``, once it is checked and its request body made."""
+        task, rollout, agent, episode = self._identity(position, row)
+        try:
+            body = dumps(row)
+        except TypeError as exc:
+            raise ValueError(f"{WHERE}: row {position} is not JSON: {exc}") from None
+        first_attempt = row.get(ATTEMPT_INDEX)
+        if not _is_index(first_attempt):  # a row that names no attempt is a first attempt
+            first_attempt = 0
+        return self._run(row, PlannedAttempt(position, task, rollout, agent, body, first_attempt, episode))
+
+    async def _run(self, row: Mapping[str, Any], planned: PlannedAttempt) -> Pair:
+        kept = _Kept()
+        assert self._dispatch is not None
+        await self._dispatch.attempts.run(planned, kept)
+        assert kept.row is not None, "an attempt that ends hands on one row"
+        return row, kept.row
+
+    def _identity(self, position: int, row: Mapping[str, Any]) -> tuple[int, int, int, bool]:
+        """The row's task and rollout indices, its agent's position and whether it is an episode;
+        ``ValueError`` naming the row for one that cannot be sent as it is."""
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{WHERE}: row {position} is a {type(row).__name__}, not a mapping")
+        task, rollout = row.get(TASK_INDEX), row.get(ROLLOUT_INDEX)
+        if not _is_index(task) or not _is_index(rollout):
+            raise ValueError(
+                f"{WHERE}: row {position} has no {TASK_INDEX} and {ROLLOUT_INDEX} (whole numbers from 0): "
+                "stamp the rows with preprocess_examples first"
+            )
+        agent = routing_identity(row)
+        if not agent:
+            raise ValueError(
+                f"{WHERE}: row {position} names no agent (agent_ref.name, or {ENVIRONMENT_SERVER} on an episode row)"
+            )
+        if agent not in self._agents:
+            known = ", ".join(sorted(self._agents))
+            raise ValueError(f"{WHERE}: row {position} names agent {agent!r}, which is not in agents ({known})")
+        return task, rollout, self._agents[agent], taskset_of(row) is not None
+
+
+class _Kept:
+    """The ``Rows`` of one rollout: its one row, kept for the caller instead of written."""
+
+    __slots__ = ("row",)
+
+    def __init__(self) -> None:
+        self.row: dict[str, Any] | None = None
+
+    def result(self, reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> None:
+        self.row = reply
+
+    def failure(self, row: dict[str, Any]) -> None:
+        self.row = row
+
+
+def _is_index(value: Any) -> TypeGuard[int]:
+    return type(value) is int and value >= 0
