@@ -25,11 +25,12 @@ from pytest_rollouts.scoring.aggregate import score_run
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.pacing import paced
-from pytest_rollouts.scoring.gate import check_gate
+from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.scoring.merge import MergeError, check, find_inputs, load_shards, write_merged
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.scoring.verdict import RunEnd, judge_run
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
 from pytest_rollouts.config.settings import Settings, SettingsError, combine_layers, describe_errors
 from pytest_rollouts.config.values import AgentHeader
@@ -159,22 +160,15 @@ def aggregate(args: argparse.Namespace) -> int:
     print(f"merged {len(shards)} inputs into {out.out}")
     for line in score_lines(score, str(out.failures), "--count-as-zero"):
         print(line)
-    if score.metrics_error:
+    if score.metrics_error:  # as any artifact the merge cannot write: 1, whatever the gate
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
         return EXIT_UNWRITABLE
     print(f"metrics: {score.metrics_path}")
-    gate = check_gate(
-        score.coverage,
-        score.mean_reward,
-        out=str(out.out),
-        require_complete=args.require_complete,
-        fail_under=args.fail_under,
-        fail_under_option="--fail-under",
-    )
-    if gate is not None:
-        print(gate.message, file=sys.stderr)
-        return gate.exit_code
-    return 0
+    gate = Gate(args.require_complete, args.fail_under, out=str(out.out), fail_under_option="--fail-under")
+    verdict = judge_run(score, RunEnd(), gate)
+    for problem in verdict.problems:
+        print(problem, file=sys.stderr)
+    return verdict.exit_code
 
 
 def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple[AgentHeader, ...]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
 import time
 from array import array
 from collections import deque
@@ -41,6 +40,8 @@ from pytest_rollouts.dispatch.messages import (
     decode,
     encode,
 )
+from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
+from pytest_rollouts.dispatch.process import stop_unused as stop_unused  # pytest/session.py takes it from here
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.records import RolloutOutcome
 
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 # pytest reports consumed tasks to the engine in batches: one write per this many
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
-CLOSE_TIMEOUT_S = 60.0
 # Once it has the plan, the engine writes at least every 2 s (its heartbeat), health checks
 # included; before that it takes the plan as fast as pytest writes it. This long without a byte
 # either way, it is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
@@ -337,7 +337,7 @@ class Dispatcher:
             self._stop(str(exc))
             raise DispatcherGone(self._gone) from None
         except ChannelClosed:
-            self._stop(f"the dispatcher process exited ({_exit_status(self._proc)})")
+            self._stop(f"the dispatcher process exited ({exit_status(self._proc)})")
             raise DispatcherGone(self._gone) from None
 
     @staticmethod
@@ -380,45 +380,6 @@ class Dispatcher:
             self._poller = select.poll()
             self._poller.register(fd, select.POLLIN)
         return not self._poller.poll(wait_s * 1000)
-
-
-def spawn_engine() -> subprocess.Popen[bytes]:
-    """Start the dispatcher process; it starts up while pytest is still collecting.
-
-    It imports this package from wherever pytest did, installed or not. It gets a process group
-    of its own, so the terminal's Ctrl-C reaches pytest alone: pytest decides when dispatch
-    stops, and a signal landing while the interpreter starts up would kill it with a fatal error
-    instead. It ends with its input, whatever ends pytest.
-    """
-    here = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
-    command = [sys.executable, "-m", "pytest_rollouts.dispatch.engine"]
-    # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
-    # frames them itself, so a buffer in front of it would only go unused.
-    return subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0
-    )
-
-
-def stop_unused(process: subprocess.Popen[bytes]) -> None:
-    """An engine that never got a plan exits at the end of its input (or is killed, if it does not)."""
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.close()
-    try:
-        process.wait(timeout=CLOSE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    process.stdout.close()
-
-
-def _exit_status(proc: subprocess.Popen[bytes]) -> str:
-    """Its pipe closed; the process itself may take a moment more to end."""
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        return "still running"
-    return f"killed by signal {-code}" if code < 0 else f"code {code}"
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:

@@ -1,23 +1,26 @@
-"""What pytest shows about rollouts: per-item status words and the closing summary.
+"""What pytest shows about rollouts: per-item status words, progress, and the closing summary.
 
 Everything here is read from test reports (``user_properties``), which travel from
-xdist workers to the controller, so the same code serves one process or many.
+xdist workers to the controller, so the same code serves one process or many. It only shows:
+what the run's end means (its score, its exit status) is decided in ``pytest/finish.py``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
+from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
+from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, progress_line
 from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.scoring.verdict import OK, Verdict
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.pytest.properties import (
     CACHED,
@@ -28,16 +31,7 @@ from pytest_rollouts.pytest.properties import (
     REWARDS,
     rollout_properties,
 )
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
-
-# The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
-# stopped, and what it did with the files (``RolloutRun.worker_report``).
-DISPATCH_FAILURE = "rollouts_dispatch_failure"
-WORKER_REPORT = "rollouts_worker_report"
-
-if TYPE_CHECKING:
-    from pytest_rollouts.scoring.aggregate import RunScore
-    from pytest_rollouts.scoring.gate import GateFailure
+from pytest_rollouts.pytest.stash import RUN_KEY
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
@@ -192,104 +186,18 @@ class Tally:
         return [f"mean reward {mean:.4f} over {self.rewarded} rollouts reported this session"]
 
 
-def _resume_line(score: RunScore | None) -> str:
-    """What a run the user stopped leaves to do, and how."""
-    if score is None:
-        return "Interrupted: --rollouts-resume goes on with this run"
-    left = score.coverage.expected - score.coverage.completed
-    if not left:
-        return "Interrupted with every materialized rollout written: --rollouts-resume scores the run (sending nothing)"
-    return (
-        f"Interrupted with {left} of {score.coverage.expected} materialized rollouts without a row: "
-        "--rollouts-resume runs them, up to the attempt cap (none with a row is sent again)"
-    )
-
-
-@dataclass
-class Progress:
-    """When to show progress: every few seconds on a terminal (one line redrawn in place), every
-    10% or 5 minutes in a log (a plain line each time)."""
-
-    tty: bool
-    total: int = 0
-    last_at: float = field(default_factory=time.monotonic)
-    last_done: int = 0
-
-    # A redraw in place costs nothing on screen; a new line (a -v session) is kept rarer.
-    tty_every_s: float = 5.0
-    LIVE_EVERY_S = 2.0
-    LOG_EVERY_S = 300.0
-    LOG_EVERY_FRACTION = 0.1
-
-    def due(self, done: int) -> bool:
-        now = time.monotonic()
-        if self.tty:
-            ready = now - self.last_at >= self.tty_every_s
-        else:
-            step = max(1, int(self.total * self.LOG_EVERY_FRACTION))
-            ready = now - self.last_at >= self.LOG_EVERY_S or done - self.last_done >= step
-        if ready and done < self.total:
-            self.last_at, self.last_done = now, done
-            return True
-        return False
-
-
-CLEAR_TO_END = "\x1b[K"
-
-
-def _line_start(terminal: Any) -> str:
-    """What pytest wrote at the start of the current line: the dataset's path and a space."""
-    if terminal.currentfspath is None:
-        return ""
-    return os.path.relpath(terminal.currentfspath, terminal.startpath) + " "
-
-
-def progress_line(
-    tally: Tally,
-    total: int,
-    in_flight: tuple[int, float | None, list[int] | None] | None,
-    finished: tuple[int, int, dict[str, int]] | None = None,
-) -> str:
-    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class). It runs
-    ahead of the items pytest reports in plan order; a resumed run's settled items it never sees,
-    so each figure is the larger of the two."""
-    from pytest_rollouts.scoring.metrics import latency_summary
-
-    latency = latency_summary(tally.durations)
-    done, sent, failures = tally.items, len(tally.durations), tally.failures
-    if finished is not None:
-        done, sent, failures = max(done, finished[0]), max(sent, finished[1]), failures | Counter(finished[2])
-    parts = [f"rollouts: {done}/{total} tasks done"]
-    if in_flight is not None:
-        parts.append(f"{in_flight[0]} in flight")
-    # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
-    parts.append(f"{tally.per_hour(time.perf_counter(), sent):.0f}/h")
-    if latency["count"]:
-        parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
-    if failures:
-        parts.append("failures: " + ", ".join(f"{n} {c}" for n, c in sorted(failures.items())))
-    if in_flight is not None and in_flight[2] is not None and in_flight[1] is not None:
-        task, rollout = in_flight[2]
-        parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
-    return ", ".join(parts)
-
-
 class RolloutReporter:
     """Registered in every session; it stays silent until a rollout item reports.
 
-    On the process that owns the run (not an xdist worker) it scores the run once at
-    session end, applies the CI gate, and prints the ``rollouts`` section.
+    It shows each item's status word, progress while the run goes, and at the session's end
+    (``pytest/finish.py`` scores and judges the run there) the ``rollouts`` section.
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.tally = Tally()
-        self.score: RunScore | None = None
-        self.gate: GateFailure | None = None
-        # An xdist run refused before any request, its files put back as found: what was said of it.
-        self.put_back = ""
-        # How a run the user stopped ended, for its section: "" when it was not stopped.
-        self.stopped = ""
+        # What the session's end decided; nothing until it ends.
+        self.ending = Ending(Verdict(OK))
         self.progress = Progress(tty=sys.stdout.isatty())
         # Without -v, a session of rollout items only shows no letter per item: its progress
         # lines say more, and at 100k items a log of dots says nothing. On a terminal the
@@ -309,15 +217,7 @@ class RolloutReporter:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """A worker whose dispatch stopped says why; the controller's section repeats it."""
-        output = getattr(node, "workeroutput", {})
-        failure = output.get(DISPATCH_FAILURE)
-        run = self.config.stash.get(RUN_KEY, None)
-        if run is None:
-            return
-        run.hear_worker(output.get(WORKER_REPORT))
-        if failure and not run.dispatch_failure:
-            run.dispatch_failure = failure
+        hear_worker(self.config, node)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -393,7 +293,7 @@ class RolloutReporter:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
             # for pytest's [100%]; the summary section then has the final numbers.
-            sys.stdout.write(f"\r{_line_start(terminal)}{line}{CLEAR_TO_END}")
+            sys.stdout.write(f"\r{line_start(terminal)}{line}{CLEAR_TO_END}")
             sys.stdout.flush()
             return
         if self.quiet:
@@ -412,6 +312,12 @@ class RolloutReporter:
             terminal.write("\n")
         terminal.write_line(line)
 
+    def _say(self, line: str) -> None:
+        """A line of its own, at once."""
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            self._own_line(terminal, line)
+
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
         """Around the other plugins' session ends (inside the terminal reporter's, which prints the
@@ -421,92 +327,13 @@ class RolloutReporter:
             yield
         except KeyboardInterrupt:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
-        self._finish(session)
-
-    def _finish(self, session: pytest.Session) -> None:
-        """Settle the exit status; then score the run and apply the gate (or, for a run the user
-        stopped, only state what it covered)."""
-        run = self.config.stash.get(RUN_KEY, None)
-        self._settle_status(session, run)
-        interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED and bool(
-            self.tally.items or (run is not None and run.began())
-        )
-        scoring_states = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None and run is not None:
-            workeroutput[WORKER_REPORT] = run.worker_report()
-            if run.dispatch_failure:
-                workeroutput[DISPATCH_FAILURE] = run.dispatch_failure  # for the controller's section
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
-            self.put_back = run.put_back_unsent()
-            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            if self.put_back and terminal is not None:
-                self._own_line(terminal, self.put_back)
-        not_here = hasattr(self.config, "workerinput") or self.config.option.collectonly
-        if not_here or (session.exitstatus not in scoring_states and not interrupted):
-            if run is not None:
-                run.close()
-            return
-        if run is None and not self.tally.items:
-            return
-        from pytest_rollouts.scoring.gate import check_gate
-        from pytest_rollouts.pytest.session import RolloutRun
-
-        run = RolloutRun.get(self.config)
-        try:
-            with run.stops.interruptible():
-                self.score = run.score(
-                    self.tally.perf_summary() if self.tally.items else None,
-                    frozenset(self.tally.drained),
-                    coverage_only=interrupted,
-                )
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
-            self.stopped = run.scoring_interrupted()
-            return
-        finally:
-            run.close()
-        if interrupted:
-            self.stopped = _resume_line(self.score)
-        if self.score is None or interrupted:
-            return
-        if self.score.metrics_error and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose metrics are lost is no success
-        settings = run.settings
-        self.gate = check_gate(
-            self.score.coverage,
-            self.score.mean_reward,
-            out=str(settings.out),
-            require_complete=settings.require_complete,
-            fail_under=settings.fail_under,
-        )
-        if self.gate is not None:  # the gate's verdict is the more specific one
-            session.exitstatus = self.gate.exit_code
-
-    def _settle_status(self, session: pytest.Session, run: Any) -> None:
-        """Failure classes alone leave the exit status 0; a run cut short or missing rows does not."""
-        maxfail = self.config.option.maxfail
-        # -x or --maxfail stopped the run: rollouts were left unsent, so it did not succeed.
-        cut_short = bool(maxfail) and session.testsfailed >= maxfail
-        # xdist ends a run that -x, --maxfail or a failed dispatch stopped as interrupted (2), one
-        # process as failed (1): the same run, so the same status, score and gate.
-        stopped_by = getattr(self.config.pluginmanager.get_plugin("dsession"), "shouldstop", None)
-        if session.exitstatus == pytest.ExitCode.INTERRUPTED and (cut_short or stopped_by == DISPATCH_STOPPED):
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if (
-            self.tally.failed_items
-            and not cut_short
-            and session.exitstatus == pytest.ExitCode.TESTS_FAILED
-            and session.testsfailed == self.tally.failed_items
-        ):
-            session.exitstatus = pytest.ExitCode.OK
-        if run is not None and run.dispatch_failure and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # its last rows were lost: not a whole run
-        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and run is not None and run.holds_no_task():
-            session.exitstatus = pytest.ExitCode.OK  # nothing of the dataset is this shard's: done
+        self.ending = end_run(self.config, session, self.tally, self._say)
+        # The run's verdict (scoring/verdict.py) is the session's exit status.
+        session.exitstatus = self.ending.verdict.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if (not self.tally.items and self.score is None) or self.put_back:  # a refused run: no section
+        score, verdict = self.ending.score, self.ending.verdict
+        if (not self.tally.items and score is None) or self.ending.put_back:  # a refused run: no section
             return
         from pytest_rollouts.pytest.session import RolloutRun
 
@@ -521,19 +348,16 @@ class RolloutReporter:
             ]
         else:
             lines = self.tally.lines()
-        if self.score is not None:
-            lines += score_lines(self.score, names[1])
-            if self.score.metrics_path is not None:
-                names.append(run.shown(self.score.metrics_path))
-        if self.score is None or self.score.metrics_path is None:
+        if score is not None:
+            lines += score_lines(score, names[1])
+            if score.metrics_path is not None:
+                names.append(run.shown(score.metrics_path))
+        if score is None or score.metrics_path is None:
             lines += self.tally.mean_line()
         lines.append("artifacts: " + ", ".join(names))
-        if self.stopped:
-            lines.append(self.stopped)
+        if verdict.stopped:
+            lines.append(verdict.stopped)
         for line in lines:
             terminalreporter.line(line)
-        for problem in (run.dispatch_failure, self.score and self.score.metrics_error):
-            if problem:
-                terminalreporter.line(problem, red=True, bold=True)
-        if self.gate is not None:
-            terminalreporter.line(self.gate.message, red=True, bold=True)
+        for problem in verdict.problems:
+            terminalreporter.line(problem, red=True, bold=True)

@@ -1,45 +1,33 @@
 """Score a run from its artifacts on disk: coverage, scoring policies, metrics, the metrics file.
 
 The files are the source of truth (an xdist worker that crashed never reports, but its
-rows are on disk). Rows are streamed: only a few numbers per rollout stay in memory,
-and a group's ``/aggregate_metrics`` request body is streamed from the files in
-(task, rollout) order rather than built in memory.
+rows are on disk). Rows are streamed: only a few numbers per rollout stay in memory. A group's
+metrics come from its server (``server_metrics.py``), else are computed here (``metrics.py``).
 """
 
 from __future__ import annotations
 
 import io
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import orjson
-
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
-from pytest_rollouts.net.address import Address
-from pytest_rollouts.net.auth import Redactor
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, dumps, object_from, parse_object, replaced_atomically, whole_lines
-from pytest_rollouts.scoring.metrics import MetricRow, TaskEntries, compute_default_metrics, numeric_fields
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object, whole_lines
+from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, numeric_fields
+from pytest_rollouts.scoring.metrics_file import write_metrics_file
+from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.records import reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
-from pytest_rollouts.net.blocking import RequestError, request
 
-NOT_IMPLEMENTED = frozenset({404, 405})
-# How much of a metrics server's error reply the metrics note shows.
-SHOWN_ERROR_CHARS = 200
-BODY_CHUNK_BYTES = 1 << 16
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
 # What an imputed zero has of its own: which rollout it is, and the agent or server it was routed to.
 IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
-
-
-class MetricsServerError(RuntimeError):
-    """A server that has ``/aggregate_metrics`` but failed to answer it."""
 
 
 @dataclass
@@ -137,7 +125,7 @@ def score_run(
         url = agent_url(name)
         if url is not None:
             try:
-                server = _server_metrics(url, agent_headers(name), paths, group, added, timeout)
+                server = server_metrics(url, agent_headers(name), paths.out, group.output_offsets, added, timeout)
             except MetricsServerError as exc:
                 server, score.note = None, f"{exc}; computed locally instead"
             if server is not None:
@@ -149,7 +137,7 @@ def score_run(
     result = RunScore(scores, total)
     if write_metrics:
         try:
-            result.metrics_path = _write_metrics(paths.metrics, scores)
+            result.metrics_path = write_metrics_file(paths.metrics, scores)
         except ArtifactError as exc:  # the score is known: report it, and that it is not on disk
             result.metrics_error = str(exc)
         finally:
@@ -340,119 +328,4 @@ def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]
     own = reward_of(row)  # a failure an agent classified may carry its verifier's reward: it stands
     row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
     row["reward"] = 0.0 if own is None else own  # never the dataset row's field of that name
-    return _strip(row)
-
-
-def _strip(row: dict[str, Any]) -> dict[str, Any]:
-    """What ``/aggregate_metrics`` gets: no request params, and of the response only its usage."""
-    row.pop("responses_create_params", None)
-    response = row.get("response")
-    if isinstance(response, dict):
-        row["response"] = {"usage": response["usage"]} if "usage" in response else {}
-    return row
-
-
-def _server_metrics(
-    url: str,
-    headers: Mapping[str, str],
-    paths: ArtifactPaths,
-    group: _Group,
-    added: list[dict[str, Any]],
-    timeout: float,
-) -> dict[str, Any] | None:
-    """POST the group's rows to its server; None when it has no such endpoint (404/405).
-
-    One request at session end, its body streamed from the files. ``timeout`` bounds the whole
-    request, reply included: a server that trickles its answer must not hold the session open.
-    """
-    address = Address.parse(url, "/aggregate_metrics")
-    redact = Redactor({"": address.with_credentials(headers)})
-    try:
-        response = request(
-            "POST",
-            url,
-            "/aggregate_metrics",
-            {**headers, "Content-Type": "application/json"},
-            _batches(_verify_responses(paths.out, group, added)),
-            timeout=timeout,
-        )
-    except RequestError as exc:  # refused, reset, too slow, or a reply that is not HTTP
-        raise MetricsServerError(f"{address.shown} failed: {redact(str(exc))}") from None
-    if response.status in NOT_IMPLEMENTED:
-        return None
-    if response.status != 200:
-        shown = redact.excerpt(response.body, SHOWN_ERROR_CHARS)
-        raise MetricsServerError(f"{address.shown} answered HTTP {response.status}: {shown!r}")
-    try:
-        # Written to the metrics file and shown: a server echoing its request headers must not leak them.
-        return redact.row(object_from(response.body))
-    except ValueError as exc:
-        raise MetricsServerError(f"{address.shown} replied with {redact(str(exc))}") from None
-
-
-def _verify_responses(out: Path, group: _Group, added: list[dict[str, Any]]) -> Iterator[bytes]:
-    """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent."""
-    extra = {key_of(row): row for row in added}
-    keys = sorted(set(group.output_offsets) | set(extra))
-    yield b'{"verify_responses":['
-    with LineReader() as reader:
-        for position, key in enumerate(keys):
-            row = extra.get(key)
-            if row is None:
-                row = _strip(parse_object(reader.read(out, group.output_offsets[key]), out, 0))
-            yield (b"," if position else b"") + dumps(row)
-    yield b"]}"
-
-
-def _batches(pieces: Iterator[bytes]) -> Iterator[bytes]:
-    """Pieces joined into chunks of about ``BODY_CHUNK_BYTES``: one send (and chunk header) each, not one per row."""
-    batch: list[bytes] = []
-    size = 0
-    for piece in pieces:
-        batch.append(piece)
-        size += len(piece)
-        if size >= BODY_CHUNK_BYTES:
-            yield b"".join(batch)
-            batch, size = [], 0
-    if batch:
-        yield b"".join(batch)
-
-
-def _write_metrics(path: Path, scores: list[GroupScore]) -> Path:
-    entries = [
-        {
-            "agent_ref": {"name": s.agent},
-            **s.metrics,
-            "coverage": s.coverage.as_dict(),
-            "metrics_source": s.source,
-            **({"metrics_note": s.note} if s.note else {}),
-        }
-        for s in scores
-    ]
-    with replaced_atomically(path) as out:
-        for chunk in _metrics_chunks(entries):
-            out.write(chunk)
-    return path
-
-
-def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
-    """The metrics file in pieces, lists one element per line; a lazy ``group_level_metrics``
-    (``TaskEntries``) is built task by task as it is written, never held whole."""
-    yield b"["
-    for n, entry in enumerate(entries):
-        yield (b"," if n else b"") + b"\n  {"
-        for k, (key, value) in enumerate(entry.items()):
-            yield (b"," if k else b"") + b"\n    " + orjson.dumps(key) + b": "
-            if isinstance(value, (list, TaskEntries)) and len(value):
-                yield b"["
-                for i, item in enumerate(value):
-                    yield (b"," if i else b"") + b"\n      " + _dumps(item)
-                yield b"\n    ]"
-            else:
-                yield _dumps(value)
-        yield b"\n  }"
-    yield b"\n]\n"
-
-
-def _dumps(value: Any) -> bytes:
-    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    return metric_input(row)

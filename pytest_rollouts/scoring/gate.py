@@ -1,4 +1,4 @@
-"""The CI gate: turn a scored run into an exit status, with codes distinct from pytest's own.
+"""The CI gate: what a scored run must reach to pass, with exit codes distinct from pytest's own.
 
 pytest uses 0-5; a CI script can tell "the eval is incomplete" (6) and "the score is too
 low" (7) apart from "tests failed" (1) without parsing output.
@@ -7,8 +7,11 @@ low" (7) apart from "tests failed" (1) without parsing output.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_rollouts.scoring.accounting import Coverage
+if TYPE_CHECKING:
+    from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.scoring.accounting import Coverage
 
 EXIT_INCOMPLETE = 6
 EXIT_FAIL_UNDER = 7
@@ -20,31 +23,39 @@ class GateFailure:
     message: str
 
 
-def check_gate(
-    coverage: Coverage,
-    mean_reward: float | None,
-    *,
-    out: str,
-    require_complete: bool,
-    fail_under: float | None,
-    fail_under_option: str = "--rollouts-fail-under",
-) -> GateFailure | None:
-    """``require_complete`` first: a partial run's score is not worth comparing to a threshold.
+@dataclass(frozen=True)
+class Gate:
+    """What a scored run must reach, and the names its messages give the output and the threshold.
 
-    ``fail_under_option``: the threshold's name where it was given (the merge calls it ``--fail-under``).
+    The default asks nothing: every score passes.
     """
-    if require_complete and coverage.completed < coverage.expected:
-        return GateFailure(
-            EXIT_INCOMPLETE,
-            f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
-            f"Partial artifacts retained at {out}.",
-        )
-    if fail_under is None:
-        return None
-    if mean_reward is None:
-        why = "no mean/reward in the metrics to compare with"
-    elif mean_reward < fail_under:
-        why = f"mean reward {mean_reward:.4f} is below"
-    else:
-        return None
-    return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} {fail_under_option} {fail_under:g}.")
+
+    require_complete: bool = False
+    fail_under: float | None = None
+    # The output, where an incomplete run's message says its partial artifacts stay.
+    out: str = ""
+    # The threshold's name where it was given (the merge calls it ``--fail-under``).
+    fail_under_option: str = "--rollouts-fail-under"
+
+    @classmethod
+    def of(cls, settings: Settings) -> Gate:
+        """A run's gate, as its settings ask it."""
+        return cls(settings.require_complete, settings.fail_under, str(settings.out))
+
+    def check(self, coverage: Coverage, mean_reward: float | None) -> GateFailure | None:
+        """``require_complete`` first: a partial run's score is not worth comparing to a threshold."""
+        if self.require_complete and coverage.completed < coverage.expected:
+            return GateFailure(
+                EXIT_INCOMPLETE,
+                f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
+                f"Partial artifacts retained at {self.out}.",
+            )
+        if self.fail_under is None:
+            return None
+        if mean_reward is None:
+            why = "no mean/reward in the metrics to compare with"
+        elif mean_reward < self.fail_under:
+            why = f"mean reward {mean_reward:.4f} is below"
+        else:
+            return None
+        return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} {self.fail_under_option} {self.fail_under:g}.")

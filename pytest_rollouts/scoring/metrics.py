@@ -14,20 +14,24 @@ An infinite result is a ``NonFinite``, so the metrics file writes it as ``json.d
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.store.jsonl import NonFinite
+from pytest_rollouts.scoring.stats import (
+    across_repeats,
+    clustered_sem,
+    field_summary,
+    interval,
+    nan_mean,
+    std_dev,
+    written,
+)
 
-# Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
-Z_95 = 1.96
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
@@ -99,31 +103,14 @@ def _as_number(value: Any) -> float | None:
     """
     kind = type(value)
     if kind is float:
-        return value if math.isfinite(value) else _written(value)
+        return value if math.isfinite(value) else written(value)
     if kind is not int and kind is not bool and not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:  # an int beyond float range
         return None
-    return number if math.isfinite(number) else _written(number)
-
-
-def _mean(xs: Iterable[float]) -> float:
-    """The mean, NaN when it is undefined: infinities of both signs (pandas' answer, where
-    ``statistics.fmean`` raises)."""
-    try:
-        return statistics.fmean(xs)
-    except ValueError:
-        return math.nan
-
-
-def _written(x: float) -> float | None:
-    """A statistic as it is written: None when undefined (NaN: infinities of both signs, or an
-    infinity's spread), an infinity as a ``NonFinite``."""
-    if math.isfinite(x):
-        return x
-    return None if math.isnan(x) else NonFinite(x)
+    return number if math.isfinite(number) else written(number)
 
 
 def is_correct(reward: float) -> bool:
@@ -181,15 +168,15 @@ def compute_default_metrics(
     columns = _columns(rows)
     agent: dict[str, Any] = {}
     for field in fields:
-        agent.update(_summary(field, columns[field]))
+        agent.update(field_summary(field, columns[field]))
     if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
         per_repeat = [_columns(group) for group in by_rollout.values()]
         for field in fields:
-            agent.update(_across_repeats(field, [_mean(c[field]) for c in per_repeat if field in c]))
+            agent.update(across_repeats(field, [nan_mean(c[field]) for c in per_repeat if field in c]))
         agent["num_repeats"] = num_repeats
     rewards = [ys for group in by_task.values() if (ys := [r.values["reward"] for r in group if "reward" in r.values])]
     if rewards:
-        agent["sem_clustered/reward"] = _clustered_sem(rewards)
+        agent["sem_clustered/reward"] = clustered_sem(rewards)
         agent.update(_pass_at_ks(rewards, len(tasks)))
     key = {
         name: value
@@ -263,82 +250,6 @@ def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
     return columns
 
 
-def _std(xs: Sequence[float], mean: float | None, ddof: int) -> float | None:
-    """What statistics.pstdev (ddof=0) or stdev (ddof=1) give; None when undefined (n <= ddof, or
-    an infinity among ``xs``, as pandas' NaN).
-
-    The stdlib computes in exact fractions, about 30 us a call: seconds for 100k one-rollout
-    tasks. The norm of the deviations (hypot accumulates in extended precision and cannot
-    overflow) agrees with it to a few ulps at a fraction of the cost.
-    """
-    if len(xs) <= ddof or mean is None or not math.isfinite(mean):
-        return None
-    return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
-
-
-@functools.cache
-def _names(field: str) -> tuple[str, str, str, str, str]:
-    """One set of key strings per field, shared by every task's entry (100k tasks, 100k dicts)."""
-    return f"mean/{field}", f"median/{field}", f"std/{field}", f"min/{field}", f"max/{field}"
-
-
-def _summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
-    # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
-    # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
-    mean_, median_, std_, min_, max_ = _names(field)
-    if len(xs) == 1:  # one rollout per task is common: skip the general path
-        (x,) = xs
-        return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
-    mean = _mean(xs)
-    if not math.isfinite(mean):  # an infinity among them: the rare path
-        median = _written(statistics.median(xs))
-        return {mean_: _written(mean), median_: median, std_: None, min_: min(xs), max_: max(xs)}
-    return {mean_: mean, median_: statistics.median(xs), std_: _std(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
-
-
-def _interval(mean: float, se: float | None) -> tuple[float | None, float | None]:
-    """Normal-approximation 95% interval; undefined without a standard error."""
-    return (None, None) if se is None else (mean - Z_95 * se, mean + Z_95 * se)
-
-
-def _across_repeats(field: str, repeat_means: Sequence[float]) -> dict[str, float | None]:
-    """How much the headline mean moves between repeats of the whole run: its run-to-run noise."""
-    mean = _mean(repeat_means)
-    std = _std(repeat_means, mean, ddof=1)
-    se = None if std is None else std / math.sqrt(len(repeat_means))
-    low, high = _interval(mean, se)
-    name = f"across_repeats/mean/{field}"
-    return {
-        f"mean_{name}": _written(mean),
-        f"median_{name}": _written(statistics.median(repeat_means)),
-        f"std_{name}": std,
-        f"min_{name}": _written(min(repeat_means)),
-        f"max_{name}": _written(max(repeat_means)),
-        f"se_{name}": se,
-        f"ci_low_95_{name}": low,
-        f"ci_high_95_{name}": high,
-    }
-
-
-def _clustered_sem(rewards_by_task: Sequence[Sequence[float]]) -> float | None:
-    """Standard error of the mean reward with tasks as clusters.
-
-    Repeats of one task are correlated (an easy task passes every time), so treating all rows as
-    independent understates the error. This is the cluster-robust (sandwich) variance of a mean
-    with the G/(G-1) small-sample correction; with one rollout per task it equals the plain
-    ``stdev/sqrt(N)``. With fewer than two tasks the between-task spread is unknowable: None.
-    """
-    g = len(rewards_by_task)
-    if g < 2:
-        return None
-    n = sum(map(len, rewards_by_task))
-    mean = _mean(itertools.chain.from_iterable(rewards_by_task))
-    if not math.isfinite(mean):  # an infinite reward: no finite spread
-        return None
-    residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
-    return math.sqrt(g / (g - 1) * math.fsum(s * s for s in residual_sums)) / n
-
-
 def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> dict[str, float | int]:
     """pass@k for k = 1, 2, 4, ... up to the most scored rollouts of any task.
 
@@ -367,12 +278,12 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
         values = rows[0].values
         for field in fields:
             if field in values:
-                entry.update(_summary(field, (values[field],)))
+                entry.update(field_summary(field, (values[field],)))
     else:
         columns = _columns(rows)
         for field in fields:
             if field in columns:
-                entry.update(_summary(field, columns[field]))
+                entry.update(field_summary(field, columns[field]))
     entry["num_rollouts"] = len(rows)
     entry["expected_num_rollouts"] = expected
     entry["missing_num_rollouts"] = max(0, expected - len(rows))
@@ -405,18 +316,18 @@ def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str]
     columns = _columns(rows)
     for field in (f for f in fields if f in columns):
         xs = columns[field]
-        stats = _summary(field, xs)
+        stats = field_summary(field, xs)
         mean = stats[f"mean/{field}"]
-        std = _std(xs, mean, ddof=1)
+        std = std_dev(xs, mean, ddof=1)
         sem = None if std is None else std / math.sqrt(len(xs))
         p25, p75 = (xs[0], xs[0]) if len(xs) == 1 else statistics.quantiles(xs, n=4, method="inclusive")[::2]
-        low, high = _interval(mean, sem)
+        low, high = interval(mean, sem)
         entry.update(stats)
         entry.update(
             {
                 f"sem/{field}": sem,
-                f"p25/{field}": _written(p25),
-                f"p75/{field}": _written(p75),
+                f"p25/{field}": written(p25),
+                f"p75/{field}": written(p75),
                 f"ci_low_95/{field}": low,
                 f"ci_high_95/{field}": high,
             }

@@ -1,0 +1,110 @@
+"""The end of a session that holds a rollouts run: score the run once and take its verdict.
+
+The rules (which exit status a run asks for, what fails it) are the core's, in
+``scoring/verdict.py``. Here pytest's facts are gathered for them, the run is scored on the
+process that owns it (not an xdist worker), and a worker hands its news to its controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
+from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
+
+if TYPE_CHECKING:
+    from pytest_rollouts.pytest.report import Tally
+    from pytest_rollouts.pytest.session import RolloutRun
+    from pytest_rollouts.scoring.aggregate import RunScore
+
+# The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
+# stopped, and what it did with the files (``RolloutRun.worker_report``).
+DISPATCH_FAILURE = "rollouts_dispatch_failure"
+WORKER_REPORT = "rollouts_worker_report"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the session's end decided, for its exit status and its ``rollouts`` section."""
+
+    verdict: Verdict
+    score: RunScore | None = None
+    # An xdist run refused before any request, its files put back as found: what was said of it.
+    put_back: str = ""
+
+
+def hear_worker(config: pytest.Config, node: Any) -> None:
+    """On an xdist controller: what a worker that went down said of its part, and why its dispatch
+    stopped (the controller's section repeats it)."""
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
+    output = getattr(node, "workeroutput", {})
+    run.hear_worker(output.get(WORKER_REPORT))
+    failure = output.get(DISPATCH_FAILURE)
+    if failure and not run.dispatch_failure:
+        run.dispatch_failure = failure
+
+
+def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: Callable[[str], None]) -> Ending:
+    """Hand a worker's news to its controller, put back the files of an xdist run no worker sent
+    anything for (``say`` shows what was done, at once), then score the run where it is owned (a
+    run the user stopped: only what it covered) and judge it."""
+    run: RolloutRun | None = config.stash.get(RUN_KEY, None)
+    end = _run_end(config, session, tally, run)
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None and run is not None:
+        workeroutput[WORKER_REPORT] = run.worker_report()
+        if run.dispatch_failure:
+            workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
+    put_back = ""
+    if end.exit_status == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
+        put_back = run.put_back_unsent()
+        if put_back:
+            say(put_back)
+    not_here = hasattr(config, "workerinput") or config.option.collectonly
+    if not_here or not end.scored or (run is None and not tally.items):
+        if run is not None:
+            run.close()
+        return Ending(judge_run(None, end, Gate()), put_back=put_back)
+    from pytest_rollouts.pytest.session import RolloutRun
+
+    run = RolloutRun.get(config)
+    try:
+        with run.stops.interruptible():
+            score = run.score(
+                tally.perf_summary() if tally.items else None,
+                frozenset(tally.drained),
+                coverage_only=end.interrupted,
+            )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
+        unscored = judge_run(None, end, Gate())
+        stopped = run.scoring_interrupted()
+        return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
+    finally:
+        run.close()
+    return Ending(judge_run(score, end, Gate.of(run.settings)), score, put_back)
+
+
+def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:
+    """pytest's facts, as the run's rules read them. Those that read the run's files (and may
+    resolve its settings) are asked only with the status they count with (``RunEnd`` says which)."""
+    status = session.exitstatus
+    maxfail = config.option.maxfail
+    # xdist's session, on a controller: what stopped it.
+    stopped_by = getattr(config.pluginmanager.get_plugin("dsession"), "shouldstop", None)
+    return RunEnd(
+        status=status,
+        began=status == pytest.ExitCode.INTERRUPTED and bool(tally.items or (run is not None and run.began())),
+        dispatch_failure=run.dispatch_failure if run is not None else "",
+        failed_items=session.testsfailed,
+        rollout_failed_items=tally.failed_items,
+        cut_short=bool(maxfail) and session.testsfailed >= maxfail,
+        stopped_by_dispatch=stopped_by == DISPATCH_STOPPED,
+        no_task_here=status == pytest.ExitCode.NO_TESTS_COLLECTED and run is not None and run.holds_no_task(),
+    )

@@ -1,0 +1,59 @@
+"""The metrics file, ``<stem>_aggregate_metrics.json``: one entry per group, written in pieces.
+
+A group's lazy ``group_level_metrics`` (``TaskEntries``) is built task by task as it is
+written, never held whole, and the file replaces the old one only once it is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from pytest_rollouts.scoring.metrics import TaskEntries
+from pytest_rollouts.store.jsonl import dumps, replaced_atomically
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.aggregate import GroupScore
+
+
+def write_metrics_file(path: Path, scores: Sequence[GroupScore]) -> Path:
+    """Each group's metrics with its coverage and where its metrics came from."""
+    entries = [
+        {
+            "agent_ref": {"name": s.agent},
+            **s.metrics,
+            "coverage": s.coverage.as_dict(),
+            "metrics_source": s.source,
+            **({"metrics_note": s.note} if s.note else {}),
+        }
+        for s in scores
+    ]
+    with replaced_atomically(path) as out:
+        for chunk in _metrics_chunks(entries):
+            out.write(chunk)
+    return path
+
+
+def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
+    """The metrics file in pieces, lists one element per line."""
+    yield b"["
+    for n, entry in enumerate(entries):
+        yield (b"," if n else b"") + b"\n  {"
+        for k, (key, value) in enumerate(entry.items()):
+            yield (b"," if k else b"") + b"\n    " + orjson.dumps(key) + b": "
+            if isinstance(value, (list, TaskEntries)) and len(value):
+                yield b"["
+                for i, item in enumerate(value):
+                    yield (b"," if i else b"") + b"\n      " + _dumps(item)
+                yield b"\n    ]"
+            else:
+                yield _dumps(value)
+        yield b"\n  }"
+    yield b"\n]\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
