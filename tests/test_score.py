@@ -541,3 +541,27 @@ def test_a_scan_broken_off_starts_over_cleanly(tmp_path: Path, monkeypatch: pyte
         whole.advance(8)
     with pytest.raises(JsonlError, match=r"r\.jsonl:5: expected a JSON object"):
         whole.restarted().advance()
+
+
+@pytest.mark.parametrize("then", ["removed", "replaced"])
+def test_a_scan_of_an_output_removed_or_replaced_mid_run_scores_what_the_path_holds(tmp_path: Path, then: str) -> None:
+    """The read-ahead scan kept offsets into the file it read; once that file was removed (or another
+    put in its place) while the run wrote it, scoring read rows by those offsets from a file no
+    longer there and ended in INTERNALERROR (FileNotFoundError) when a server was asked for metrics."""
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    stamps = [{"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(4)]
+    paths.materialized.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in stamps))
+    paths.out.write_bytes(b"".join(orjson.dumps({"reward": 1.0, **s}) + b"\n" for s in stamps[:3]))
+    read_ahead = OutputScan.of_files(paths)
+    read_ahead.advance(1 << 16)
+    with open(paths.out, "ab"):  # as the dispatcher holds it while the run writes
+        paths.out.unlink()
+        if then == "replaced":
+            paths.out.write_bytes(orjson.dumps({"reward": 0.0, **stamps[3]}) + b"\n")
+    asked: list[str] = []
+    with ScriptedAgent(aggregate=lambda body: asked.append("asked") or {"key_metrics": {"mean/reward": 0.25}}) as agent:
+        score = score_run(
+            paths, ScoringPolicy(), agent_url=lambda name: agent.url, write_metrics=True, timeout=10, outputs=read_ahead
+        )
+    assert score.coverage.completed == (1 if then == "replaced" else 0)
+    assert asked and score.groups[0].source == "server"

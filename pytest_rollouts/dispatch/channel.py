@@ -31,7 +31,6 @@ from pytest_rollouts.dispatch.messages import (
     Fatal,
     Freed,
     FromEngine,
-    HealthPlan,
     MessageError,
     PlanHeader,
     Progress,
@@ -41,8 +40,6 @@ from pytest_rollouts.dispatch.messages import (
     encode,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
-from pytest_rollouts.dispatch.process import stop_unused as stop_unused  # pytest/session.py takes it from here
-from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -149,26 +146,13 @@ class Dispatcher:
     def start(self) -> None:
         agents = sorted({r.agent for r in self._rollouts})
         agent_index = {name: i for i, name in enumerate(agents)}
-        settings = self._settings
-        header = PlanHeader(
-            urls={name: self._urls[name] for name in agents},
-            agents=agents,
-            bodies=str(self._bodies),
-            out=str(self._out),
-            failures=str(self._failures),
+        header = PlanHeader.of(
+            self._settings,
+            {name: self._urls[name] for name in agents},
             parallel=self._parallel,
             limit=self._limit,
-            timeout=settings.timeout,
-            retries=settings.retries,
-            retry_backoff=settings.retry_backoff,
-            max_attempts=settings.max_attempts,
-            budget=settings.dispatch_budget,
-            margin=settings.drain_margin,
+            paths=(str(self._bodies), str(self._out), str(self._failures)),
             shared_output=self._worker,
-            headers={name: headers_for(settings.agent_header, name) for name in agents},
-            health=None
-            if settings.no_health_check
-            else HealthPlan(settings.health_workers, sorted(settings.health_ignore)),
         )
         values: dict[str, list[int]] = {
             "slot": [r.slot for r in self._rollouts],

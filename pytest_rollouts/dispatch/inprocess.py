@@ -35,7 +35,7 @@ from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError
 
 if TYPE_CHECKING:  # planning's type; only its fields are read here
-    from pytest_rollouts.dispatch.channel import PlannedRollout
+    from pytest_rollouts.rows.plan import PlannedRollout
 
 R = TypeVar("R")
 # A rollout's key: (task index, rollout index).

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_rollouts.dispatch.channel import AgentsUnhealthy, Dispatcher, DispatcherGone, spawn_engine, stop_unused
+from pytest_rollouts.dispatch.channel import AgentsUnhealthy, Dispatcher, DispatcherGone
+from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan

@@ -99,7 +99,7 @@ def score_run(
     while it waited on the dispatcher; otherwise both files are read from the start.
     ``drained``: the keys this session's dispatch budget did not start (see ``account``).
     """
-    scan = outputs if outputs is not None else OutputScan.of_files(paths)
+    scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
     groups = scan.groups
     latest = _latest_failures(paths.failures)
@@ -230,6 +230,8 @@ class OutputScan:
         self._by_key = {key: name for name, keys in expected.items() for key in keys}
         self._offset = 0
         self._line_no = 0
+        # The file the rows read so far came from (device, inode), once any came.
+        self._identity: tuple[int, int] | None = None
 
     @classmethod
     def of_files(cls, paths: ArtifactPaths) -> OutputScan:
@@ -249,12 +251,22 @@ class OutputScan:
 
     def _read(self, budget: int) -> bool:
         data = whole_lines(self.path, self._offset, budget)
+        if data and self._identity is None:
+            self._identity = _file_identity(self.path)
         for line in io.BytesIO(data):
             if line.strip():
                 self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
             self._line_no += 1
             self._offset += len(line)
         return len(data) >= budget
+
+    def current(self) -> OutputScan:
+        """This scan, or a fresh one if the file it read is no longer the one at its path (removed
+        or replaced while the run wrote it): its offsets would point into another file, and the
+        score counts what the path holds now."""
+        if self._identity is not None and self._identity != _file_identity(self.path):
+            return self.restarted()
+        return self
 
     def restarted(self) -> OutputScan:
         """The same scan from the first row: after a read broken off part-way (a bad row, a
@@ -329,3 +341,11 @@ def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]
     row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
     row["reward"] = 0.0 if own is None else own  # never the dataset row's field of that name
     return metric_input(row)
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
