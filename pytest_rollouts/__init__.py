@@ -12,13 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_rollouts.api import preprocess_examples, run_examples
+    from pytest_rollouts.config.settings import CollectionConfig
     from pytest_rollouts.dispatch.inprocess import HealthCheckFailed
+    from pytest_rollouts.runner import CollectionRefused, CollectionWarning, RunResult, run, run_from_config
 
 # Each public name, and the module that defines it.
 _HOMES = {
     "preprocess_examples": "pytest_rollouts.api",
     "run_examples": "pytest_rollouts.api",
     "HealthCheckFailed": "pytest_rollouts.dispatch.inprocess",
+    "CollectionConfig": "pytest_rollouts.config.settings",
+    "run_from_config": "pytest_rollouts.runner",
+    "run": "pytest_rollouts.runner",
+    "RunResult": "pytest_rollouts.runner",
+    "CollectionRefused": "pytest_rollouts.runner",
+    "CollectionWarning": "pytest_rollouts.runner",
 }
 __all__ = sorted(_HOMES)
 

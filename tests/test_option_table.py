@@ -23,14 +23,16 @@ def _squeezed(text: str) -> str:
 
 
 def test_the_settings_model_has_the_tables_names_defaults_and_descriptions() -> None:
-    """The API's ``CollectionConfig`` is the model the plugin validates into: one set of names and defaults."""
-    assert CollectionConfig is Settings
+    """The API's ``CollectionConfig`` is the model the plugin validates into: one set of names and
+    defaults, and the datasets, which a pytest session takes as its arguments."""
+    assert issubclass(CollectionConfig, Settings)
     assert set(Settings.model_fields) == {option.name for option in OPTIONS}
+    assert set(CollectionConfig.model_fields) - set(Settings.model_fields) == {"input"}
     for option in OPTIONS:
         field = Settings.model_fields[option.name]
         assert field.get_default(call_default_factory=True) == option.default, option.name
         assert field.description == option.described, option.name
-    unset = CollectionConfig()
+    unset = Settings()
     assert {option.name: getattr(unset, option.name) for option in OPTIONS} == {o.name: o.default for o in OPTIONS}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from pytest_rollouts.config.values import AgentAddress, AgentHeader, Keyed, each_parsed, parse_agent_headers
 from pytest_rollouts.net.address import without_password
@@ -61,7 +61,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     out: Path | None = option_field("out")
-    agent: tuple[AgentAddress, ...] = option_field("agent")
+    # ``agents={"name": url}`` is the Python API's spelling of ``--rollouts-agent name=url``.
+    agent: tuple[AgentAddress, ...] = option_field("agent", validation_alias=AliasChoices("agent", "agents"))
     repeats: int | dict[str, int] = option_field("repeats")
     agent_map: dict[str, str] = option_field("agent_map")
     fan_out: dict[str, tuple[str, ...]] = option_field("fan_out")
@@ -250,6 +251,8 @@ class Settings(BaseModel):
     @field_validator("agent", mode="before")
     @classmethod
     def _parse_agents(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            value = [f"{name}={url}" for name, url in value.items()]
         return each_parsed(value, AgentAddress.parse)
 
     @field_validator("agent", "agent_header")
@@ -358,5 +361,39 @@ def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
-# The name the Python API gives the model: one set of names and defaults for the plugin and the API.
-CollectionConfig = Settings
+class CollectionConfig(Settings):
+    """A whole run for the Python API (``run_from_config``): the plugin's settings, with the same
+    names, defaults and checks, and the datasets, which a pytest session takes as its arguments."""
+
+    # The dataset files, in the order their tasks are numbered.
+    input: tuple[Path, ...] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_agent_is_the_default(cls, data: Any) -> Any:
+        """With one agent in ``agents``, rows that name none go to it (``agent_map={"_default": it}``),
+        as an unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
+        if isinstance(data, Mapping) and isinstance(data.get("agents"), Mapping) and len(data["agents"]) == 1:
+            agent_map = data.get("agent_map")
+            if agent_map is None or (isinstance(agent_map, Mapping) and DEFAULT_KEY not in agent_map):
+                data = {**data, "agent_map": {DEFAULT_KEY: next(iter(data["agents"])), **(agent_map or {})}}
+        return data
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str | Path) else value
+
+    @field_validator("input")
+    @classmethod
+    def _each_once(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        doubled = sorted({str(p) for p in paths if paths.count(p) > 1})
+        if doubled:
+            raise ValueError(f"{', '.join(doubled)} is given more than once")
+        return paths
+
+    @model_validator(mode="after")
+    def _has_out(self) -> CollectionConfig:
+        if self.out is None:
+            raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
+        return self

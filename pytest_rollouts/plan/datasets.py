@@ -8,12 +8,15 @@ for the manifest that resume checks.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.routing import Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 
@@ -96,3 +99,51 @@ class DatasetScan:
             f"{self._shown}: {len(lines)} rows have no {CREATE_PARAMS} (lines {shown}); "
             "NeMo Gym agents refuse such a row (HTTP 422)"
         )
+
+
+@dataclass(slots=True)
+class Task:
+    """A ``TaskRow`` as the Python API plans it (``plan.build.PlannedTask``); the pytest adapter's
+    items carry the same attributes."""
+
+    dataset: str
+    path: Path
+    offset: int
+    row_index: int
+    agent: str
+    first_rollout: int
+    repeats: int
+    episode: bool
+    task_index: int = -1
+    slot: int = -1
+
+
+@dataclass
+class ReadDatasets:
+    """Every dataset of a run read: its tasks, each file's entry for the manifest, and notices."""
+
+    tasks: list[Task]
+    files: list[DatasetTasks]
+    notices: list[str]
+
+
+def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, root: Path) -> ReadDatasets:
+    """Read and route every row of ``paths``, raising ``DatasetError`` or ``AgentsError`` at the
+    first bad one; files are named relative to ``root`` in the manifest and in messages."""
+    read = ReadDatasets([], [], [])
+    for path in paths:
+        shown = Path(os.path.relpath(path, root))
+        if not Path(path).is_file():
+            raise DatasetError(f"{shown}: no such dataset file")
+        scan = DatasetScan(Path(path), shown, settings, agents.routing_for(Path(path).resolve()))
+        entry = DatasetTasks(shown.as_posix(), "", 0)
+        for row in scan.tasks():
+            task = Task(entry.name, Path(path), row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode)
+            read.tasks.append(task)
+            entry.agents.add(row.agent)
+            entry.rollouts += row.repeats
+        entry.sha256, entry.rows = scan.sha256, scan.rows
+        read.files.append(entry)
+        if notice := scan.notice():
+            read.notices.append(notice)
+    return read

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 # The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
-# stopped, and what it did with the files (``RolloutRun.worker_report``).
+# stopped, and what it did with the files (``Workers.report``).
 DISPATCH_FAILURE = "rollouts_dispatch_failure"
 WORKER_REPORT = "rollouts_worker_report"
 
@@ -45,7 +45,7 @@ def hear_worker(config: pytest.Config, node: Any) -> None:
     if run is None:
         return
     output = getattr(node, "workeroutput", {})
-    run.hear_worker(output.get(WORKER_REPORT))
+    run.workers.hear(output.get(WORKER_REPORT))
     failure = output.get(DISPATCH_FAILURE)
     if failure and not run.dispatch_failure:
         run.dispatch_failure = failure
@@ -59,12 +59,12 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     end = _run_end(config, session, tally, run)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
-        workeroutput[WORKER_REPORT] = run.worker_report()
+        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.planning.run_start)
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
     put_back = ""
     if end.exit_status == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
-        put_back = run.put_back_unsent()
+        put_back = run.workers.put_back_unsent(run.planning.resuming)
         if put_back:
             say(put_back)
     not_here = hasattr(config, "workerinput") or config.option.collectonly

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
 from pytest_rollouts.pytest.stash import RolloutsWarning
 from pytest_rollouts.rows.plan import Plan
@@ -115,7 +116,8 @@ class SessionPlan:
         from pytest_rollouts.plan.build import PlanError, build_plan
 
         self.run_start = paths.start_run(run_id, resume=self.resuming)
-        _tell(self.run_start)
+        for notice in start_notices(self.run_start, "--rollouts-resume"):
+            warnings.warn(RolloutsWarning(notice), stacklevel=1)
         assert self._manifest is not None
         shown = self.shown(paths.materialized)
         try:
@@ -126,20 +128,6 @@ class SessionPlan:
     def put_back(self, paths: ArtifactPaths, workerinput: dict[str, Any] | None) -> str:
         """A fresh run refused before any request leaves the files as it found them; what to add
         to the refusal. Not on an xdist worker: others may be writing the same files."""
-        if workerinput is not None or self.resuming:
+        if workerinput is not None:
             return ""
-        paths.take_back(self.run_start)
-        moved = self.run_start.moved_to
-        return "" if moved is None else f"\nThe earlier results are back in place (from {moved})."
-
-
-def _tell(start: RunStart) -> None:
-    if start.moved_to is not None:
-        warnings.warn(
-            RolloutsWarning(
-                f"earlier results were moved to {start.moved_to} (use --rollouts-resume to continue a run instead)"
-            ),
-            stacklevel=1,
-        )
-    for path, size in (start.repaired or {}).items():
-        warnings.warn(RolloutsWarning(f"{path}: dropped a last line cut short by a crash ({size} bytes)"), stacklevel=1)
+        return put_back(paths, self.run_start, resuming=self.resuming)

@@ -25,11 +25,12 @@ from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_ID_KEY, RUN_KEY, RolloutsWarning
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, RolloutsWarning
 from pytest_rollouts.pytest.stopping import StopHandling
+from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.records import RolloutOutcome
-from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import OutputBusy
 
@@ -51,8 +52,6 @@ class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.lean = False
-        # An xdist controller put the files back as it found them: no run of its own is left to score.
-        self._taken_back = False
         # Why dispatch stopped early (an artifact unwritable, a dispatcher bug or death), or "".
         self.dispatch_failure = ""
         # This session started dispatching (a refusal before any request leaves it False).
@@ -73,10 +72,7 @@ class RolloutRun:
         self._read_ahead_after = 0.0
         self._dispatcher: Dispatcher | None = None
         self._engine: subprocess.Popen[bytes] | None = None
-        self._worker_queue: Any = None
-        # On an xdist controller, what each worker said of its part when it went down (None: it
-        # crashed before saying anything).
-        self._worker_reports: list[dict[str, Any] | None] = []
+        self.workers = Workers(config, lambda: self.paths)
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -163,7 +159,7 @@ class RolloutRun:
     def began(self) -> bool:
         """This session started the run: it dispatched (or was stopped while handing the plan over,
         not refused), or its xdist workers did."""
-        return self.dispatched or (self._handed_over and not self._stopped) or self._workers_started()
+        return self.dispatched or (self._handed_over and not self._stopped) or self.workers.started()
 
     def holds_no_task(self) -> bool:
         """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written."""
@@ -172,16 +168,10 @@ class RolloutRun:
         paths = self.paths
         return (
             self.settings.shard is not None
-            and self._workers_started()
+            and self.workers.started()
             and paths.materialized.exists()
             and paths.materialized.stat().st_size == 0
         )
-
-    def _workers_started(self) -> bool:
-        """On an xdist controller, which collects and sends nothing itself: its workers prepared the
-        files under its run id."""
-        run_id = self.config.stash.get(RUN_ID_KEY, None)
-        return run_id is not None and self.paths.started_by(run_id)
 
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: set up the files and decide exactly what will be sent."""
@@ -272,34 +262,6 @@ class RolloutRun:
             raise pytest.UsageError(why)
         self._stopped = why
 
-    def worker_report(self) -> dict[str, Any]:
-        """What an xdist worker tells its controller: whether it sent anything, and where it moved
-        the earlier results (the worker that prepared the files did)."""
-        moved = self.planning.run_start.moved_to
-        return {"dispatched": self.dispatched, "moved_to": None if moved is None else str(moved)}
-
-    def hear_worker(self, report: dict[str, Any] | None) -> None:
-        self._worker_reports.append(report)
-
-    def put_back_unsent(self) -> str:
-        """On an xdist controller: a fresh run that no worker sent anything for (each refused, as
-        one process would) leaves the files as it found them, as one process does; what to tell.
-
-        Only when every worker said so: one that crashed may have sent requests.
-        """
-        reports = self._worker_reports
-        if (
-            self.planning.resuming
-            or not reports
-            or any(r is None or r["dispatched"] for r in reports)
-            or not self._workers_started()
-        ):
-            return ""
-        moved = next((Path(r["moved_to"]) for r in reports if r is not None and r["moved_to"]), None)
-        self.paths.take_back(RunStart(moved_to=moved))
-        self._taken_back = True
-        return "" if moved is None else f"The earlier results are back in place (from {moved})."
-
     def _agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
 
@@ -329,7 +291,7 @@ class RolloutRun:
             try:
                 if hasattr(self.config, "workerinput"):
                     # Its own task first: claimed after the queue's, it waited behind all of them.
-                    self._dispatcher.claim([item.slot, *self._queued_slots(item.session.items)])
+                    self._dispatcher.claim([item.slot, *self.workers.queued_slots(item.session.items)])
                 outcomes = self._dispatcher.wait(item.slot)
             except DispatcherGone as exc:
                 self._stopped = self.dispatch_failure = str(exc)
@@ -376,14 +338,6 @@ class RolloutRun:
         """(tasks finished, rollouts sent, failures by class), when this process dispatches."""
         return self._dispatcher.finished if self._dispatcher is not None else None
 
-    def _queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
-        """On an xdist worker, the tasks queued behind the running one: its only safe look-ahead."""
-        from pytest_rollouts.pytest.xdist import queued_indices, worker_queue
-
-        if self._worker_queue is None:
-            self._worker_queue = worker_queue(self.config)
-        return [item.slot for i in queued_indices(self._worker_queue) if isinstance(item := items[i], RolloutItem)]
-
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""
         dispatcher, self._dispatcher = self._dispatcher, None
@@ -402,33 +356,26 @@ class RolloutRun:
 
         ``coverage_only``: a run stopped by the user is not scored, but says what it covered.
         """
-        from pytest_rollouts.scoring.accounting import ScoringPolicy
-        from pytest_rollouts.scoring.aggregate import score_run
-        from pytest_rollouts.net.auth import headers_for
-        from pytest_rollouts.pacing import paced
+        from pytest_rollouts.scoring.configured import score_configured
 
         paths, settings = self.paths, self.settings
         if not paths.materialized.exists():
-            if self.began() and not self._taken_back:  # it wrote them: removed since, and what the score counts against
+            if self.began() and not self.workers.taken_back:  # it wrote them: removed since, and what the score counts against
                 raise pytest.UsageError(
                     f"cannot score the run: its materialized inputs {self.shown(paths.materialized)} were "
                     "removed while it ran; restore them and --rollouts-resume, or start afresh"
                 )
             return None
-        policy = ScoringPolicy(settings.count_as_zero, settings.count_missing_as_zero)
         try:
-            with paced():
-                return score_run(
-                    paths,
-                    policy,
-                    agent_url=self._metrics_url,
-                    agent_headers=lambda name: headers_for(settings.agent_header, name),
-                    write_metrics=not (settings.no_aggregate or coverage_only),
-                    timeout=settings.timeout,
-                    perf_summary=perf_summary,
-                    outputs=self._outputs,
-                    drained=drained,
-                )
+            return score_configured(
+                paths,
+                settings,
+                agent_url=self._metrics_url,
+                coverage_only=coverage_only,
+                perf_summary=perf_summary,
+                outputs=self._outputs,
+                drained=drained,
+            )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None
 

@@ -1,0 +1,69 @@
+"""A run's xdist coordination: what a worker tells its controller, what the controller makes of its
+workers' reports, and the look-ahead a worker may take (only what xdist queued for it).
+
+The controller collects and sends nothing itself; its workers prepare the files under the run
+id it handed them, dispatch, and report when they go down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rollouts.pytest.items import RolloutItem
+from pytest_rollouts.pytest.stash import RUN_ID_KEY
+from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+
+
+class Workers:
+    """One session's side of the coordination, on the controller or on a worker."""
+
+    def __init__(self, config: pytest.Config, paths: Callable[[], ArtifactPaths]) -> None:
+        self._config = config
+        self._paths = paths
+        # On a controller, what each worker said of its part when it went down (None: it crashed
+        # before saying anything).
+        self._reports: list[dict[str, Any] | None] = []
+        # The controller put the files back as it found them: no run of its own is left to score.
+        self.taken_back = False
+        self._queue: Any = None
+
+    def started(self) -> bool:
+        """On a controller: its workers prepared the files under its run id."""
+        run_id = self._config.stash.get(RUN_ID_KEY, None)
+        return run_id is not None and self._paths().started_by(run_id)
+
+    @staticmethod
+    def report(dispatched: bool, start: RunStart) -> dict[str, Any]:
+        """What a worker tells its controller: whether it sent anything, and where it moved the
+        earlier results (the worker that prepared the files did)."""
+        moved = start.moved_to
+        return {"dispatched": dispatched, "moved_to": None if moved is None else str(moved)}
+
+    def hear(self, report: dict[str, Any] | None) -> None:
+        self._reports.append(report)
+
+    def put_back_unsent(self, resuming: bool) -> str:
+        """On a controller: a fresh run that no worker sent anything for (each refused, as one
+        process would) leaves the files as it found them, as one process does; what to tell.
+
+        Only when every worker said so: one that crashed may have sent requests.
+        """
+        reports = self._reports
+        if resuming or not reports or any(r is None or r["dispatched"] for r in reports) or not self.started():
+            return ""
+        moved = next((Path(r["moved_to"]) for r in reports if r is not None and r["moved_to"]), None)
+        self._paths().take_back(RunStart(moved_to=moved))
+        self.taken_back = True
+        return "" if moved is None else f"The earlier results are back in place (from {moved})."
+
+    def queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
+        """On a worker, the tasks queued behind the running one: its only safe look-ahead."""
+        from pytest_rollouts.pytest.xdist import queued_indices, worker_queue
+
+        if self._queue is None:
+            self._queue = worker_queue(self._config)
+        return [item.slot for i in queued_indices(self._queue) if isinstance(item := items[i], RolloutItem)]

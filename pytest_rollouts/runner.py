@@ -1,0 +1,228 @@
+"""A whole run in process: ``run_from_config`` does for a script what the plugin does for a pytest
+session, through the same core, so it leaves the same files and the same numbers.
+
+The datasets are read and routed, the tasks numbered against the manifest (a resume checks
+it), the output taken (one writer), earlier results moved aside (or repaired, resuming), the
+materialized inputs written (or read back), every rollout dispatched in the caller's event loop
+with each row written as it completes, and the run scored from disk against the whole
+materialized set, its gates applied. ``run`` is the synchronous twin, for scripts.
+
+Refusals (a bad config, a bad row, an output another run holds, unhealthy agents) raise
+``CollectionRefused`` before any request is sent, and a fresh run refused so puts the earlier
+results back. A failed rollout never raises: it is a row of the failures sidecar, and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from pytest_rollouts.config.agents import Agents, AgentsError
+from pytest_rollouts.config.settings import CollectionConfig, describe_errors
+from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, PlanResult, dispatch_plan
+from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.plan.build import PlanError, build_plan
+from pytest_rollouts.plan.datasets import DatasetError, read_datasets
+from pytest_rollouts.plan.files import put_back, start_notices
+from pytest_rollouts.plan.numbering import number_run
+from pytest_rollouts.rows.plan import Plan
+from pytest_rollouts.rows.shard import in_shard
+from pytest_rollouts.scoring.aggregate import RunScore
+from pytest_rollouts.scoring.configured import score_configured
+from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.metrics import latency_summary
+from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.scoring.verdict import OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
+from pytest_rollouts.store.runlock import OutputBusy, RunLock
+
+RESUME = "resume=True"
+
+
+class CollectionWarning(UserWarning):
+    """What the caller of a run should know: where earlier results went, rows without request
+    parameters, a routing key no row matched, an output lock taken over from a killed run."""
+
+
+class CollectionRefused(ValueError):
+    """The run was refused before any request was sent; the message says why."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished run: its score from the files on disk, and the verdict of its gates."""
+
+    score: RunScore
+    verdict: Verdict
+    paths: ArtifactPaths
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The metrics file as written: each group's metrics (its server's ``/aggregate_metrics``, or
+        computed locally) with its coverage. Empty when none was written (``no_aggregate``)."""
+        path = self.score.metrics_path
+        return loads(path.read_bytes()) if path is not None else []
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.score.mean_reward
+
+    @property
+    def exit_status(self) -> int:
+        """0, or the code the plugin would exit with (docs/scoring.md, "Exit codes")."""
+        return self.verdict.exit_code
+
+    def summary(self) -> str:
+        """The run's score as the plugin's closing section words it."""
+        lines = score_lines(self.score, str(self.paths.failures), count_as_zero_option="count_as_zero")
+        return "\n".join([*lines, *([self.verdict.stopped] if self.verdict.stopped else []), *self.verdict.problems])
+
+
+@dataclass
+class _Prepared:
+    plan: Plan
+    start: RunStart
+    resuming: bool
+
+
+async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
+    """Run ``config`` to the end in the running event loop; its score and the verdict of its gates.
+
+    Cancelling it stops dispatch as Ctrl-C stops the plugin: what is in flight is cancelled, the
+    rows written so far are kept, and a run with ``resume=True`` goes on from them.
+    """
+    settings = validated(config)
+    assert settings.out is not None
+    root = Path.cwd()
+    paths = ArtifactPaths(settings.out)
+    agents = Agents(settings, root)
+    lock = RunLock(paths.lock, paths.out, option="out")
+    try:
+        prepared = _prepare(settings, agents, paths, lock, root)
+        started = time.perf_counter()
+        dispatched = await _dispatch(settings, agents, paths, prepared)
+        perf = _perf_summary(dispatched, time.perf_counter() - started)
+        try:
+            score = await asyncio.to_thread(
+                score_configured,
+                paths,
+                settings,
+                agent_url=lambda name: _metrics_url(agents, name),
+                perf_summary=perf,
+                drained=frozenset(dispatched.drained),
+            )
+        except JsonlError as exc:
+            raise CollectionRefused(f"cannot score the run: {exc}") from None
+        end = RunEnd(status=OK, dispatch_failure=dispatched.stopped)
+        return RunResult(score, judge_run(score, end, Gate.of(settings)), paths)
+    finally:
+        agents.close()
+        lock.release()
+
+
+def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
+    """``run_from_config`` on an event loop of its own, for scripts; ``KeyboardInterrupt`` stops it
+    the same way (what was written is kept, a resume goes on)."""
+    return asyncio.run(run_from_config(config))
+
+
+def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
+    """``config`` checked as the plugin checks its options; ``ValueError`` says what is wrong."""
+    if isinstance(config, CollectionConfig):
+        return config
+    try:
+        return CollectionConfig.model_validate(dict(config))
+    except ValidationError as exc:
+        raise ValueError(describe_errors(exc, {})) from None
+
+
+def _prepare(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, lock: RunLock, root: Path) -> _Prepared:
+    """Everything before the first request: read and number the tasks, take the output, move
+    earlier results aside (or repair them, resuming), and write or read the plan."""
+
+    def shown(path: Path) -> str:
+        return os.path.relpath(path, root)
+
+    try:
+        read = read_datasets(settings.input, settings, agents, root)
+        numbering = number_run(read.files, settings, agents, asked_resume=settings.resume, shown=shown)
+    except (AgentsError, DatasetError, PlanError) as exc:
+        raise CollectionRefused(str(exc)) from None
+    _tell(read.notices + numbering.notices)
+    tasks = []
+    for task in read.tasks:
+        task.task_index = numbering.first_task[task.dataset] + task.row_index
+        if settings.shard is None or in_shard(task.task_index, settings.shard):
+            task.slot = len(tasks)
+            tasks.append(task)
+    run_id = uuid.uuid4().hex
+    try:
+        killed = lock.acquire(run_id)
+        start = paths.start_run(run_id, resume=numbering.resuming)
+    except OutputBusy as exc:
+        raise CollectionRefused(str(exc)) from None
+    except OSError as exc:  # a read-only or missing place: nothing was sent
+        raise CollectionRefused(f"cannot write the artifacts next to {paths.out}: {exc}") from None
+    if killed is not None:
+        _tell([f"{paths.out}: took it over from a run that was killed ({killed})"])
+    _tell(start_notices(start, RESUME))
+    resuming = numbering.resuming
+    try:
+        plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown(paths.materialized))
+    except PlanError as exc:
+        raise CollectionRefused(str(exc)) from None
+    except ArtifactError as exc:  # a full disk before anything was sent
+        raise CollectionRefused(f"{exc}{put_back(paths, start, resuming=resuming)}") from None
+    return _Prepared(plan, start, resuming)
+
+
+async def _dispatch(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, prepared: _Prepared) -> PlanResult:
+    plan = prepared.plan
+    if not plan.rollouts:
+        return PlanResult()
+    try:
+        urls = agents.urls({r.agent for r in plan.rollouts})
+    except AgentsError as exc:
+        raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
+    header = PlanHeader.of(
+        settings,
+        urls,
+        parallel=settings.parallel,
+        limit=settings.resident_limit,
+        paths=(str(paths.materialized), str(paths.out), str(paths.failures)),
+    )
+    try:
+        return await dispatch_plan(header, plan.rollouts)
+    except HealthCheckFailed as exc:
+        raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
+
+
+def _perf_summary(dispatched: PlanResult, seconds: float) -> dict[str, Any] | None:
+    """This run's latency and throughput, for groups whose server gives none (as the plugin adds)."""
+    durations = [o.elapsed for o in dispatched.outcomes.values() if o.attempts]
+    if not durations:
+        return None
+    return {**latency_summary(durations), "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9)}
+
+
+def _metrics_url(agents: Agents, name: str) -> str | None:
+    """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured."""
+    try:
+        return agents.urls({name})[name]
+    except AgentsError:
+        return None
+
+
+def _tell(notices: list[str]) -> None:
+    for notice in notices:
+        warnings.warn(CollectionWarning(notice), stacklevel=4)

@@ -1,0 +1,200 @@
+"""``run_from_config`` / ``run``: the plugin's whole run from Python, in the caller's event loop.
+
+Real agents on 127.0.0.1 and real files; each test runs in its own directory (``chdir``), since
+datasets and messages are named relative to where the run starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import pytest_rollouts
+from pytest_rollouts import CollectionConfig, CollectionRefused, run, run_from_config
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import read_rows, tasks, write_rows
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(6))
+    yield tmp_path
+
+
+def config(agent: ScriptedAgent, **changes: Any) -> CollectionConfig:
+    return CollectionConfig(**{"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, **changes})
+
+
+def keys(path: Path) -> list[tuple[int, int]]:
+    return sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in read_rows(path))
+
+
+def test_a_run_writes_the_plugins_files_and_returns_its_score(agent: ScriptedAgent, here: Path) -> None:
+    result = run(config(agent, repeats=2))
+    out = here / "out"
+    assert keys(out / "r.jsonl") == keys(out / "r_materialized_inputs.jsonl") == [(t, r) for t in range(6) for r in (0, 1)]
+    assert (out / "r_failures.jsonl").read_bytes() == b""
+    assert orjson.loads((out / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "data.jsonl"
+    # tasks(6): every third answered wrong (tasks 0 and 3), so 8 of 12 rollouts score 1.
+    assert result.mean_reward == pytest.approx(8 / 12)
+    assert result.exit_status == 0
+    [group] = result.metrics
+    assert group["metrics_source"] == "local" and group["coverage"]["completed"] == 12
+    assert result.metrics == orjson.loads((out / "r_aggregate_metrics.json").read_bytes())
+    assert "policy: mean reward 0.6667" in result.summary()
+    assert sorted(agent.keys()) == [(t, r) for t in range(6) for r in (0, 1)]
+
+
+def test_failed_rollouts_are_sidecar_rows_and_a_resume_sends_only_them(here: Path) -> None:
+    broken = {1, 4}
+
+    def fails_some(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] in broken:
+            return Reply(status=500, json={"error": "boom"})
+        return verifier(row, seen)
+
+    with ScriptedAgent(fails_some) as agent:
+        first = run(config(agent, retries=0))
+        assert first.exit_status == 0  # failure classes alone do not fail a run
+        assert first.score.coverage.completed == 4
+        failures = read_rows(here / "out" / "r_failures.jsonl")
+        assert {(r["_ng_task_index"], r["_ng_failure_class"]) for r in failures} == {
+            (1, "agent_run_error"),
+            (4, "agent_run_error"),
+        }
+        broken.clear()
+        sent = len(agent.requests)
+        resumed = run(config(agent, retries=0, resume=True))
+        assert sorted(agent.keys()[sent:]) == [(1, 0), (4, 0)]
+    assert resumed.score.coverage.completed == 6
+    assert keys(here / "out" / "r.jsonl") == [(t, 0) for t in range(6)]
+
+
+def test_a_bad_row_is_refused_with_file_and_line_before_anything_is_sent(agent: ScriptedAgent, here: Path) -> None:
+    (here / "data.jsonl").write_bytes(b'{"responses_create_params": {}}\n{"responses_create_params": \n')
+    with pytest.raises(CollectionRefused, match=r"data\.jsonl:2: "):
+        run(config(agent))
+    assert agent.requests == [] and not (here / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"parallel": 0}, "parallel"),
+        ({"repeats": "x"}, "repeats"),
+        ({"input": []}, "input"),
+        ({"out": "results"}, "<stem>.jsonl"),
+        ({"agnet": "x"}, "agnet"),
+    ],
+)
+def test_a_bad_config_is_a_value_error_naming_the_field(agent: ScriptedAgent, changes: dict[str, Any], words: str) -> None:
+    given = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, **changes}
+    with pytest.raises(ValueError, match=words):
+        run(given)
+    assert agent.requests == []
+
+
+def test_an_unhealthy_agent_refuses_the_run_and_puts_earlier_results_back(here: Path) -> None:
+    with ScriptedAgent() as agent:
+        run(config(agent))
+    before = (here / "out" / "r.jsonl").read_bytes()
+    with ScriptedAgent(health=Reply(status=503, json={"status": "down"})) as sick:
+        with pytest.raises(CollectionRefused, match="health") as refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore", pytest_rollouts.CollectionWarning)
+            run(config(sick))
+        assert sick.requests == []
+    assert "The earlier results are back in place" in str(refused.value)
+    assert (here / "out" / "r.jsonl").read_bytes() == before
+
+
+def test_earlier_results_moved_aside_are_a_warning(agent: ScriptedAgent, here: Path) -> None:
+    run(config(agent))
+    with pytest.warns(pytest_rollouts.CollectionWarning, match=r"earlier results were moved to .*resume=True"):
+        run(config(agent))
+
+
+@pytest.mark.parametrize(("changes", "status"), [({"fail_under": 0.9}, 7), ({"require_complete": True}, 6)])
+def test_gates_give_the_plugins_exit_status(here: Path, changes: dict[str, Any], status: int) -> None:
+    def fails_first(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=400, json={}) if row["_ng_task_index"] == 0 else verifier(row, seen)
+
+    with ScriptedAgent(fails_first) as agent:
+        result = run(config(agent, retries=0, **changes))
+    assert result.exit_status == status
+    assert "EVAL FAILED" in result.summary()
+
+
+def test_a_second_run_on_the_same_output_is_refused_while_the_first_holds_it(here: Path) -> None:
+    async def both(agent: ScriptedAgent) -> None:
+        first = asyncio.create_task(run_from_config(config(agent)))
+        while not agent.requests:
+            await asyncio.sleep(0.01)
+        with pytest.raises(CollectionRefused, match="r.jsonl"):
+            await run_from_config(config(agent))
+        await first
+
+    with ScriptedAgent(latency=0.2) as agent:
+        asyncio.run(both(agent))
+    assert keys(here / "out" / "r.jsonl") == [(t, 0) for t in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_the_callers_loop_keeps_running_during_the_run() -> None:
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    with ScriptedAgent(latency=0.1) as agent:
+        ticker = asyncio.create_task(ticking())
+        try:
+            await run_from_config(config(agent, parallel=1))
+            seen_during = ticks
+        finally:
+            ticker.cancel()
+    # Six rollouts one at a time, each 0.1 s: the ticker ran while they did.
+    assert seen_during >= 10
+
+
+def test_cancelling_the_run_keeps_what_was_written_and_a_resume_completes_it(here: Path) -> None:
+    async def cancelled_midway(agent: ScriptedAgent) -> None:
+        task = asyncio.create_task(run_from_config(config(agent, parallel=1)))
+        while agent.completed < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    with ScriptedAgent(latency=0.05) as agent:
+        asyncio.run(cancelled_midway(agent))
+        written = keys(here / "out" / "r.jsonl")
+        assert 2 <= len(written) < 6
+        sent = len(agent.requests)
+        resumed = run(config(agent, resume=True))
+        assert not set(agent.keys()[sent:]) & set(written)
+    assert resumed.score.coverage.completed == 6
+
+
+def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAgent) -> None:
+    code = (
+        "import sys, pytest_rollouts\n"
+        f"result = pytest_rollouts.run({{'input': 'data.jsonl', 'out': 'out/r.jsonl', 'agents': {{'a': {agent.url!r}}}}})\n"
+        "print(result.score.coverage.completed)\n"
+        "print(sorted(m for m in ('pytest', '_pytest', 'aiohttp') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split("\n")[:2] == ["6", "[]"], done.stdout + done.stderr
