@@ -29,6 +29,7 @@ from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.net.http1 import Pool
+from pytest_rollouts.rows.plan import Key
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.store.bodies import Bodies
@@ -38,8 +39,6 @@ if TYPE_CHECKING:  # planning's type; only its fields are read here
     from pytest_rollouts.rows.plan import PlannedRollout
 
 R = TypeVar("R")
-# A rollout's key: (task index, rollout index).
-Key = tuple[int, int]
 
 
 class HealthCheckFailed(Exception):
