@@ -240,6 +240,14 @@ OPTIONS: tuple[Option, ...] = (
         "(`pytest-rollouts aggregate ... --fail-under X`).",
     ),
     Option(
+        "max_failures",
+        "Exit 9 when more than N rollouts (or P% of the materialized ones) failed or replied without a "
+        "numeric reward. Whatever it says, a run in which no rollout produced a reward exits 9.",
+        "N|P%",
+        details="Failed: a failure class (`cancelled` included, and those `--rollouts-count-as-zero` scores) "
+        "or `no_reward`; `mask_sample` rows and rollouts without a row are not failures.",
+    ),
+    Option(
         "shard",
         "Run only shard K of N (0 <= K < N): a stable hash of the task index picks the tasks, "
         "so a task's repeats stay together. Merge with `pytest-rollouts aggregate`.",

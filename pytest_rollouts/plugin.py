@@ -31,7 +31,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("rollouts", "agent rollouts (pytest-rollouts)")
     for option in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": "rollouts_" + option.name, "default": None, "help": option.described}
+        # argparse formats help with %: a literal one ("P%") is doubled.
+        text = option.described.replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": "rollouts_" + option.name, "default": None, "help": text}
         if option.flag:
             kwargs["action"] = "store_true"
         else:

@@ -83,9 +83,17 @@ class RunResult:
         return self.verdict.exit_code
 
     def summary(self) -> str:
-        """The run's score as the plugin's closing section words it."""
-        lines = score_lines(self.score, str(self.paths.failures), count_as_zero_option="count_as_zero")
-        return "\n".join([*lines, *([self.verdict.stopped] if self.verdict.stopped else []), *self.verdict.problems])
+        """The run's score as the plugin's closing section words it: what became of the rollouts, the
+        metrics and coverage, what the gates compared and why the run failed."""
+        paths = self.paths
+        lines = [
+            self.score.coverage.outcomes().line(),
+            *score_lines(self.score, str(paths.failures), count_as_zero_option="count_as_zero", out=str(paths.out)),
+            *([self.verdict.stopped] if self.verdict.stopped else []),
+            *self.verdict.measures,
+            *self.verdict.problems,
+        ]
+        return "\n".join(lines)
 
 
 @dataclass

@@ -65,6 +65,8 @@ def test_policies_change_the_metric_input_and_never_the_artifacts(pytester: pyte
             "counted_as_zero": 0,
             "imputed_zero": 0,
             "missing_by_class": {"agent_run_error": 1, "no row": 1},
+            "failed": 1,
+            "failed_by_class": {"agent_run_error": 1},
         }
         artifacts = {p.name: p.read_bytes() for p in (pytester.path / "out").glob("r*.jsonl")}
         agent.requests.clear()
@@ -129,9 +131,10 @@ def test_results_without_a_numeric_reward_are_kept_but_not_counted_as_scored(pyt
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
     result.stdout.fnmatch_lines(
         [
-            "5 of 10 rollouts scored; 5 results without a numeric reward",
+            "5 of 10 rollouts scored; no_reward 5",
             "default: mean reward 1.0000*over 5 rollouts*",
-            "Rollouts missing from the score: 5 of 10 materialized (no reward 5*",
+            "Rollouts missing from the score: 5 of 10 materialized (no_reward 5 routed this run; "
+            "no_reward kept in out/r.jsonl)",
             "Metrics cover: 5 of 10 rollouts",
         ]
     )

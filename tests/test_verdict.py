@@ -88,12 +88,16 @@ def test_a_run_is_scored_when_it_ran_its_course_or_was_stopped_after_it_began() 
 
 def test_a_whole_run_above_the_threshold_passes() -> None:
     verdict = judge_run(run_score(0.75), RunEnd(), Gate(require_complete=True, fail_under=0.5, out="o.jsonl"))
-    assert verdict == Verdict(OK)
+    assert verdict == Verdict(OK, measures=("--rollouts-fail-under 0.5: mean reward 0.7500 over 4 rollouts",))
 
 
 def test_a_mean_below_the_threshold_fails_with_7() -> None:
     verdict = judge_run(run_score(0.65), RunEnd(), Gate(fail_under=0.9))
-    assert verdict == Verdict(EXIT_FAIL_UNDER, ("EVAL FAILED: mean reward 0.6500 is below --rollouts-fail-under 0.9.",))
+    assert verdict == Verdict(
+        EXIT_FAIL_UNDER,
+        ("EVAL FAILED: mean reward 0.6500 is below --rollouts-fail-under 0.9.",),
+        measures=("--rollouts-fail-under 0.9: mean reward 0.6500 over 4 rollouts",),
+    )
     assert judge_run(run_score(0.9), RunEnd(), Gate(fail_under=0.9)).exit_code == OK, "the threshold itself passes"
 
 
@@ -108,9 +112,8 @@ def test_no_mean_to_compare_fails_the_threshold() -> None:
 def test_an_incomplete_run_fails_with_6_before_any_threshold() -> None:
     score = run_score(0.1, completed=3)
     verdict = judge_run(score, RunEnd(), Gate(require_complete=True, fail_under=0.9, out="/o/r.jsonl"))
-    assert verdict == Verdict(
-        EXIT_INCOMPLETE, ("EVAL FAILED: 3/4 samples completed. Partial artifacts retained at /o/r.jsonl.",)
-    )
+    assert verdict.exit_code == EXIT_INCOMPLETE
+    assert verdict.problems == ("EVAL FAILED: 3/4 samples completed. Partial artifacts retained at /o/r.jsonl.",)
     assert judge_run(score, RunEnd(), NO_GATE).exit_code == OK, "missing rollouts alone do not fail a run"
 
 
@@ -157,7 +160,9 @@ def test_a_run_scored_from_its_files(tmp_path: Path) -> None:
     )
     below = Gate.of(settings.model_copy(update={"require_complete": False}))
     assert judge_run(score, RunEnd(), below) == Verdict(
-        EXIT_FAIL_UNDER, ("EVAL FAILED: mean reward 0.6667 is below --rollouts-fail-under 0.7.",)
+        EXIT_FAIL_UNDER,
+        ("EVAL FAILED: mean reward 0.6667 is below --rollouts-fail-under 0.7.",),
+        measures=("--rollouts-fail-under 0.7: mean reward 0.6667 over 3 rollouts",),
     )
     whole = scored_files(tmp_path, [1.0, 0.0, 1.0, 1.0])
-    assert judge_run(whole, RunEnd(), Gate.of(settings)) == Verdict(OK)
+    assert judge_run(whole, RunEnd(), Gate.of(settings)).exit_code == OK

@@ -15,7 +15,9 @@ from typing import Any
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from pytest_rollouts.config.values import AgentAddress, AgentHeader, Keyed, each_parsed, parse_agent_headers
+from pytest_rollouts.config.values import (
+    AgentAddress, AgentHeader, Keyed, MaxFailures, each_parsed, parse_agent_headers,
+)
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION, OPTIONS
 
@@ -90,6 +92,7 @@ class Settings(BaseModel):
     require_complete: bool = option_field("require_complete")
     # nan would compare false with every mean: a gate silently off.
     fail_under: float | None = option_field("fail_under", allow_inf_nan=False)
+    max_failures: MaxFailures = option_field("max_failures")
     no_aggregate: bool = option_field("no_aggregate")
     shard: tuple[int, int] | None = option_field("shard")
     dispatch_budget: float | None = option_field(

@@ -1,4 +1,5 @@
-"""The values of the options whose entries are more than a string: agent addresses and headers.
+"""The values of the options whose entries are more than a string: agent addresses, headers, and
+the failure limit.
 
 Apart from the settings model so the places that take such values elsewhere (``rollouts.toml``
 agents, the ``aggregate`` command's headers) parse them by the same rules.
@@ -6,13 +7,15 @@ agents, the ``aggregate`` command's headers) parse them by the same rules.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr
 
 from pytest_rollouts.net.address import ascii_host, without_password
 
@@ -131,3 +134,41 @@ def check_url(url: str) -> str:
     except ValueError:
         raise ValueError(f"agent address {shown!r} has a host that is no domain name (IDNA)") from None
     return url.rstrip("/")
+
+
+@dataclass(frozen=True)
+class FailureLimit:
+    """``--rollouts-max-failures``: the failed rollouts a run may have, as a count or as a percentage
+    of the materialized ones (inspect_ai's ``--fail-on-error`` does the same with a fraction)."""
+
+    count: int | None = None
+    percent: float | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> Any:
+        """``N`` (an int, for the Python API, or its text) or ``P%``, 0 <= P <= 100; anything else
+        as it is, for the model to refuse by its type."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        try:
+            number = float(text[:-1]) if text.endswith("%") else int(text)
+        except ValueError:
+            number = -1
+        if not (0 <= number <= (100 if text.endswith("%") else math.inf)):
+            raise ValueError(f"must be a count N >= 0 or a percentage P% with 0 <= P <= 100, not {value!r}")
+        return cls(percent=float(number)) if text.endswith("%") else cls(count=int(number))
+
+    def allows(self, failed: int, expected: int) -> bool:
+        if self.percent is not None:
+            return failed * 100 <= self.percent * expected
+        return failed <= (self.count or 0)
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else str(self.count)
+
+
+# The settings field's type: its text parsed before pydantic checks it is a ``FailureLimit``.
+MaxFailures = Annotated[FailureLimit | None, BeforeValidator(FailureLimit.parse)]

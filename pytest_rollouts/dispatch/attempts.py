@@ -21,7 +21,7 @@ from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool, Target
 from pytest_rollouts.rows.episodes import episode_body, episode_reply
-from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal, reward_of
+from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal
 from pytest_rollouts.rows.schema import (
     AGENT_RUN_ERROR,
     ATTEMPT_INDEX,
@@ -203,7 +203,7 @@ class Attempts:
         rows.result(reply, stamps, attempt.elapsed)
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
-        return RolloutOutcome(rollout_index, reward_of(reply), None, "", attempt.elapsed, tries)
+        return RolloutOutcome.of_result(rollout_index, reply, attempt.elapsed, tries)
 
     def _backoff(self, number: int, retry_after: float | None) -> float:
         """Before try ``number + 1`` of this run's attempt: it doubles with the tries of this run only."""

@@ -9,30 +9,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_rollouts.rows.records import RolloutOutcome, reward_of
+from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.store.jsonl import loads, whole_lines
 
 class SharedOutput:
-    """The keys (and rewards) in an output file other processes append to, read as it grows."""
+    """The keys (and their outcomes) in an output file other processes append to, read as it grows."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._offset = 0
-        self._rewards: dict[tuple[int, int], float | None] = {}
+        self._outcomes: dict[tuple[int, int], RolloutOutcome] = {}
 
     def outcome(self, task: int, rollout: int) -> RolloutOutcome | None:
         """The rollout as cached when some process already wrote its row, else None."""
         self._refresh()
-        key = (task, rollout)
-        if key not in self._rewards:
-            return None
-        return RolloutOutcome(rollout, self._rewards[key], None, "", 0.0, 0, cached=True)
+        return self._outcomes.get((task, rollout))
 
     def _refresh(self) -> None:
         data = whole_lines(self._path, self._offset)
         for line in data.splitlines():
             if line.strip():
                 row = loads(line)
-                self._rewards[(row[TASK_INDEX], row[ROLLOUT_INDEX])] = reward_of(row)
+                rollout = row[ROLLOUT_INDEX]
+                self._outcomes[(row[TASK_INDEX], rollout)] = RolloutOutcome.of_result(rollout, row, 0.0, 0, cached=True)
         self._offset += len(data)

@@ -152,7 +152,7 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
 
 def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:
     if verdict is Verdict.DONE:
-        return RolloutOutcome(rollout_index, history.reward, None, "", history.longest, 0, cached=True)
+        return RolloutOutcome(rollout_index, history.reward, None, "", history.longest, 0, cached=True, masked=history.masked)
     why = (
         "terminal failure recorded earlier"
         if verdict is Verdict.TERMINAL

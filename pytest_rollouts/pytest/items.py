@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_rollouts.pacing import lasting
-from pytest_rollouts.rows.records import dominant_class
+from pytest_rollouts.rows.records import NO_REWARD, dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.pytest.properties import json_property, record_outcomes
 from pytest_rollouts.config.suite import find_declaration
@@ -175,12 +175,13 @@ class RolloutItem(pytest.Item):
         if not outcomes:
             pytest.skip("not part of the recorded materialized set this run resumes")
         record_outcomes(self.user_properties, outcomes, self.task_index)
-        failed = [o for o in outcomes if not o.scored]
-        drained = [o for o in failed if o.failure_class == CANCELLED]
+        # A failure class, or a result without a reward: either way no score, so no pass.
+        failed = [o for o in outcomes if o.status is not None]
+        drained = [o for o in failed if o.status == CANCELLED]
         if drained and len(drained) == len(failed):
             pytest.skip(f"{len(drained)} rollouts not started, {drained[0].detail}; --rollouts-resume runs them")
         if failed:
-            classes = Counter(str(o.failure_class) for o in failed)
+            classes = Counter(str(o.status) for o in failed)
             raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
 
     def teardown(self) -> None:
@@ -203,6 +204,8 @@ class RolloutItem(pytest.Item):
 
 
 def _describe(outcome: RolloutOutcome) -> str:
+    if outcome.failure_class is None:
+        return f"rollout {outcome.rollout_index}: {NO_REWARD}: the reply has no numeric reward (kept, not scored)"
     # HTTP tries of this run's one attempt (retries within a run are not attempts).
     tries = f" after {outcome.attempts} tries" if outcome.attempts > 1 else ""
     return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}: {outcome.detail}"

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import CANCELLED
 
@@ -17,12 +18,17 @@ REWARDS = "rollouts_rewards"
 ELAPSED = "rollouts_elapsed"
 CACHED = "rollouts_cached"
 FAILURES = "rollouts_failures"
+# How many of an item's results were masked (``mask_sample``), and how many carried no numeric
+# reward: neither is scored, and only the second fails the item.
+MASKED = "rollouts_masked"
+NO_REWARD = "rollouts_no_reward"
 # [task, rollout] of each rollout the dispatch budget did not start: written nowhere, so the
 # score learns them from the reports alone.
 DRAINED = "rollouts_drained"
 # How many of an item's rollouts the attempt cap now keeps from any resume.
 GIVEN_UP = "rollouts_given_up"
-ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, DRAINED, GIVEN_UP})
+ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, MASKED, NO_REWARD, DRAINED, GIVEN_UP})
+
 
 def record_outcomes(
     user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome], task_index: int
@@ -36,6 +42,12 @@ def record_outcomes(
     failed = [o.failure_class for o in outcomes if o.failure_class is not None]
     if failed:
         user_properties.append((FAILURES, dict(Counter(failed))))
+    masked = sum(o.masked for o in outcomes)
+    if masked:
+        user_properties.append((MASKED, masked))
+    unrewarded = sum(o.status == NO_REWARD_STATUS for o in outcomes)
+    if unrewarded:
+        user_properties.append((NO_REWARD, unrewarded))
     drained = [[task_index, o.rollout_index] for o in outcomes if o.failure_class == CANCELLED]
     if drained:
         user_properties.append((DRAINED, drained))

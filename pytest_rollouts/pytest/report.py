@@ -19,8 +19,10 @@ import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
 from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, progress_line
+from pytest_rollouts.scoring.accounting import Outcomes
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
+from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.pytest.properties import (
     CACHED,
@@ -28,6 +30,8 @@ from pytest_rollouts.pytest.properties import (
     ELAPSED,
     FAILURES,
     GIVEN_UP,
+    MASKED,
+    NO_REWARD,
     REWARDS,
     rollout_properties,
 )
@@ -47,20 +51,28 @@ QUIET_SKIPPED = ("skipped", "", "SKIPPED")
 
 
 def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    """Failed rollouts report under their class, so the summary reads ``3 agent_run_error``."""
+    """Failed rollouts report under their class, so the summary reads ``3 agent_run_error``; results
+    without a reward under ``no_reward``."""
     props = rollout_properties(report)
     if props is None:
         return None
-    if report.failed and FAILURES in props:
-        category = dominant_class(props[FAILURES])
+    unscored = _unscored(props)
+    if report.failed and unscored:
+        category = dominant_class(unscored)
         if category in PYTEST_CATEGORIES:
             category = "rollout_" + category
         return category, "F", category.upper()
     if report.passed:
         rewards = " ".join(_fmt(r) for r in props.get(REWARDS, ()))
+        masked = f"; {props[MASKED]} masked" if MASKED in props else ""
         cached = f"; {props[CACHED]} cached" if CACHED in props else ""
-        return "passed", ".", f"PASSED (reward {rewards}{cached})"
+        return "passed", ".", f"PASSED (reward {rewards}{masked}{cached})"
     return None
+
+
+def _unscored(props: Mapping[str, Any]) -> dict[str, int]:
+    """An item's rollouts that fail it, by class: its failures, and its results without a reward."""
+    return {**props.get(FAILURES, {}), **({NO_REWARD_STATUS: props[NO_REWARD]} if NO_REWARD in props else {})}
 
 
 def _slim(report: pytest.TestReport) -> None:
@@ -90,6 +102,7 @@ class Tally:
     items: int = 0
     reward_sum: float = 0.0
     rewarded: int = 0
+    masked: int = 0
     unrewarded: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     failed_items: int = 0
@@ -104,13 +117,12 @@ class Tally:
             return
         self.items += 1
         self.last_at = time.perf_counter()
-        unscored = 0
         for reward in props.get(REWARDS, ()):
-            if reward is None:
-                unscored += 1
-            else:
+            if reward is not None:  # None: a failure, a masked result or one without a reward
                 self.reward_sum += reward
                 self.rewarded += 1
+        self.masked += props.get(MASKED, 0)
+        self.unrewarded += props.get(NO_REWARD, 0)
         elapsed = props.get(ELAPSED, ())
         if elapsed and not self.durations:
             # Dispatch began no later than the first reported rollout's start: on an xdist
@@ -118,12 +130,9 @@ class Tally:
             self.started_at = max(self.started_at, self.last_at - max(elapsed))
         self.durations.extend(elapsed)
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
-        failures = props.get(FAILURES, {})
-        self.failures.update(failures)
+        self.failures.update(props.get(FAILURES, {}))
         self.given_up += props.get(GIVEN_UP, 0)
-        # A failure has no reward either: what is left is a result whose reply carried none.
-        self.unrewarded += unscored - sum(failures.values())
-        if report.failed and failures:
+        if report.failed and _unscored(props):
             self.failed_items += 1
             if len(self.examples) < SHOWN_FAILURES:
                 # A report from an xdist worker starts with the worker's name and Python.
@@ -131,15 +140,22 @@ class Tally:
                 reason = next((line for line in lines if line.startswith("rollout ")), lines[0] if lines else "")
                 self.examples.append(f"{report.nodeid} {reason}")
 
-    def lines(self) -> list[str]:
-        failed = sum(self.failures.values())
-        total = self.rewarded + self.unrewarded + failed
-        by_class = ", ".join(f"{name} {count}" for name, count in sorted(self.failures.items()))
-        lines = [
-            f"{self.rewarded} of {total} rollouts scored"
-            + (f"; {self.unrewarded} results without a numeric reward" if self.unrewarded else "")
-            + (f"; failed: {by_class}" if failed else "")
-        ]
+    def outcomes(self) -> Outcomes:
+        """What this session's items reported, counted as the whole run's coverage counts."""
+        total = self.rewarded + self.masked + self.unrewarded + sum(self.failures.values())
+        return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures)
+
+    def lines(self, whole_run: Outcomes | None) -> list[str]:
+        """The session's lines; first what became of the rollouts: of the whole run (from disk) when
+        it was scored, and of this session too where its reports cover other rollouts (an xdist run
+        stopped while its workers had sent more, a worker lost, ``-k``)."""
+        session = self.outcomes()
+        if whole_run is None:
+            lines = [f"this session: {session.line(session=True)}"]
+        elif whole_run == session:
+            lines = [whole_run.line()]
+        else:
+            lines = [f"whole run: {whole_run.line()}", f"this session: {session.line(session=True)}"]
         if self.given_up:
             lines.append(
                 f"{self.given_up} rollouts used their last attempt and no resume sends them again; to try them again, "
@@ -179,7 +195,8 @@ class Tally:
         return {**latency_summary(self.durations), "rollouts_per_hour": self.per_hour()}
 
     def mean_line(self) -> list[str]:
-        """Used only when no metrics were computed (``--rollouts-no-aggregate``)."""
+        """Used only when no metrics were computed (``--rollouts-no-aggregate``): the mean of what
+        this session's items reported, masked results left out as the metrics leave them out."""
         if not self.rewarded:
             return []
         mean = self.reward_sum / self.rewarded
@@ -347,16 +364,17 @@ class RolloutReporter:
                 "artifacts let the merge prove the shards complete"
             ]
         else:
-            lines = self.tally.lines()
+            lines = self.tally.lines(score.coverage.outcomes() if score is not None else None)
         if score is not None:
-            lines += score_lines(score, names[1])
+            lines += score_lines(score, names[1], out=names[0])
             if score.metrics_path is not None:
                 names.append(run.shown(score.metrics_path))
-        if score is None or score.metrics_path is None:
+        if score is not None and run.settings.no_aggregate and not verdict.stopped:
             lines += self.tally.mean_line()
         lines.append("artifacts: " + ", ".join(names))
         if verdict.stopped:
             lines.append(verdict.stopped)
+        lines += verdict.measures
         for line in lines:
             terminalreporter.line(line)
         for problem in verdict.problems:

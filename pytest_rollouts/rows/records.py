@@ -14,6 +14,11 @@ from typing import Any
 
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL
 
+# A result whose reply carried no numeric reward: kept in the output as the agent sent it, but
+# no score. It is an outcome of its own (an item's status word, the tallies, the coverage), not a
+# failure class: no row of it goes to the failures file, and resume does not send it again.
+NO_REWARD = "no_reward"
+
 
 def routing_identity(row: Mapping[str, Any]) -> str:
     """The agent a rollout ran on or, for an episode row (which names none), its environment server.
@@ -29,7 +34,10 @@ def routing_identity(row: Mapping[str, Any]) -> str:
 
 @dataclass(slots=True)
 class RolloutOutcome:
+    """What pytest keeps of one rollout: a result (its reward, or ``masked``) or a failure class."""
+
     rollout_index: int
+    # The result's reward; None for a failure, a masked result and a result without a numeric one.
     reward: float | None
     failure_class: str | None
     detail: str
@@ -39,10 +47,30 @@ class RolloutOutcome:
     cached: bool = False
     # Its failure used the last attempt the cap allows: no resume sends it again unless the cap is raised.
     given_up: bool = False
+    # A result the agent marked ``mask_sample``: left out of every score, as NeMo Gym does.
+    masked: bool = False
+
+    @classmethod
+    def of_result(
+        cls, rollout_index: int, row: Mapping[str, Any], elapsed: float, attempts: int, *, cached: bool = False
+    ) -> RolloutOutcome:
+        """A result row's outcome: masked, scored with its reward, or without a reward."""
+        masked = is_masked(row)
+        reward = None if masked else reward_of(row)
+        return cls(rollout_index, reward, None, "", elapsed, attempts, cached=cached, masked=masked)
 
     @property
-    def scored(self) -> bool:
-        return self.failure_class is None
+    def status(self) -> str | None:
+        """Why this rollout is not scored: its failure class, ``NO_REWARD``; None when it is
+        scored or masked (the agent's own choice, which fails nothing)."""
+        if self.failure_class is not None:
+            return self.failure_class
+        return NO_REWARD if self.reward is None and not self.masked else None
+
+
+def is_masked(row: Mapping[str, Any]) -> bool:
+    """NeMo Gym's ``mask_sample``: any true value."""
+    return bool(row.get("mask_sample"))
 
 
 def failure_class_of(reply: Mapping[str, Any]) -> str | None:
@@ -64,7 +92,7 @@ def dominant_class(counts: Mapping[str, int]) -> str:
     return min(counts, key=lambda name: (-counts[name], name))
 
 
-def reward_of(reply: dict[str, Any]) -> float | None:
+def reward_of(reply: Mapping[str, Any]) -> float | None:
     """The reply's reward, None when it has no numeric one: NaN (a missing value to the metrics, as
     to NeMo Gym's pandas) and an integer beyond float range included."""
     value = reply.get("reward")

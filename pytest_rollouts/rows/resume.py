@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pytest_rollouts.rows.records import marked_terminal, reward_of
+from pytest_rollouts.rows.records import is_masked, marked_terminal, reward_of
 from pytest_rollouts.rows.schema import (
     ALWAYS_TERMINAL,
     ELAPSED,
@@ -40,7 +40,9 @@ class KeyHistory:
     """What earlier runs left for one (task, rollout)."""
 
     succeeded: bool = False
+    # A result's reward (None when masked or without one), and its ``mask_sample``.
     reward: float | None = None
+    masked: bool = False
     failures: int = 0  # sidecar rows: runs whose attempt failed
     latest_class: str | None = None
     latest_terminal: bool = False
@@ -55,7 +57,8 @@ class Histories:
     def add_output(self, row: dict[str, Any]) -> None:
         history = self._get(row)
         history.succeeded = True
-        history.reward = reward_of(row)
+        history.masked = is_masked(row)
+        history.reward = None if history.masked else reward_of(row)
 
     def add_failure(self, row: dict[str, Any]) -> None:
         history = self._get(row)

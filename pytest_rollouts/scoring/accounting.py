@@ -11,16 +11,49 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.rows.schema import CANCELLED
 
 Key = tuple[int, int]
 NO_ROW = "no row"
 MASKED = "mask_sample"
-# A result row whose reply carried no numeric reward: it is kept and enters the metric input
-# (its tokens are real), but it is not a score, so the mean and pass@k leave it out.
-NO_REWARD = "no reward"
+# NO_REWARD: a result row whose reply carried no numeric reward. It is kept and enters the metric
+# input (its tokens are real), but it is not a score, so the mean and pass@k leave it out.
+# Results the score misses that are kept in the output file, not in the failures sidecar.
+IN_OUTPUT = frozenset({MASKED, NO_REWARD})
 # Reasons a rollout is missing that leave nothing in the failures sidecar.
-OUTSIDE_SIDECAR = frozenset({NO_ROW, MASKED, NO_REWARD, CANCELLED})
+OUTSIDE_SIDECAR = frozenset({NO_ROW, CANCELLED}) | IN_OUTPUT
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What became of a set of rollouts, counted alike for what this session's items reported and for
+    the whole run on disk, so the two lines compare and agree whenever they cover the same rollouts."""
+
+    total: int
+    # Results with a numeric reward: the scores (policies' zeros are not among them).
+    scored: int
+    masked: int
+    no_reward: int
+    # Failure classes, ``cancelled`` included.
+    failed: Mapping[str, int]
+    no_row: int = 0
+
+    def line(self, session: bool = False) -> str:
+        """``N of M rollouts scored; ...`` for the whole run, ``M rollouts reported, N scored; ...`` for
+        a session (which may not have reported them all)."""
+        head = f"{self.total} rollouts reported, {self.scored} scored" if session else (
+            f"{self.scored} of {self.total} rollouts scored"
+        )
+        failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed.items()) if count)
+        parts = [
+            head,
+            f"{MASKED} {self.masked}" if self.masked else "",
+            f"{NO_REWARD} {self.no_reward}" if self.no_reward else "",
+            f"failed: {failed}" if failed else "",
+            f"{NO_ROW} {self.no_row}" if self.no_row else "",
+        ]
+        return "; ".join(part for part in parts if part)
 
 
 @dataclass(frozen=True)
@@ -40,12 +73,35 @@ class Coverage:
     counted_as_zero: int = 0
     imputed_zero: int = 0
     missing_by_class: Counter[str] = field(default_factory=Counter)
+    # The latest failure class of every rollout that never succeeded, those counted as zero and
+    # ``cancelled`` included: what failed, whatever the policies made of it.
+    failed_by_class: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def rewarded(self) -> int:
+        """Results with a numeric reward, neither masked nor without one."""
+        return self.completed - self.masked - self.unrewarded
+
+    @property
+    def failed(self) -> int:
+        """Rollouts that failed (any class) or replied without a reward: what --rollouts-max-failures counts."""
+        return sum(self.failed_by_class.values()) + self.unrewarded
+
+    def outcomes(self) -> Outcomes:
+        return Outcomes(
+            self.expected,
+            self.rewarded,
+            self.masked,
+            self.unrewarded,
+            self.failed_by_class,
+            self.expected - self.completed - sum(self.failed_by_class.values()),
+        )
 
     @property
     def scored(self) -> int:
         """Rollouts the mean reward covers: real results (unmasked, with a reward) plus zeros the
         policies added."""
-        return self.completed - self.masked - self.unrewarded + self.counted_as_zero + self.imputed_zero
+        return self.rewarded + self.counted_as_zero + self.imputed_zero
 
     @property
     def missing(self) -> int:
@@ -59,6 +115,7 @@ class Coverage:
         self.counted_as_zero += other.counted_as_zero
         self.imputed_zero += other.imputed_zero
         self.missing_by_class.update(other.missing_by_class)
+        self.failed_by_class.update(other.failed_by_class)
         return self
 
     def as_dict(self) -> dict[str, object]:
@@ -72,15 +129,21 @@ class Coverage:
             "counted_as_zero": self.counted_as_zero,
             "imputed_zero": self.imputed_zero,
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
+            "failed": self.failed,
+            "failed_by_class": dict(sorted(self.failed_by_class.items())),
         }
 
-    def pointer(self, sidecar: str) -> str:
-        """Where the missing rollouts' failures are written, when some of them are: not a drained
-        rollout's, nor one with no row, nor a row without a reward or masked."""
+    def pointer(self, sidecar: str, out: str) -> str:
+        """Where the missing rollouts' rows are: failures in the sidecar (not a drained rollout's,
+        nor one with no row), masked results and those without a reward in the output."""
         written = any(name not in OUTSIDE_SIDECAR for name in self.missing_by_class)
-        return f"; see {sidecar}" if written else ""
+        kept = " and ".join(name for name in sorted(self.missing_by_class) if name in IN_OUTPUT)
+        where = [f"see {sidecar}" if written else "", f"{kept} kept in {out}" if kept else ""]
+        return "".join(f"; {part}" for part in where if part)
 
-    def report_lines(self, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero") -> list[str]:
+    def report_lines(
+        self, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero", out: str = "the output"
+    ) -> list[str]:
         """NeMo Gym's wording, printed whenever the score does not cover the whole input."""
         if self.missing == 0 and self.imputed_zero == 0 and self.counted_as_zero == 0:
             return []
@@ -89,7 +152,7 @@ class Coverage:
             counts = ", ".join(f"{name} {count}" for name, count in sorted(self.missing_by_class.items()))
             lines.append(
                 f"Rollouts missing from the score: {self.missing} of {self.expected} materialized "
-                f"({counts} routed this run{self.pointer(sidecar)})"
+                f"({counts} routed this run{self.pointer(sidecar, out)})"
             )
         lines.append(f"Metrics cover: {self.scored} of {self.expected} rollouts")
         if self.counted_as_zero:
@@ -138,11 +201,15 @@ def account(
             continue
         failure_class = latest_failure_class.get(key)
         if failure_class is not None:
+            coverage.failed_by_class[failure_class] += 1
             if failure_class in policy.count_as_zero:
                 counted.append(key)
             else:
                 coverage.missing_by_class[failure_class] += 1
-        elif policy.count_missing_as_zero:
+            continue
+        if key in drained:
+            coverage.failed_by_class[CANCELLED] += 1
+        if policy.count_missing_as_zero:
             imputed.append(key)
         else:
             coverage.missing_by_class[CANCELLED if key in drained else NO_ROW] += 1

@@ -20,7 +20,7 @@ from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, p
 from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, numeric_fields
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
-from pytest_rollouts.rows.records import reward_of, routing_identity
+from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
 
@@ -280,7 +280,7 @@ class OutputScan:
         if group is None or key in group.completed:
             return
         group.completed.add(key)
-        if row.get("mask_sample"):
+        if is_masked(row):
             group.masked.add(key)
             return
         values = numeric_fields(row)

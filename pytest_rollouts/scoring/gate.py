@@ -1,7 +1,7 @@
 """The CI gate: what a scored run must reach to pass, with exit codes distinct from pytest's own.
 
-pytest uses 0-5; a CI script can tell "the eval is incomplete" (6) and "the score is too
-low" (7) apart from "tests failed" (1) without parsing output.
+pytest uses 0-5; a CI script can tell "the eval is incomplete" (6), "the score is too low" (7)
+and "too many rollouts failed" (9) apart from "tests failed" (1) without parsing output.
 """
 
 from __future__ import annotations
@@ -9,12 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.rows.records import NO_REWARD
+
 if TYPE_CHECKING:
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.config.values import FailureLimit
     from pytest_rollouts.scoring.accounting import Coverage
 
 EXIT_INCOMPLETE = 6
 EXIT_FAIL_UNDER = 7
+# 8 is the aggregate command's (its inputs do not form one run).
+EXIT_TOO_MANY_FAILURES = 9
 
 
 @dataclass(frozen=True)
@@ -25,9 +30,10 @@ class GateFailure:
 
 @dataclass(frozen=True)
 class Gate:
-    """What a scored run must reach, and the names its messages give the output and the threshold.
+    """What a scored run must reach, and the names its messages give the output and the options.
 
-    The default asks nothing: every score passes.
+    The default asks only that some rollout produced a reward: a run that produced nothing (a dead
+    agent with health checks off, an agent that never sends a reward) is no success.
     """
 
     require_complete: bool = False
@@ -36,20 +42,26 @@ class Gate:
     out: str = ""
     # The threshold's name where it was given (the merge calls it ``--fail-under``).
     fail_under_option: str = "--rollouts-fail-under"
+    max_failures: FailureLimit | None = None
+    max_failures_option: str = "--rollouts-max-failures"
 
     @classmethod
     def of(cls, settings: Settings) -> Gate:
         """A run's gate, as its settings ask it."""
-        return cls(settings.require_complete, settings.fail_under, str(settings.out))
+        return cls(settings.require_complete, settings.fail_under, str(settings.out), max_failures=settings.max_failures)
 
     def check(self, coverage: Coverage, mean_reward: float | None) -> GateFailure | None:
-        """``require_complete`` first: a partial run's score is not worth comparing to a threshold."""
+        """``require_complete`` first, then the failures: a partial or broken run's score is not worth
+        comparing to a threshold."""
         if self.require_complete and coverage.completed < coverage.expected:
             return GateFailure(
                 EXIT_INCOMPLETE,
                 f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
                 f"Partial artifacts retained at {self.out}.",
             )
+        failures = self._failures(coverage)
+        if failures is not None:
+            return GateFailure(EXIT_TOO_MANY_FAILURES, f"EVAL FAILED: {failures}.")
         if self.fail_under is None:
             return None
         if mean_reward is None:
@@ -59,3 +71,29 @@ class Gate:
         else:
             return None
         return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} {self.fail_under_option} {self.fail_under:g}.")
+
+    def measures(self, coverage: Coverage, mean_reward: float | None) -> list[str]:
+        """The numbers the asked gates compare, whether they pass or not: a passing gate shows its
+        margin, and a CI log says what was compared without a second look at the metrics."""
+        lines = []
+        if self.max_failures is not None:
+            lines.append(f"{self.max_failures_option} {self.max_failures}: {_failed(coverage)}")
+        if self.fail_under is not None:
+            mean = "no mean reward" if mean_reward is None else f"mean reward {mean_reward:.4f}"
+            lines.append(f"{self.fail_under_option} {self.fail_under:g}: {mean} over {coverage.scored} rollouts")
+        return lines
+
+    def _failures(self, coverage: Coverage) -> str | None:
+        """Why the run failed on its failures, or None."""
+        if coverage.expected and not coverage.rewarded:
+            return f"no rollout produced a reward ({coverage.outcomes().line()})"
+        if self.max_failures is not None and not self.max_failures.allows(coverage.failed, coverage.expected):
+            return f"{_failed(coverage)}, more than {self.max_failures_option} {self.max_failures} allows"
+        return None
+
+
+def _failed(coverage: Coverage) -> str:
+    """``3 of 10 rollouts failed (agent_run_error 2, no_reward 1)``."""
+    classes = sorted({**coverage.failed_by_class, NO_REWARD: coverage.unrewarded}.items())
+    by_class = ", ".join(f"{name} {count}" for name, count in classes if count)
+    return f"{coverage.failed} of {coverage.expected} rollouts failed" + (f" ({by_class})" if by_class else "")

@@ -8,10 +8,13 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero") -> list[str]:
+def score_lines(
+    score: RunScore, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero", out: str = "the output"
+) -> list[str]:
     """Key metrics per group, then the coverage report; numbers come from the score, never recomputed.
 
     ``count_as_zero_option``: that policy's name where it was given (the merge calls it ``--count-as-zero``).
+    ``sidecar``, ``out``: where the rows the score misses are, failures and results.
     """
     lines = []
     coverage = score.coverage
@@ -19,7 +22,7 @@ def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--ro
         by_class = ", ".join(f"{n} {c}" for n, c in sorted(coverage.missing_by_class.items()))
         lines.append(
             f"None of the {coverage.expected} materialized rollouts produced a result "
-            f"({by_class}{coverage.pointer(sidecar)})"
+            f"({by_class}{coverage.pointer(sidecar, out)})"
         )
     for group in score.groups:
         if not group.metrics:
@@ -45,5 +48,5 @@ def score_lines(score: RunScore, sidecar: str, count_as_zero_option: str = "--ro
         )
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
-    lines.extend(coverage.report_lines(sidecar, count_as_zero_option))
+    lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out))
     return lines

@@ -3,7 +3,8 @@
 The rules are the same however the run was started (a pytest session, the Python API, the
 aggregate command), so a CI script reads every run's status alike. The codes are pytest's where
 they mean the same (0 passed, 1 failed, 2 interrupted, 5 nothing collected) and the gate's
-beyond them (6 incomplete, 7 below the threshold): see docs/scoring.md, "Exit codes".
+beyond them (6 incomplete, 7 below the threshold, 9 too many failures or nothing scored): see
+docs/scoring.md, "Exit codes".
 
 Everything here is plain data in, plain data out: the caller gathers the facts (pytest's, for the
 plugin) and scores the run; this module only decides.
@@ -97,6 +98,8 @@ class Verdict:
     problems: tuple[str, ...] = ()
     # For an interrupted run: what it leaves to do, and how; else "".
     stopped: str = ""
+    # What the asked gates compared (the mean, the failures), printed whether they pass or not.
+    measures: tuple[str, ...] = ()
 
 
 def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
@@ -104,7 +107,7 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
     not scored: its status alone decides).
 
     Metrics that could not be written fail a run that otherwise passed (1); the gate's verdict
-    is the more specific one (6, 7), so it replaces any other status. An interrupted run is not
+    is the more specific one (6, 7, 9), so it replaces any other status. An interrupted run is not
     gated: it keeps its status (2) and says what is left to do.
     """
     status = end.exit_status
@@ -121,7 +124,7 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
     if failure is not None:
         problems.append(failure.message)
         status = failure.exit_code
-    return Verdict(status, tuple(problems))
+    return Verdict(status, tuple(problems), measures=tuple(gate.measures(score.coverage, score.mean_reward)))
 
 
 def _resume_line(score: RunScore | None) -> str:
