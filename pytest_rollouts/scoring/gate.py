@@ -50,16 +50,21 @@ class Gate:
         """A run's gate, as its settings ask it."""
         return cls(settings.require_complete, settings.fail_under, str(settings.out), max_failures=settings.max_failures)
 
-    def check(self, coverage: Coverage, mean_reward: float | None) -> GateFailure | None:
+    def check(self, coverage: Coverage, mean_reward: float | None, *, passing: bool = True) -> GateFailure | None:
         """``require_complete`` first, then the failures: a partial or broken run's score is not worth
-        comparing to a threshold."""
+        comparing to a threshold.
+
+        ``passing``: the run would pass but for the gate. The default rule (no reward at all) only
+        keeps such a run from exiting 0: one that failed already (-x, a stopped dispatch, a failed
+        test) keeps its own status and reason.
+        """
         if self.require_complete and coverage.completed < coverage.expected:
             return GateFailure(
                 EXIT_INCOMPLETE,
                 f"EVAL FAILED: {coverage.completed}/{coverage.expected} samples completed. "
                 f"Partial artifacts retained at {self.out}.",
             )
-        failures = self._failures(coverage)
+        failures = self._failures(coverage, passing)
         if failures is not None:
             return GateFailure(EXIT_TOO_MANY_FAILURES, f"EVAL FAILED: {failures}.")
         if self.fail_under is None:
@@ -83,9 +88,9 @@ class Gate:
             lines.append(f"{self.fail_under_option} {self.fail_under:g}: {mean} over {coverage.scored} rollouts")
         return lines
 
-    def _failures(self, coverage: Coverage) -> str | None:
+    def _failures(self, coverage: Coverage, passing: bool) -> str | None:
         """Why the run failed on its failures, or None."""
-        if coverage.expected and not coverage.rewarded:
+        if passing and coverage.expected and not coverage.rewarded:
             return f"no rollout produced a reward ({coverage.outcomes().line()})"
         if self.max_failures is not None and not self.max_failures.allows(coverage.failed, coverage.expected):
             return f"{_failed(coverage)}, more than {self.max_failures_option} {self.max_failures} allows"

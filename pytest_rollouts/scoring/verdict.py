@@ -120,7 +120,7 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
         problems.append(score.metrics_error)
         if status == OK:
             status = FAILED  # a run whose metrics are lost is no success
-    failure = gate.check(score.coverage, score.mean_reward)
+    failure = gate.check(score.coverage, score.mean_reward, passing=status == OK)
     if failure is not None:
         problems.append(failure.message)
         status = failure.exit_code

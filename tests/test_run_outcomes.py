@@ -1,0 +1,201 @@
+"""A run that speaks: its exit status says when rollouts failed, a reply without a reward is no
+pass, and every line of the section counts the same rollouts the same way (issue 18, points 1-3)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rollouts import CollectionConfig, run
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, run_rollouts
+
+TOO_MANY_FAILURES = 9
+
+
+def closed_port_url() -> str:
+    """An address nothing listens on: a dead agent."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def first_breaks(row: dict[str, Any], seen: int) -> Reply:
+    """Task 0 answers 400 (agent_run_error, not retried); the others are verified."""
+    return Reply(status=400, json={}) if row["_ng_task_index"] == 0 else verifier(row, seen)
+
+
+# -- 1. an exit status that speaks -------------------------------------------------------------
+
+
+def test_a_run_in_which_every_rollout_failed_exits_9(pytester: pytest.Pytester) -> None:
+    """A dead agent with health checks off exited 0: every rollout failed, and that is no success."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    result = run_rollouts(
+        pytester,
+        "data.jsonl",
+        f"--rollouts-agent={closed_port_url()}",
+        "--rollouts-no-health-check",
+        "--rollouts-retries=0",
+    )
+    assert result.ret == TOO_MANY_FAILURES, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "0 of 3 rollouts scored; failed: agent_request_failed 3",
+            "EVAL FAILED: no rollout produced a reward (0 of 3 rollouts scored; failed: agent_request_failed 3).",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "status"),
+    [("0", TOO_MANY_FAILURES), ("1", 0), ("20%", TOO_MANY_FAILURES), ("25%", 0)],
+)
+def test_max_failures_takes_a_count_or_a_percentage(pytester: pytest.Pytester, limit: str, status: int) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(first_breaks) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-max-failures={limit}"
+        )
+    assert result.ret == status, result.stdout.str()
+    # What the gate compared is printed whether it passes or not.
+    result.stdout.fnmatch_lines([f"--rollouts-max-failures {limit}: 1 of 4 rollouts failed (agent_run_error 1)"])
+    failed = (
+        f"EVAL FAILED: 1 of 4 rollouts failed (agent_run_error 1), more than --rollouts-max-failures {limit} allows."
+    )
+    assert (failed in result.stdout.str()) == (status == TOO_MANY_FAILURES)
+
+
+@pytest.mark.parametrize("value", ["-1", "101%", "some", "1.5"])
+def test_a_bad_max_failures_is_a_usage_error_before_anything_is_sent(
+    pytester: pytest.Pytester, agent: ScriptedAgent, value: str
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-max-failures={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "must be a count N >= 0 or a percentage P% with 0 <= P <= 100" in result.stderr.str() + result.stdout.str()
+    assert "Traceback" not in result.stderr.str()
+    assert agent.requests == []
+
+
+def test_run_from_config_judges_failures_by_the_same_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(4))
+    dead = run(
+        CollectionConfig(
+            input="data.jsonl",
+            out="dead/r.jsonl",
+            agents={"policy": closed_port_url()},
+            no_health_check=True,
+            retries=0,
+        )
+    )
+    assert dead.exit_status == TOO_MANY_FAILURES
+    assert "EVAL FAILED: no rollout produced a reward" in dead.summary()
+    with ScriptedAgent(first_breaks) as agent:
+        strict = run(
+            CollectionConfig(input="data.jsonl", out="s/r.jsonl", agents={"policy": agent.url}, max_failures=0)
+        )
+        tolerant = run(
+            CollectionConfig(input="data.jsonl", out="t/r.jsonl", agents={"policy": agent.url}, max_failures="25%")
+        )
+    assert (strict.exit_status, tolerant.exit_status) == (TOO_MANY_FAILURES, 0)
+    assert "EVAL FAILED: 1 of 4 rollouts failed (agent_run_error 1), more than" in strict.summary()
+    assert "1 of 4 rollouts failed (agent_run_error 1)" in tolerant.summary()
+
+
+# -- 2. no reward, no pass ---------------------------------------------------------------------
+
+
+def test_a_reply_without_a_numeric_reward_is_its_own_outcome(pytester: pytest.Pytester) -> None:
+    """``{"score": 1}`` read ``PASSED (reward -)``, and the coverage line pointed to the failures file,
+    where that row is not."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+
+    def task_1_scores_elsewhere(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 1:
+            return Reply(json={"score": 1})
+        return first_breaks(row, seen)
+
+    with ScriptedAgent(task_1_scores_elsewhere) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-v")
+        result.stdout.fnmatch_lines(["*task[[]1[]] NO_REWARD*"])
+        result.stdout.no_fnmatch_line("*PASSED (reward -)*")
+        result.stdout.fnmatch_lines(
+            [
+                "1 of 3 rollouts scored; no_reward 1; failed: agent_run_error 1",
+                "*rollout 0: no_reward: the reply has no numeric reward (kept, not scored)",
+                "Rollouts missing from the score: 2 of 3 materialized (agent_run_error 1, no_reward 1 routed this run; "
+                "see out/r_failures.jsonl; no_reward kept in out/r.jsonl)",
+                "*1 passed, 1 agent_run_error, 1 no_reward*",
+            ]
+        )
+        assert result.ret == 0, "no_reward alone is a failed rollout, not a failed run"
+        files = Artifacts(pytester.path)
+        assert [row["_ng_task_index"] for row in files.failures] == [0], "no failure row for the reply"
+        assert [row.get("score") for row in files.rows if row["_ng_task_index"] == 1] == [1], "kept as sent"
+        agent.requests.clear()
+        resumed = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
+        assert [r["_ng_task_index"] for r in agent.requests] == [0], "a result is not sent again"
+        resumed.stdout.fnmatch_lines(["*no_reward 1*"])
+
+
+# -- 3. one count everywhere -------------------------------------------------------------------
+
+
+def test_masked_rows_are_counted_alike_in_every_line(pytester: pytest.Pytester) -> None:
+    """``mask_sample`` rows read "scored" in the first line and not in the coverage lines, and the
+    --rollouts-no-aggregate mean included them."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+
+    def masks_task_0(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(
+            json={"reward": 1.0 if row["_ng_task_index"] == 0 else 0.0, "mask_sample": row["_ng_task_index"] == 0}
+        )
+
+    with ScriptedAgent(masks_task_0) as agent:
+        scored = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        scored.stdout.fnmatch_lines(
+            [
+                "3 of 4 rollouts scored; mask_sample 1",
+                "default: mean reward 0.0000*over 3 rollouts*",
+                "Metrics cover: 3 of 4*",
+            ]
+        )
+        quick = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-no-aggregate", "-v")
+    quick.stdout.fnmatch_lines(
+        ["*task[[]0[]] PASSED (reward -; 1 masked)*", "mean reward 0.0000 over 3 rollouts reported this session"]
+    )
+
+
+def test_a_session_that_reported_part_of_the_run_says_which_line_is_which(pytester: pytest.Pytester) -> None:
+    """A resume with ``-k`` reports 1 of the run's 4 tasks: its line read "1 of 1 rollouts scored"
+    above "Metrics cover" of the whole run."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(first_breaks) as agent:
+        run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume", "-k", "task[1]"
+        )
+    result.stdout.fnmatch_lines(
+        [
+            "whole run: 3 of 4 rollouts scored; failed: agent_run_error 1",
+            "this session: 1 rollouts reported, 1 scored",
+            "Metrics cover: 3 of 4 rollouts",
+        ]
+    )
+    result.stdout.no_fnmatch_line("1 of 1 rollouts scored*")
+
+
+def test_the_mean_a_passing_gate_compares_is_printed(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """It was printed only when the gate failed."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.5")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["--rollouts-fail-under 0.5: mean reward 0.6667 over 3 rollouts"])
