@@ -65,6 +65,8 @@ class RunResult:
     score: RunScore
     verdict: Verdict
     paths: ArtifactPaths
+    # The classes ``count_as_zero`` named: one neither known nor seen is named in ``summary``.
+    count_as_zero: frozenset[str] = frozenset()
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -88,7 +90,9 @@ class RunResult:
         paths = self.paths
         lines = [
             self.score.coverage.outcomes().line(),
-            *score_lines(self.score, str(paths.failures), count_as_zero_option="count_as_zero", out=str(paths.out)),
+            *score_lines(
+                self.score, str(paths.failures), "count_as_zero", out=str(paths.out), count_as_zero=self.count_as_zero
+            ),
             *([self.verdict.stopped] if self.verdict.stopped else []),
             *self.verdict.measures,
             *self.verdict.problems,
@@ -132,7 +136,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
         end = RunEnd(status=OK, dispatch_failure=dispatched.stopped)
-        return RunResult(score, judge_run(score, end, Gate.of(settings)), paths)
+        return RunResult(score, judge_run(score, end, Gate.of(settings)), paths, settings.count_as_zero)
     finally:
         agents.close()
         lock.release()

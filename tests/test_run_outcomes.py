@@ -199,3 +199,31 @@ def test_the_mean_a_passing_gate_compares_is_printed(pytester: pytest.Pytester, 
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.5")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["--rollouts-fail-under 0.5: mean reward 0.6667 over 3 rollouts"])
+
+
+# -- 6 (part). typos named with their fix --------------------------------------------------------
+
+
+def test_a_count_as_zero_class_neither_known_nor_seen_is_named_with_the_known_ones(pytester: pytest.Pytester) -> None:
+    """``--rollouts-count-as-zero agent_run_eror`` said nothing."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(first_breaks) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-count-as-zero=agent_run_eror,skipped"
+        )
+    result.stdout.fnmatch_lines(
+        [
+            "--rollouts-count-as-zero agent_run_eror: no such failure class in this run, nor a known one "
+            "(known: agent_request_failed, agent_run_error, cancelled, environment_server_failed, skipped, "
+            "timeout_exceeded)"
+        ]
+    )
+
+
+def test_a_failed_health_check_reads_as_a_plain_message(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=Reply(status=503, json={"detail": "model not loaded"})) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["! Refused: agents failed their health check; nothing was dispatched:"])
+    result.stdout.no_fnmatch_line("*_pytest.outcomes.Exit*")

@@ -366,7 +366,7 @@ class RolloutReporter:
         else:
             lines = self.tally.lines(score.coverage.outcomes() if score is not None else None)
         if score is not None:
-            lines += score_lines(score, names[1], out=names[0])
+            lines += score_lines(score, names[1], out=names[0], count_as_zero=run.settings.count_as_zero)
             if score.metrics_path is not None:
                 names.append(run.shown(score.metrics_path))
         if score is not None and run.settings.no_aggregate and not verdict.stopped:

@@ -48,6 +48,14 @@ READ_AHEAD_BYTES = 1 << 16
 READ_AHEAD_PAUSE_S = 0.1
 
 
+
+class Refused(pytest.exit.Exception):
+    """Stops the session before any request, as ``pytest.exit`` does; pytest names the exception
+    before its message, and this one's name reads as plain words (``Refused: agents failed...``),
+    not as ``_pytest.outcomes.Exit``."""
+
+    __module__ = "builtins"
+
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -248,9 +256,9 @@ class RolloutRun:
             self.dispatch_failure = ""  # a refusal before any request, not a run to score
             self._stopped = f"{exc}{self.planning.put_back(self.paths, workerinput)}"
             if workerinput is None:
-                unhealthy = isinstance(exc, AgentsUnhealthy)
-                code = pytest.ExitCode.INTERRUPTED if unhealthy else pytest.ExitCode.INTERNAL_ERROR
-                pytest.exit(self._stopped, returncode=code)
+                if isinstance(exc, AgentsUnhealthy):
+                    raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
+                pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             return  # see _refuse_on_worker
         self.dispatched = True
 

@@ -4,17 +4,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.rows.resume import RETRYABLE_WITH_OPT_IN
+from pytest_rollouts.rows.schema import (
+    AGENT_REQUEST_FAILED,
+    AGENT_RUN_ERROR,
+    ALWAYS_TERMINAL,
+    CANCELLED,
+    ENVIRONMENT_SERVER_FAILED,
+)
+
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
+# The failure classes the collector writes, and those agents commonly send that it knows by name.
+KNOWN_FAILURE_CLASSES = frozenset(
+    {AGENT_RUN_ERROR, AGENT_REQUEST_FAILED, ENVIRONMENT_SERVER_FAILED, CANCELLED, RETRYABLE_WITH_OPT_IN}
+    | ALWAYS_TERMINAL
+)
+
+
 def score_lines(
-    score: RunScore, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero", out: str = "the output"
+    score: RunScore,
+    sidecar: str,
+    count_as_zero_option: str = "--rollouts-count-as-zero",
+    out: str = "the output",
+    count_as_zero: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Key metrics per group, then the coverage report; numbers come from the score, never recomputed.
 
     ``count_as_zero_option``: that policy's name where it was given (the merge calls it ``--count-as-zero``).
     ``sidecar``, ``out``: where the rows the score misses are, failures and results.
+    ``count_as_zero``: the classes that policy names, a typo among them said at the end.
     """
     lines = []
     coverage = score.coverage
@@ -49,4 +70,11 @@ def score_lines(
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out))
+    seen = set(coverage.failed_by_class)
+    unknown = sorted(count_as_zero - KNOWN_FAILURE_CLASSES - seen)
+    if unknown:
+        lines.append(
+            f"{count_as_zero_option} {', '.join(unknown)}: no such failure class in this run, nor a known one "
+            f"(known: {', '.join(sorted(KNOWN_FAILURE_CLASSES | seen))})"
+        )
     return lines
