@@ -152,7 +152,7 @@ def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytes
         result = run(pytester, agent)
     for words in ("1 judge_invalid", "1 rollout_skipped", "1 timeout_exceeded"):
         result.stdout.fnmatch_lines([f"=*{words}*="])
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == 9, "every rollout failed: no rollout produced a reward, so the run is no success"
     artifacts = Artifacts(pytester.path)
     assert artifacts.rows == []
     failures = {f["_ng_task_index"]: f for f in artifacts.failures}
