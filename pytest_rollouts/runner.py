@@ -189,6 +189,10 @@ def _prepare(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, l
 async def _dispatch(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, prepared: _Prepared) -> PlanResult:
     plan = prepared.plan
     if not plan.rollouts:
+        # Nothing to send (a shard none of the tasks fell to, a resume with nothing left): its
+        # artifacts still exist, as the merge and the next resume expect of every run.
+        for path in (paths.out, paths.failures):
+            path.touch()
         return PlanResult()
     try:
         urls = agents.urls({r.agent for r in plan.rollouts})

@@ -198,3 +198,22 @@ def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAge
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split("\n")[:2] == ["6", "[]"], done.stdout + done.stderr
+
+
+def test_shards_run_from_python_merge_into_the_whole_run(agent: ScriptedAgent, here: Path) -> None:
+    """Each shard a run of its own (as on separate machines); the merge proves their union whole."""
+    from .test_shards import aggregate
+
+    for k in range(3):
+        run(config(agent, out=f"shards/shard-{k}.jsonl", shard=f"{k}/3", repeats=2))
+    shard_keys = [keys(here / "shards" / f"shard-{k}.jsonl") for k in range(3)]
+    assert sorted(sum(shard_keys, [])) == [(t, r) for t in range(6) for r in (0, 1)]
+    # A stable hash of the task index: none of these six tasks falls to shard 0, whose run still
+    # leaves its (empty) artifacts, as the merge needs them to prove the union whole.
+    assert shard_keys[0] == [] and all(shard_keys[1:])
+    merged = aggregate(here, "--input", "shards/shard-*.jsonl", "--out", "merged/r.jsonl", "--require-complete")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    whole = run(config(agent, out="whole/r.jsonl", repeats=2))
+    [merged_group] = orjson.loads((here / "merged" / "r_aggregate_metrics.json").read_bytes())
+    assert merged_group["coverage"] == whole.metrics[0]["coverage"]
+    assert merged_group["key_metrics"]["mean/reward"] == whole.mean_reward
