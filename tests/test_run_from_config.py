@@ -104,17 +104,20 @@ def test_a_bad_config_is_a_value_error_naming_the_field(agent: ScriptedAgent, ch
     assert agent.requests == []
 
 
-def test_an_unhealthy_agent_refuses_the_run_and_puts_earlier_results_back(here: Path) -> None:
+def test_an_unhealthy_agent_refuses_the_run_before_earlier_results_are_touched(here: Path) -> None:
+    """Health checks come before anything is moved aside: a refusal (or a Ctrl-C while a slow
+    check runs) leaves the earlier run exactly as it was, and says nothing was moved."""
     with ScriptedAgent() as agent:
         run(config(agent))
-    before = (here / "out" / "r.jsonl").read_bytes()
+    before = {p.name: p.read_bytes() for p in (here / "out").iterdir()}
     with ScriptedAgent(health=Reply(status=503, json={"status": "down"})) as sick:
-        with pytest.raises(CollectionRefused, match="health") as refused, warnings.catch_warnings():
-            warnings.simplefilter("ignore", pytest_rollouts.CollectionWarning)
+        with pytest.raises(CollectionRefused, match="failed their health check") as refused, warnings.catch_warnings():
+            warnings.simplefilter("error", pytest_rollouts.CollectionWarning)
             run(config(sick))
         assert sick.requests == []
-    assert "The earlier results are back in place" in str(refused.value)
-    assert (here / "out" / "r.jsonl").read_bytes() == before
+    assert "HTTP 503" in str(refused.value)
+    assert {p.name: p.read_bytes() for p in (here / "out").iterdir()} == before
+    assert not list(here.glob("out/*.prev-*"))
 
 
 def test_earlier_results_moved_aside_are_a_warning(agent: ScriptedAgent, here: Path) -> None:

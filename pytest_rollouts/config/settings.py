@@ -33,6 +33,13 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
     return out
 
 
+def _given_pairs(value: Any, what: str) -> list[tuple[str, Any]]:
+    """A keyed option's ``(key, value)`` items, from a mapping or from ``KEY=VALUE`` items."""
+    if isinstance(value, Mapping):
+        return [(str(key).strip(), item) for key, item in value.items()]
+    return _pairs(value, what)
+
+
 # Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
 # them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
 # nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
@@ -160,25 +167,30 @@ class Settings(BaseModel):
     @field_validator("agent_map", mode="before")
     @classmethod
     def _parse_agent_map(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
+        """``KEY=AGENT`` items (the option), or a mapping (the Python API): the same checks for both."""
+        pairs = _given_pairs(value, "--rollouts-agent-map")
         mapping: dict[str, str] = {}
-        for key, target in _pairs(value, "--rollouts-agent-map"):
-            if not target:
+        for key, target in pairs:
+            if not isinstance(target, str):
+                raise ValueError(f"{key} must map to an agent name, got {target!r}")
+            if not target.strip():
                 raise ValueError(f"{key}= maps to no agent")
-            if mapping.setdefault(key, target) != target:
+            if mapping.setdefault(key, target.strip()) != target.strip():
                 raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
         return mapping
 
     @field_validator("fan_out", mode="before")
     @classmethod
     def _parse_fan_out(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
+        """``KEY=A,B`` items (the option), or a mapping of keys to lists of agents (the Python API,
+        where a string is read as the option reads it): the same checks for both."""
         fan: dict[str, tuple[str, ...]] = {}
-        for key, listed in _pairs(value, "--rollouts-fan-out"):
-            agents = tuple(a.strip() for a in listed.split(","))
-            if not listed.strip():
+        for key, listed in _given_pairs(value, "--rollouts-fan-out"):
+            names = listed.split(",") if isinstance(listed, str) else list(listed)
+            if not all(isinstance(name, str) for name in names):
+                raise ValueError(f"fan-out of {key} must list agent names, got {listed!r}")
+            agents = tuple(name.strip() for name in names)
+            if not agents or agents == ("",):
                 raise ValueError(f"fan-out of {key} lists no agents")
             if "" in agents:
                 raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
@@ -291,6 +303,17 @@ class Settings(BaseModel):
     def named_agent_urls(self) -> dict[str, str]:
         return {a.name: a.url for a in self.agent if a.name is not None}
 
+    @property
+    def fallback_agent(self) -> str | None:
+        """The agent of rows that name none where no suite and no unnamed agent decides: none in a
+        pytest session, which says so (the Python API's one agent, see ``CollectionConfig``)."""
+        return None
+
+    @property
+    def agent_hint(self) -> str:
+        """How a run is given a default agent, in its front door's words."""
+        return "--rollouts-agent URL"
+
 
 class SettingsError(ValueError):
     """Values no run can use; the message names where each was given."""
@@ -349,16 +372,28 @@ def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         where = source.get(field, field) or "options"
-        # A header value is a secret: say what is wrong, never what was given; nor a URL's
-        # password, in whichever option a URL was given (``judge=http://u:pw@host`` included).
-        value = error.get("input")
-        if isinstance(value, list | tuple):
-            value = [without_password(v) if isinstance(v, str) else v for v in value]
-        elif isinstance(value, str):
-            value = without_password(value)
-        given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
+        # A missing field's "input" is every other value given: nothing of it says what is missing.
+        shown = field not in ("agent_header", "") and error["type"] != "missing"
+        given = f" (got {shown_value(error.get('input'))!r})" if shown else ""
         lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)
+
+
+def shown_value(value: Any) -> Any:
+    """A value given, fit for a message: a header's value is a secret and never shown, nor a URL's
+    password, wherever either sits (``judge=http://u:pw@host``, inside a mapping or a list)."""
+    if isinstance(value, str):
+        return without_password(value)
+    if isinstance(value, Mapping):
+        return {k: "(not shown)" if k == "agent_header" else shown_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown_value(v) for v in value]
+    return value
+
+
+# How the Python API names each setting in messages: its own field names (``agents`` for the
+# agents), not the plugin's ``--rollouts-*`` options.
+API_NAMES = {name: name for name in OPTION} | {"agent": "agents", "input": "input"}
 
 
 class CollectionConfig(Settings):
@@ -368,16 +403,13 @@ class CollectionConfig(Settings):
     # The dataset files, in the order their tasks are numbered.
     input: tuple[Path, ...] = Field(min_length=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _one_agent_is_the_default(cls, data: Any) -> Any:
-        """With one agent in ``agents``, rows that name none go to it (``agent_map={"_default": it}``),
-        as an unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
-        if isinstance(data, Mapping) and isinstance(data.get("agents"), Mapping) and len(data["agents"]) == 1:
-            agent_map = data.get("agent_map")
-            if agent_map is None or (isinstance(agent_map, Mapping) and DEFAULT_KEY not in agent_map):
-                data = {**data, "agent_map": {DEFAULT_KEY: next(iter(data["agents"])), **(agent_map or {})}}
-        return data
+    def __init__(self, **given: Any) -> None:
+        """Messages name the fields as the Python API spells them, and never echo a secret
+        (pydantic's own message repeats every value given, passwords and header values included)."""
+        try:
+            self.__pydantic_validator__.validate_python(given, self_instance=self, context={"sources": API_NAMES})
+        except ValidationError as exc:
+            raise ValueError(describe_errors(exc, API_NAMES)) from None
 
     @field_validator("input", mode="before")
     @classmethod
@@ -397,3 +429,19 @@ class CollectionConfig(Settings):
         if self.out is None:
             raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
         return self
+
+    @property
+    def agents(self) -> dict[str, str]:
+        """The named agents and their URLs, as given to ``agents``."""
+        return self.named_agent_urls
+
+    @property
+    def fallback_agent(self) -> str | None:
+        """With exactly one agent, rows that name none (and no suite default) go to it, as an
+        unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
+        named = self.named_agent_urls
+        return next(iter(named)) if len(self.agent) == 1 and len(named) == 1 else None
+
+    @property
+    def agent_hint(self) -> str:
+        return "agents={NAME: URL} with one agent, agent_map={'_default': NAME}"

@@ -18,9 +18,9 @@ from pytest_rollouts.config.routing import Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 
-CREATE_PARAMS = "responses_create_params"
 _ABSENT = object()
 
 

@@ -40,7 +40,7 @@ class Gate:
     @classmethod
     def of(cls, settings: Settings) -> Gate:
         """A run's gate, as its settings ask it."""
-        return cls(settings.require_complete, settings.fail_under, str(settings.out))
+        return cls(settings.require_complete, settings.fail_under, str(settings.out), settings.source_of("fail_under"))
 
     def check(self, coverage: Coverage, mean_reward: float | None) -> GateFailure | None:
         """``require_complete`` first: a partial run's score is not worth comparing to a threshold."""
