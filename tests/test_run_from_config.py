@@ -220,3 +220,16 @@ def test_shards_run_from_python_merge_into_the_whole_run(agent: ScriptedAgent, h
     [merged_group] = orjson.loads((here / "merged" / "r_aggregate_metrics.json").read_bytes())
     assert merged_group["coverage"] == whole.metrics[0]["coverage"]
     assert merged_group["key_metrics"]["mean/reward"] == whole.mean_reward
+
+
+def test_a_suite_directory_runs_the_datasets_its_rollouts_toml_declares(agent: ScriptedAgent, here: Path) -> None:
+    """As ``pytest DIR`` collects a suite: its declared datasets, routed by its declaration."""
+    suite = here / "suite"
+    write_rows(suite / "tasks.jsonl", tasks(2))
+    write_rows(suite / "notes.jsonl", [{"not": "a dataset"}])
+    (suite / "rollouts.toml").write_text(f'datasets = ["tasks.jsonl"]\nagent = "policy"\n[agents.policy]\nurl = "{agent.url}"\n')
+    result = run(CollectionConfig(input="suite", out="out/r.jsonl"))
+    assert result.score.coverage.completed == 2
+    assert orjson.loads((here / "out" / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "suite/tasks.jsonl"
+    with pytest.raises(CollectionRefused, match="no dataset under it is declared"):
+        run(CollectionConfig(input="out", out="out2/r.jsonl", agents={"x": agent.url}))
