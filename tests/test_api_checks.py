@@ -119,20 +119,6 @@ def test_messages_name_the_apis_fields_not_the_plugins_options(here: Path) -> No
             run({"input": "data.jsonl", "out": "o/r.jsonl", "agents": {"p": agent.url}, "resume": True})
 
 
-def test_an_agent_classified_failure_keeps_no_reward(here: Path) -> None:
-    """contracts.md: a failure row has no ``reward`` (a failure is not a score of zero)."""
-
-    def classified(row: dict[str, Any], seen: int) -> Reply:
-        if row["_ng_task_index"] == 1:
-            return Reply(json={"_ng_failure_class": "timeout_exceeded", "reward": 0.0})
-        return verifier(row, seen)
-
-    with ScriptedAgent(classified) as agent:
-        run({"input": "data.jsonl", "out": "o/r.jsonl", "agents": {"p": agent.url}})
-    [failure] = read_rows(here / "o" / "r_failures.jsonl")
-    assert failure["_ng_failure_class"] == "timeout_exceeded" and "reward" not in failure
-
-
 def test_run_inside_a_running_loop_says_to_await_run_from_config() -> None:
     async def inside() -> None:
         with pytest.raises(RuntimeError, match="await run_from_config"):

@@ -141,12 +141,11 @@ def agent_failure_row(
     """A reply the agent itself classified: stored as returned, with our stamps and defaults.
 
     Defaults, not overrides: an environment server's failure, made a row by ``episodes.py``, brings
-    its own type, message and body (an agent's reply cannot: those keys are refused on it). Its
-    ``reward`` is not kept: a failure is not a score (contracts.md), and one the user counts as
-    zero enters the metrics as 0.0 whatever the agent sent.
+    its own type, message and body (an agent's reply cannot: those keys are refused on it). A
+    ``reward`` it sent is kept: counted (``--rollouts-count-as-zero``), the failure enters the
+    metrics at that reward, NeMo Gym's rule; only one without a reward is a zero.
     """
     row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
-    row.pop("reward", None)
     row.setdefault(FAILURE_TYPE, "AgentReported")
     row.setdefault(FAILURE_MESSAGE, str(reply.get("failure_reason") or ""))
     row.setdefault(FAILURE_HTTP_STATUS, http_status)
