@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.config.agents import Agents, AgentsError
-from pytest_rollouts.config.settings import CollectionConfig
+from pytest_rollouts.config.collection import CollectionConfig
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.plan.build import PlanError, build_plan

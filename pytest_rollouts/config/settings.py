@@ -3,7 +3,7 @@
 Every value goes through one pydantic model, so a bad value anywhere (flag, variable or ini)
 becomes one readable usage error that names where it came from. The model's fields are the
 option table's (``options.py``): their defaults and descriptions come from there, their types
-and bounds are here. The Python API takes the same model as ``CollectionConfig``.
+and bounds are here. The Python API takes the same model, plus its datasets, as ``CollectionConfig`` (``collection.py``).
 """
 
 from __future__ import annotations
@@ -389,59 +389,3 @@ def shown_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [shown_value(v) for v in value]
     return value
-
-
-# How the Python API names each setting in messages: its own field names (``agents`` for the
-# agents), not the plugin's ``--rollouts-*`` options.
-API_NAMES = {name: name for name in OPTION} | {"agent": "agents", "input": "input"}
-
-
-class CollectionConfig(Settings):
-    """A whole run for the Python API (``run_from_config``): the plugin's settings, with the same
-    names, defaults and checks, and the datasets, which a pytest session takes as its arguments."""
-
-    # The dataset files, in the order their tasks are numbered.
-    input: tuple[Path, ...] = Field(min_length=1)
-
-    def __init__(self, **given: Any) -> None:
-        """Messages name the fields as the Python API spells them, and never echo a secret
-        (pydantic's own message repeats every value given, passwords and header values included)."""
-        try:
-            self.__pydantic_validator__.validate_python(given, self_instance=self, context={"sources": API_NAMES})
-        except ValidationError as exc:
-            raise ValueError(describe_errors(exc, API_NAMES)) from None
-
-    @field_validator("input", mode="before")
-    @classmethod
-    def _one_or_more(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str | Path) else value
-
-    @field_validator("input")
-    @classmethod
-    def _each_once(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
-        doubled = sorted({str(p) for p in paths if paths.count(p) > 1})
-        if doubled:
-            raise ValueError(f"{', '.join(doubled)} is given more than once")
-        return paths
-
-    @model_validator(mode="after")
-    def _has_out(self) -> CollectionConfig:
-        if self.out is None:
-            raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
-        return self
-
-    @property
-    def agents(self) -> dict[str, str]:
-        """The named agents and their URLs, as given to ``agents``."""
-        return self.named_agent_urls
-
-    @property
-    def fallback_agent(self) -> str | None:
-        """With exactly one agent, rows that name none (and no suite default) go to it, as an
-        unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
-        named = self.named_agent_urls
-        return next(iter(named)) if len(self.agent) == 1 and len(named) == 1 else None
-
-    @property
-    def agent_hint(self) -> str:
-        return "agents={NAME: URL} with one agent, agent_map={'_default': NAME}"
