@@ -48,6 +48,15 @@ class Progress:
         return False
 
 
+def own_line(terminal: Any, line: str) -> None:
+    """``line`` on a line of its own, at once, whatever pytest left open before it."""
+    terminal.ensure_newline()
+    if terminal.config.get_terminal_writer().width_of_current_line:
+        # Letters with no file name before them (xdist's), which write_line would not end.
+        terminal.write("\n")
+    terminal.write_line(line)
+
+
 def line_start(terminal: Any) -> str:
     """What pytest wrote at the start of the current line: the dataset's path and a space."""
     if terminal.currentfspath is None:

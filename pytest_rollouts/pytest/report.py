@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
-from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, progress_line
+from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, own_line, progress_line
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
 from pytest_rollouts.rows.records import dominant_class
@@ -303,20 +303,13 @@ class RolloutReporter:
             terminal.write(("\n" if named else "") + line + "\n", flush=True)
             self.progress_after = terminal.currentfspath
             return
-        self._own_line(terminal, line)
-
-    def _own_line(self, terminal: Any, line: str) -> None:
-        terminal.ensure_newline()
-        if self.config.get_terminal_writer().width_of_current_line:
-            # Letters with no file name before them (xdist's), which write_line would not end.
-            terminal.write("\n")
-        terminal.write_line(line)
+        own_line(terminal, line)
 
     def _say(self, line: str) -> None:
         """A line of its own, at once."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            self._own_line(terminal, line)
+            own_line(terminal, line)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
