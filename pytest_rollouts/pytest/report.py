@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
-from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, own_line, progress_line
+from pytest_rollouts.pytest.progress import Progress, live_redraw, own_line
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
 from pytest_rollouts.rows.records import dominant_class
@@ -284,16 +284,14 @@ class RolloutReporter:
         if terminal is None:
             return
         run = self.config.stash.get(RUN_KEY, None)
-        line = (
-            ""
-            if final
-            else progress_line(self.tally, self.progress.total, run and run.in_flight(), run and run.finished())
-        )
+        line = "" if final else self.progress.line(self.tally, run and run.in_flight(), run and run.finished())
+        if line is None:
+            return
         if self.live:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
             # for pytest's [100%]; the summary section then has the final numbers.
-            sys.stdout.write(f"\r{line_start(terminal)}{line}{CLEAR_TO_END}")
+            sys.stdout.write(live_redraw(terminal, line))
             sys.stdout.flush()
             return
         if self.quiet:
