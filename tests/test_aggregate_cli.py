@@ -224,6 +224,8 @@ def test_shards_without_a_manifest_cannot_prove_the_run_complete(gym_shards: Pat
         assert result.returncode == 6, result.stderr
         assert "that no shard is missing cannot be proven" in result.stdout
         assert "Pass --trust-shards to take these inputs as the whole run." in result.stderr
-    trusted = aggregate(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--require-complete", "--trust-shards")
+    trusted = aggregate(
+        gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--require-complete", "--trust-shards"
+    )
     assert trusted.returncode == 0, trusted.stderr
     assert "that no shard is missing cannot be proven" in trusted.stdout

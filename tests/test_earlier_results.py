@@ -37,7 +37,9 @@ def test_moving_aside_is_a_line_not_a_warning_and_counts_the_earlier_sets(
 def test_overwrite_deletes_the_earlier_results_instead(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
-    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-limit=1", "--rollouts-overwrite")
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-limit=1", "--rollouts-overwrite"
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["rollouts: earlier results at out/r.jsonl were deleted (--rollouts-overwrite)"])
     assert not list((pytester.path / "out").glob("r.prev-*"))

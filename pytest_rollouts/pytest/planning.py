@@ -145,7 +145,9 @@ def tell_start(config: pytest.Config, start: RunStart, out: Path) -> None:
     if terminal is None:
         return
     invoked = config.invocation_params.dir
-    for notice in start_notices(
-        start, out, resume="--rollouts-resume", overwrite="--rollouts-overwrite", shown=lambda p: os.path.relpath(p, invoked)
-    ):
+
+    def shown(path: Path) -> str:
+        return os.path.relpath(path, invoked)
+
+    for notice in start_notices(start, out, resume="--rollouts-resume", overwrite="--rollouts-overwrite", shown=shown):
         own_line(terminal, "rollouts: " + notice)
