@@ -46,6 +46,7 @@ from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
 
 RESUME = "resume=True"
+OVERWRITE = "overwrite=True"
 
 
 class CollectionWarning(UserWarning):
@@ -182,14 +183,14 @@ def _prepare(
     run_id = uuid.uuid4().hex
     try:
         killed = lock.acquire(run_id)
-        start = paths.start_run(run_id, resume=numbering.resuming)
+        start = paths.start_run(run_id, resume=numbering.resuming, overwrite=settings.overwrite)
     except OutputBusy as exc:
         raise CollectionRefused(str(exc)) from None
     except OSError as exc:  # a read-only or missing place: nothing was sent
         raise CollectionRefused(f"cannot write the artifacts next to {paths.out}: {exc}") from None
     if killed is not None:
         _tell([f"{paths.out}: took it over from a run that was killed ({killed})"])
-    _tell(start_notices(start, RESUME))
+    _tell(start_notices(start, paths.out, resume=RESUME, overwrite=OVERWRITE))
     resuming, shown = numbering.resuming, os.path.relpath(paths.materialized, root)
     try:
         plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown)

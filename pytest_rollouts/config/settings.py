@@ -88,6 +88,7 @@ class Settings(BaseModel):
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
     resume: bool = option_field("resume")
+    overwrite: bool = option_field("overwrite")
     resume_recorded: bool = option_field("resume_recorded")
     max_attempts: int = option_field("max_attempts", ge=1, le=MAX_ATTEMPTS)
     retry_terminal_timeouts: bool = option_field("retry_terminal_timeouts")
@@ -230,6 +231,11 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
                 f"({self.source_of('fan_out')}); give one of them"
+            )
+        if self.resume and self.overwrite:
+            raise ValueError(
+                f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "
+                "deletes them; give one of them"
             )
         if self.no_aggregate and self.fail_under is not None:
             # Without metrics there is no mean reward, so the gate could only ever fail (exit 7).
