@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_rollouts.api import preprocess_examples, run_examples
-    from pytest_rollouts.config.settings import CollectionConfig
+    from pytest_rollouts.config.collection import CollectionConfig
     from pytest_rollouts.dispatch.inprocess import HealthCheckFailed
     from pytest_rollouts.runner import CollectionRefused, CollectionWarning, RunResult, run, run_from_config
 
@@ -21,7 +21,7 @@ _HOMES = {
     "preprocess_examples": "pytest_rollouts.api",
     "run_examples": "pytest_rollouts.api",
     "HealthCheckFailed": "pytest_rollouts.dispatch.inprocess",
-    "CollectionConfig": "pytest_rollouts.config.settings",
+    "CollectionConfig": "pytest_rollouts.config.collection",
     "run_from_config": "pytest_rollouts.runner",
     "run": "pytest_rollouts.runner",
     "RunResult": "pytest_rollouts.runner",

@@ -20,6 +20,7 @@ from pytest_rollouts.config.settings import Settings, describe_errors
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.materialize import materialize_row
+from pytest_rollouts.rows.schema import CREATE_PARAMS
 
 if TYPE_CHECKING:
     from pytest_rollouts.dispatch.examples import ExampleRun
@@ -48,9 +49,15 @@ def preprocess_examples(
     settings = _settings(agent_map, fan_out, num_repeats)
     routing = Routing(None, None, WHERE, agent_map=settings.agent_map, fan_out=settings.fan_out)
     stamped: list[dict[str, Any]] = []
-    for task_index, example in enumerate(examples):
+    for task_index, example in enumerate(_rows(examples, WHERE)):
+        if not isinstance(example, Mapping):
+            raise ValueError(f"{WHERE}: row {task_index} is a {type(example).__name__}, not a JSON object (a mapping)")
         row = dict(example)
         episode = taskset_of(row) is not None
+        params = row.get(CREATE_PARAMS)
+        if params is not None and not isinstance(params, Mapping) and not episode:
+            # As a dataset row is refused: adding the seed would replace the value without a word.
+            raise ValueError(f"{WHERE}: row {task_index}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}")
         try:
             agents = _agents(routing, row)
         except RoutingError as exc:
@@ -73,15 +80,25 @@ def preprocess_examples(
     return stamped
 
 
-def _settings(
-    agent_map: Mapping[str, str] | None, fan_out: Mapping[str, Sequence[str]] | None, num_repeats: Any
-) -> Settings:
+def _settings(agent_map: Any, fan_out: Any, num_repeats: Any) -> Settings:
+    for name, value in (("agent_map", agent_map), ("fan_out", fan_out)):
+        if value is not None and not isinstance(value, Mapping):
+            raise ValueError(f"{WHERE}: {name} must be a mapping, e.g. {{'_default': 'policy'}}, not {type(value).__name__}")
+    if isinstance(num_repeats, bool):  # a bool is an int to Python, never a count here
+        raise ValueError(f"{WHERE}: num_repeats must be a count, or counts by agent name, not {num_repeats!r}")
     given = {
         "agent_map": dict(agent_map or {}),
-        "fan_out": {key: list(agents) for key, agents in (fan_out or {}).items()},
+        "fan_out": dict(fan_out or {}),
         "repeats": dict(num_repeats) if isinstance(num_repeats, Mapping) else num_repeats,
     }
     return _validated(given, {"repeats": "num_repeats"})
+
+
+def _rows(rows: Any, where: str) -> Iterable[Any]:
+    """``rows`` if it is a collection of rows; one row, a string or None given by mistake is named."""
+    if rows is None or isinstance(rows, str | bytes | Mapping) or not isinstance(rows, Iterable):
+        raise ValueError(f"{where}: rows must be a list (or another iterable) of rows, not {type(rows).__name__}")
+    return rows
 
 
 def _validated(given: dict[str, Any], renamed: Mapping[str, str]) -> Settings:
@@ -127,6 +144,7 @@ def run_examples(
     from any other iterable are checked as they are read). Entering the block raises
     ``HealthCheckFailed`` when an agent fails its health check (then nothing was sent).
     """
+    _rows(rows, RUN)
     if not isinstance(agents, Mapping) or not agents:
         raise ValueError(f"{RUN}: agents must map agent names to URLs, e.g. {{'policy': 'http://127.0.0.1:8000'}}")
     # As --rollouts-agent NAME=URL reads a name: one of these would be read as part of the URL.
@@ -148,6 +166,9 @@ def run_examples(
         "health_workers": health_workers,
     }
     settings = _validated(given, {"agent": "agents"})
+    unknown = sorted({h.agent for h in settings.agent_header if h.agent is not None} - set(settings.named_agent_urls))
+    if unknown:  # a typo would send those agents' requests without the header
+        raise ValueError(f"{RUN}: agent_header names agents not in agents: {', '.join(unknown)}")
     # The HTTP client is loaded with the first run: preprocessing alone does not pay for it.
     from pytest_rollouts.dispatch.examples import ExampleRun
 

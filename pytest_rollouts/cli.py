@@ -1,5 +1,9 @@
 """``pytest-rollouts aggregate``: merge shards into one run and score it as a single run would.
 
+One unsharded run merges as itself, to be rescored. An earlier output is moved aside as a run
+moves its earlier results (``--overwrite`` deletes it). Shards without a manifest (NeMo Gym's)
+cannot be proven complete: ``--require-complete`` then fails unless ``--trust-shards``.
+
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
 rules, or another session is writing its output or an input), 6 incomplete, 7 below
@@ -14,6 +18,7 @@ import os
 import re
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -25,8 +30,9 @@ from pytest_rollouts.scoring.aggregate import score_run
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.pacing import paced
-from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
+from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.scoring.merge import MergeError, check, find_inputs, load_shards, write_merged
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.summary import score_lines
@@ -36,6 +42,14 @@ from pytest_rollouts.config.settings import Settings, SettingsError, combine_lay
 from pytest_rollouts.config.values import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8
+UNPROVEN = (
+    "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "
+    "run, and that no shard is missing cannot be proven"
+)
+UNPROVEN_REFUSED = (
+    "EVAL FAILED: --require-complete cannot be met: without run manifests, a missing shard would go unseen. "
+    "Pass --trust-shards to take these inputs as the whole run."
+)
 EXIT_USAGE = 4
 EXIT_UNWRITABLE = 1  # an artifact could not be written (disk full): nothing partial is left
 HEADERS_ENV = str(OPTION["agent_header"].env)
@@ -53,17 +67,39 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    return aggregate(build_parser().parse_args(argv))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``aggregate`` and its options, each with its help."""
     parser = _Parser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    merge = commands.add_parser("aggregate", help="merge shard outputs and score them as one run")
+    merge = commands.add_parser("aggregate", help="merge shard outputs (or rescore one run) and score them as one run")
     merge.add_argument(
         "--input",
         action="append",
         required=True,
         metavar="GLOB[,GLOB...]",
-        help="shard <stem>.jsonl files (repeatable; each value adds its globs)",
+        help="shard <stem>.jsonl files, or one whole run's to rescore it (repeatable; each value adds its globs)",
     )
-    merge.add_argument("--out", required=True, help="the merged <stem>.jsonl")
+    merge.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="the merged output, a <stem>.jsonl file; an earlier one is moved into a <stem>.prev-<time> "
+        "folder beside it, as a run moves its earlier results",
+    )
+    merge.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete an earlier merged output instead of moving it aside, as --rollouts-overwrite in a run",
+    )
+    merge.add_argument(
+        "--trust-shards",
+        action="store_true",
+        help="take inputs without a run manifest (NeMo Gym's) as the whole run, so --require-complete can pass; "
+        "nothing then proves that no shard is missing",
+    )
     # The scoring options mean here what they mean in a run: their metavars and help are the run's.
     merge.add_argument(
         "--count-as-zero",
@@ -102,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(default {OPTION['timeout'].shown_default}), "
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
-    args = parser.parse_args(argv)
-    return aggregate(args)
+    return parser
 
 
 def aggregate(args: argparse.Namespace) -> int:
@@ -129,7 +164,11 @@ def aggregate(args: argparse.Namespace) -> int:
             lock.acquire(uuid.uuid4().hex)
         except OSError as exc:
             raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
-        write_merged(shards, manifest, out)
+        start = out.start_run(uuid.uuid4().hex, resume=False, overwrite=args.overwrite)
+        try:
+            write_merged(shards, manifest, out)
+        except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
+            raise ArtifactError(f"{exc}{put_back(out, start, resuming=False)}") from None
         policy = ScoringPolicy(
             frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip()),
             args.count_missing_as_zero,
@@ -157,7 +196,11 @@ def aggregate(args: argparse.Namespace) -> int:
         return EXIT_UNWRITABLE
     finally:
         lock.release()
-    print(f"merged {len(shards)} inputs into {out.out}")
+    print(f"merged {len(shards)} input{'' if len(shards) == 1 else 's'} into {out.out}")
+    for notice in start_notices(start, out.out, resume=None, overwrite="--overwrite"):
+        print(notice)
+    if manifest is None:
+        print(UNPROVEN)
     for line in score_lines(score, str(out.failures), "--count-as-zero"):
         print(line)
     if score.metrics_error:  # as any artifact the merge cannot write: 1, whatever the gate
@@ -166,6 +209,9 @@ def aggregate(args: argparse.Namespace) -> int:
     print(f"metrics: {score.metrics_path}")
     gate = Gate(args.require_complete, args.fail_under, out=str(out.out), fail_under_option="--fail-under")
     verdict = judge_run(score, RunEnd(), gate)
+    if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
+        # As the gate puts completeness before the threshold.
+        verdict = replace(verdict, exit_code=EXIT_INCOMPLETE, problems=(UNPROVEN_REFUSED,))
     for problem in verdict.problems:
         print(problem, file=sys.stderr)
     return verdict.exit_code

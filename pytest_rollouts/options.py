@@ -196,6 +196,14 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
     ),
     Option(
+        "overwrite",
+        "Delete the earlier results at --rollouts-out instead of moving them into a <stem>.prev-<time> "
+        "folder beside it.",
+        flag=True,
+        details="Refused with `--rollouts-resume` (exit 4), which continues them. They are deleted when the run "
+        "starts, so a run refused after that (an unhealthy agent) cannot put them back.",
+    ),
+    Option(
         "resume_recorded",
         "On resume, go on with the recorded materialized set even though the dataset or options changed.",
         flag=True,

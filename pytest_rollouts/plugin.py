@@ -44,6 +44,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(option.ini, option.described, type=option.ini_type, default=None)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(parser: pytest.Parser, args: list[str]) -> Generator[None, None, None]:
+    """A mistyped ``--rollouts-*`` option names the one meant (exit 4), where pytest would only say
+    ``unrecognized arguments``. After the initial conftests, which may add options of their own."""
+    yield
+    if any(arg.startswith(PREFIX) for arg in args):  # spares every other session the parse
+        _refuse_unknown(parser, args)
+
+
+PREFIX = "--rollouts-"
+
+
+def _refuse_unknown(parser: pytest.Parser, args: list[str]) -> None:
+    """The nearest option to each unknown one; one with none near is left to pytest's own error."""
+    import difflib
+
+    _, unrecognized = parser.parse_known_and_unknown_args(args)
+    names = [option.cli.removeprefix(PREFIX) for option in OPTIONS]
+    for arg in unrecognized:
+        given = arg.split("=", 1)[0]
+        if given.startswith(PREFIX):
+            meant = difflib.get_close_matches(given.removeprefix(PREFIX), names, n=1)
+            if meant:
+                raise pytest.UsageError(f"unknown option {given}: did you mean {PREFIX}{meant[0]}?")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the reporter; validate settings up front (exit 4) when the user configured any."""
     from pytest_rollouts.pytest.report import RolloutReporter

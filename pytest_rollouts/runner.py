@@ -20,20 +20,19 @@ import time
 import uuid
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from pytest_rollouts.config.agents import Agents, AgentsError
-from pytest_rollouts.config.settings import CollectionConfig, describe_errors
-from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, PlanResult, dispatch_plan
+from pytest_rollouts.config.collection import CollectionConfig
+from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.plan.build import PlanError, build_plan
-from pytest_rollouts.plan.datasets import DatasetError, read_datasets
+from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
-from pytest_rollouts.plan.numbering import number_run
+from pytest_rollouts.plan.numbering import Numbering, number_run
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
@@ -41,12 +40,13 @@ from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import latency_summary
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
 
 RESUME = "resume=True"
+OVERWRITE = "overwrite=True"
 
 
 class CollectionWarning(UserWarning):
@@ -120,9 +120,16 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     agents = Agents(settings, root)
     lock = RunLock(paths.lock, paths.out, option="out")
     try:
-        prepared = _prepare(settings, agents, paths, lock, root)
+        tasks, numbering, end = _read(settings, agents, root)
+        if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
+            await _check_health(settings, _urls(agents, {task.agent for task in tasks}))
+        prepared = _prepare(settings, paths, lock, root, tasks, numbering)
+        agents_used = {r.agent for r in prepared.plan.rollouts}
+        urls = _urls(agents, agents_used, paths, prepared)
+        if numbering.resuming and agents_used:
+            await _check_health(settings, urls)
         started = time.perf_counter()
-        dispatched = await _dispatch(settings, agents, paths, prepared)
+        dispatched = await _dispatch(settings, urls, paths, prepared.plan)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
             score = await asyncio.to_thread(
@@ -135,7 +142,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             )
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
-        end = RunEnd(status=OK, dispatch_failure=dispatched.stopped)
+        end = replace(end, dispatch_failure=dispatched.stopped)
         return RunResult(score, judge_run(score, end, Gate.of(settings)), paths, settings.count_as_zero)
     finally:
         agents.close()
@@ -145,28 +152,28 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
 def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
     """``run_from_config`` on an event loop of its own, for scripts; ``KeyboardInterrupt`` stops it
     the same way (what was written is kept, a resume goes on)."""
-    return asyncio.run(run_from_config(config))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_from_config(config))
+    raise RuntimeError("run() starts an event loop of its own; in async code, await run_from_config(config)")
 
 
 def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
     """``config`` checked as the plugin checks its options; ``ValueError`` says what is wrong."""
     if isinstance(config, CollectionConfig):
         return config
-    try:
-        return CollectionConfig.model_validate(dict(config))
-    except ValidationError as exc:
-        raise ValueError(describe_errors(exc, {})) from None
+    if not isinstance(config, Mapping):
+        raise ValueError(f"a run's config is a CollectionConfig or a mapping of its fields, not {type(config).__name__}")
+    return CollectionConfig(**{str(key): value for key, value in config.items()})
 
 
-def _prepare(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, lock: RunLock, root: Path) -> _Prepared:
-    """Everything before the first request: read and number the tasks, take the output, move
-    earlier results aside (or repair them, resuming), and write or read the plan."""
-
-    def shown(path: Path) -> str:
-        return os.path.relpath(path, root)
-
+def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd]:
+    """Read, route and number every task (this shard's only), before any file is touched; and what
+    the run's end will say of a run with nothing to send (pytest's "no tests collected")."""
     try:
         read = read_datasets(settings.input, settings, agents, root)
+        shown = partial(os.path.relpath, start=root)
         numbering = number_run(read.files, settings, agents, asked_resume=settings.resume, shown=shown)
     except (AgentsError, DatasetError, PlanError) as exc:
         raise CollectionRefused(str(exc)) from None
@@ -177,20 +184,28 @@ def _prepare(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, l
         if settings.shard is None or in_shard(task.task_index, settings.shard):
             task.slot = len(tasks)
             tasks.append(task)
+    end = RunEnd(status=OK if tasks else NO_TESTS_COLLECTED, no_task_here=bool(read.tasks) and not tasks)
+    return tasks, numbering, end
+
+
+def _prepare(
+    settings: CollectionConfig, paths: ArtifactPaths, lock: RunLock, root: Path, tasks: list[Task], numbering: Numbering
+) -> _Prepared:
+    """Take the output, move earlier results aside (or repair them, resuming), write or read the plan."""
     run_id = uuid.uuid4().hex
     try:
         killed = lock.acquire(run_id)
-        start = paths.start_run(run_id, resume=numbering.resuming)
+        start = paths.start_run(run_id, resume=numbering.resuming, overwrite=settings.overwrite)
     except OutputBusy as exc:
         raise CollectionRefused(str(exc)) from None
     except OSError as exc:  # a read-only or missing place: nothing was sent
         raise CollectionRefused(f"cannot write the artifacts next to {paths.out}: {exc}") from None
     if killed is not None:
         _tell([f"{paths.out}: took it over from a run that was killed ({killed})"])
-    _tell(start_notices(start, RESUME))
-    resuming = numbering.resuming
+    _tell(start_notices(start, paths.out, resume=RESUME, overwrite=OVERWRITE))
+    resuming, shown = numbering.resuming, os.path.relpath(paths.materialized, root)
     try:
-        plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown(paths.materialized))
+        plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown)
     except PlanError as exc:
         raise CollectionRefused(str(exc)) from None
     except ArtifactError as exc:  # a full disk before anything was sent
@@ -198,14 +213,38 @@ def _prepare(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, l
     return _Prepared(plan, start, resuming)
 
 
-async def _dispatch(settings: CollectionConfig, agents: Agents, paths: ArtifactPaths, prepared: _Prepared) -> PlanResult:
-    plan = prepared.plan
-    if not plan.rollouts:
-        return PlanResult()
+def _urls(
+    agents: Agents, names: set[str], paths: ArtifactPaths | None = None, prepared: _Prepared | None = None
+) -> dict[str, str]:
+    """The addresses of ``names``, starting embedded agents; a refusal after the files were
+    prepared (``prepared``) puts earlier results back."""
     try:
-        urls = agents.urls({r.agent for r in plan.rollouts})
+        return agents.urls(names)
     except AgentsError as exc:
-        raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
+        undo = "" if prepared is None or paths is None else put_back(paths, prepared.start, resuming=prepared.resuming)
+        raise CollectionRefused(f"{exc}{undo}") from None
+
+
+async def _check_health(settings: CollectionConfig, urls: dict[str, str]) -> None:
+    """The agents' health checks, as the plugin runs them before its first request."""
+    if settings.no_health_check or not urls:
+        return
+    header = PlanHeader.of(settings, urls, parallel=settings.parallel, limit=1)
+    try:
+        async with LocalDispatch(header) as dispatch:
+            await dispatch.check_health()
+    except HealthCheckFailed as exc:
+        raise CollectionRefused(str(exc)) from None
+
+
+async def _dispatch(settings: CollectionConfig, urls: dict[str, str], paths: ArtifactPaths, plan: Plan) -> PlanResult:
+    """Every planned rollout, its row written as it completes; the agents were checked already."""
+    if not plan.rollouts:
+        # Nothing to send (a shard none of the tasks fell to, a resume with nothing left): its
+        # artifacts still exist, as the merge and the next resume expect of every run.
+        for path in (paths.out, paths.failures):
+            path.touch()
+        return PlanResult()
     header = PlanHeader.of(
         settings,
         urls,
@@ -213,10 +252,7 @@ async def _dispatch(settings: CollectionConfig, agents: Agents, paths: ArtifactP
         limit=settings.resident_limit,
         paths=(str(paths.materialized), str(paths.out), str(paths.failures)),
     )
-    try:
-        return await dispatch_plan(header, plan.rollouts)
-    except HealthCheckFailed as exc:
-        raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
+    return await dispatch_plan(replace(header, health=None), plan.rollouts)
 
 
 def _perf_summary(dispatched: PlanResult, seconds: float) -> dict[str, Any] | None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from pytest_rollouts.cli import HEADERS_ENV
+from pytest_rollouts.cli import HEADERS_ENV, build_parser
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
@@ -176,3 +177,55 @@ def test_the_merge_names_its_own_count_as_zero_option(tmp_path: Path) -> None:
     result = aggregate(work, "--input", "rs0.jsonl", "--out", "m/all.jsonl", "--count-as-zero", "agent_run_error")
     assert result.returncode == 0, result.stderr
     assert "Scored as zero by --count-as-zero: 1 of 2 rollouts" in result.stdout
+
+
+def test_a_single_run_that_was_not_sharded_is_rescored(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """It was refused as 'not run with --rollouts-shard'."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").assert_outcomes(passed=3)
+    result = aggregate(pytester.path, "--input", "out/r.jsonl", "--out", "rescored/r.jsonl", "--require-complete")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"merged 1 input into {pytester.path / 'rescored' / 'r.jsonl'}\n")
+    assert "default: mean reward 0.6667" in result.stdout
+    assert "no run manifest" not in result.stdout
+
+
+def test_an_earlier_output_is_moved_aside_or_overwritten(gym_shards: Path) -> None:
+    """The merge wrote over results/all.jsonl; its stale sidecars stayed beside the new output."""
+    earlier = {p.name: p.read_bytes() for p in (gym_shards / "results").iterdir()}
+    result = aggregate(gym_shards, "--input", "rs*.jsonl", "--out", "results/all.jsonl")
+    assert result.returncode == 0, result.stderr
+    [aside] = (gym_shards / "results").glob("all.prev-*")
+    assert {p.name: p.read_bytes() for p in aside.iterdir()} == earlier
+    assert (
+        f"earlier results were moved to {aside}; 1 earlier set is kept beside {gym_shards / 'results' / 'all.jsonl'} "
+        "(--overwrite replaces them)"
+    ) in result.stdout.splitlines()
+    result = aggregate(gym_shards, "--input", "rs*.jsonl", "--out", "results/all.jsonl", "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"earlier results at {gym_shards / 'results' / 'all.jsonl'} were deleted (--overwrite); "
+        "1 earlier set is still kept beside it"
+    ) in result.stdout.splitlines()
+    assert len(list((gym_shards / "results").glob("all.prev-*"))) == 1
+
+
+def test_every_option_has_help() -> None:
+    [commands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    options = commands.choices["aggregate"]._actions
+    assert {"--overwrite", "--trust-shards"} <= {flag for option in options for flag in option.option_strings}
+    assert all(option.help for option in options), [option.option_strings for option in options if not option.help]
+
+
+def test_shards_without_a_manifest_cannot_prove_the_run_complete(gym_shards: Path) -> None:
+    """One NeMo Gym shard alone passed --require-complete."""
+    for inputs in ("rs0.jsonl", "rs*.jsonl"):
+        result = aggregate(gym_shards, "--input", inputs, "--out", "m/all.jsonl", "--require-complete")
+        assert result.returncode == 6, result.stderr
+        assert "that no shard is missing cannot be proven" in result.stdout
+        assert "Pass --trust-shards to take these inputs as the whole run." in result.stderr
+    trusted = aggregate(
+        gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--require-complete", "--trust-shards"
+    )
+    assert trusted.returncode == 0, trusted.stderr
+    assert "that no shard is missing cannot be proven" in trusted.stdout

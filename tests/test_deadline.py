@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.scoring.metrics import latency_summary
-from pytest_rollouts.pytest.report import CLEAR_TO_END, ELAPSED, REWARDS, Tally, progress_line
+from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
+from pytest_rollouts.pytest.report import ELAPSED, REWARDS, Tally
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -166,11 +167,13 @@ def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
     assert result.stdout.lines[start + len(lines)].strip() == "[100%]", "pytest's [100%] follows"
 
 
-def _run_on_a_terminal(cwd: Path, *args: str) -> str:
-    """A rollouts session whose stdout is a pseudo-terminal, as on a user's screen; all it wrote."""
+def _run_on_a_terminal(cwd: Path, *args: str, columns: int = 200) -> str:
+    """A rollouts session whose stdout is a pseudo-terminal ``columns`` wide, as on a user's
+    screen; all it wrote."""
     leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns)}
     proc = subprocess.Popen(
-        pytest_command(*args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=_wide_env()
+        pytest_command(*args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env
     )
     os.close(follower)
     chunks = []
@@ -187,10 +190,6 @@ def _run_on_a_terminal(cwd: Path, *args: str) -> str:
     return b"".join(chunks).decode()
 
 
-def _wide_env() -> dict[str, str]:
-    return {**os.environ, "COLUMNS": "200"}
-
-
 def test_status_line_is_redrawn_in_place_on_a_terminal(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(24))
     with ScriptedAgent(latency=0.5) as agent:  # about 6 s: at least two redraws, 2 s apart
@@ -198,13 +197,28 @@ def test_status_line_is_redrawn_in_place_on_a_terminal(pytester: pytest.Pytester
     redraws = screen.split("\rdata.jsonl rollouts: ")[1:]
     assert len(redraws) >= 2, screen
     assert all(CLEAR_TO_END in r for r in redraws), "each redraw clears what the last one left"
-    assert "p50 " in redraws[-1] and "/h" in redraws[-1]
+    assert "p50 " in redraws[-1] and "/s" in redraws[-1]
     last = redraws[-1].split("\n")[0]
     assert f"\rdata.jsonl {CLEAR_TO_END}" in last and last.rstrip().endswith("[100%]"), (
         "the last redraw leaves the line to pytest's [100%]"
     )
     assert "...." not in screen, "no line of dots: the status line replaces them"
     assert "24 passed" in screen
+
+
+def test_status_line_is_cut_to_the_terminals_width(pytester: pytest.Pytester) -> None:
+    """A longer line wraps, and each redraw left a stale row behind on an 80-column terminal."""
+    write_rows(pytester.path / "data.jsonl", tasks(24))
+
+    def task_5_fails(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=500) if row["_ng_task_index"] == 5 else verifier(row, seen)
+
+    with ScriptedAgent(task_5_fails, latency=0.5) as agent:  # about 6 s: redraws 2 s apart
+        screen = _run_on_a_terminal(pytester.path, agent.url, "--rollouts-parallel=2", columns=60)
+    redraws = [r.split(CLEAR_TO_END)[0] for r in screen.split("\r") if r.startswith("data.jsonl rollouts: ")]
+    assert redraws, screen
+    assert all(len(r) <= 59 for r in redraws), redraws
+    assert any(len(r) == 59 for r in redraws), "what fits is kept"
 
 
 def test_status_line_stays_live_while_a_slow_rollout_runs(pytester: pytest.Pytester) -> None:
@@ -241,3 +255,38 @@ def test_a_margin_without_a_budget_is_pointed_out(pytester: pytest.Pytester, age
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-drain-margin=1")
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines(["*--rollouts-drain-margin has no effect without --rollouts-dispatch-budget*"])
+
+
+@pytest.mark.parametrize(
+    ("per_hour", "shown"),
+    [
+        (17650742.0, "4.9k/s"),
+        (3600 * 12.0, "12/s"),
+        (3600 * 1.5, "1.5/s"),
+        (3600 * 999.7, "1.0k/s"),
+        (3600 * 2.5e6, "2.5M/s"),
+        (1800.0, "1.8k/h"),
+        (360.0, "360/h"),
+        (0.0, "0.0/h"),
+    ],
+)
+def test_rates_are_rounded_to_a_glance(per_hour: float, shown: str) -> None:
+    """The line printed 17650742/h."""
+    assert rate(per_hour) == shown
+
+
+def test_a_log_never_repeats_a_progress_line(pytester: pytest.Pytester) -> None:
+    """The dispatcher finishes every task while pytest waits on a slow first one; pytest's reports
+    then catch up at once, and each tenth of them wrote ``20/20 tasks done`` again."""
+    write_rows(pytester.path / "data.jsonl", tasks(20))
+
+    def slow_task_0(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(json={"reward": 1.0}, delay=3.0) if row["_ng_task_index"] == 0 else verifier(row, seen)
+
+    with ScriptedAgent(slow_task_0) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=20)
+    lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
+    assert lines, result.stdout.str()
+    counts = [line.split(" tasks done")[0] for line in lines]
+    assert len(counts) == len(set(counts)), lines

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rollouts.config.settings import CollectionConfig, Settings
+from pytest_rollouts.config.collection import CollectionConfig
+from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.options import OPTIONS, reference
 
 from .helpers import QUIET

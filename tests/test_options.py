@@ -208,3 +208,30 @@ def test_a_refused_agent_address_is_shown_without_its_password(pytester: pytest.
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*agent address 'http://127.0.0.1:9#frag' has a #fragment*"])
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_mistyped_option_names_the_one_meant(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """pytest said only 'unrecognized arguments'."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    for typo, meant in (("--rollouts-agnt", "--rollouts-agent"), ("--rollouts-repeat", "--rollouts-repeats")):
+        result = pytester.runpytest(*QUIET, "data.jsonl", f"{typo}={agent.url}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: unknown option {typo}: did you mean {meant}?"])
+    assert agent.requests == []
+
+
+def test_a_bad_suite_declaration_is_one_error_in_plain_words(pytester: pytest.Pytester) -> None:
+    """It was shown once for the declaration and once for each dataset, in pydantic's words
+    ('agnet: Extra inputs are not permitted')."""
+    for name in ("a", "b"):
+        write_rows(pytester.path / "s" / f"{name}.jsonl", tasks(1))
+    (pytester.path / "s" / "rollouts.toml").write_text(
+        'datasets = ["*.jsonl"]\nagnet = "j"\n[agents.j]\nurll = "http://127.0.0.1:1"\n'
+    )
+    result = pytester.runpytest(*QUIET, "s")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*rollouts.toml: agents.j.urll: unknown key, did you mean 'url'?; agnet: unknown key, did you mean 'agent'?"]
+    )
+    assert result.stdout.str().count("unknown key, did you mean 'url'?") == 1
+    assert "Extra inputs" not in result.stdout.str()

@@ -104,17 +104,20 @@ def test_a_bad_config_is_a_value_error_naming_the_field(agent: ScriptedAgent, ch
     assert agent.requests == []
 
 
-def test_an_unhealthy_agent_refuses_the_run_and_puts_earlier_results_back(here: Path) -> None:
+def test_an_unhealthy_agent_refuses_the_run_before_earlier_results_are_touched(here: Path) -> None:
+    """Health checks come before anything is moved aside: a refusal (or a Ctrl-C while a slow
+    check runs) leaves the earlier run exactly as it was, and says nothing was moved."""
     with ScriptedAgent() as agent:
         run(config(agent))
-    before = (here / "out" / "r.jsonl").read_bytes()
+    before = {p.name: p.read_bytes() for p in (here / "out").iterdir()}
     with ScriptedAgent(health=Reply(status=503, json={"status": "down"})) as sick:
-        with pytest.raises(CollectionRefused, match="health") as refused, warnings.catch_warnings():
-            warnings.simplefilter("ignore", pytest_rollouts.CollectionWarning)
+        with pytest.raises(CollectionRefused, match="failed their health check") as refused, warnings.catch_warnings():
+            warnings.simplefilter("error", pytest_rollouts.CollectionWarning)
             run(config(sick))
         assert sick.requests == []
-    assert "The earlier results are back in place" in str(refused.value)
-    assert (here / "out" / "r.jsonl").read_bytes() == before
+    assert "HTTP 503" in str(refused.value)
+    assert {p.name: p.read_bytes() for p in (here / "out").iterdir()} == before
+    assert not list(here.glob("out/*.prev-*"))
 
 
 def test_earlier_results_moved_aside_are_a_warning(agent: ScriptedAgent, here: Path) -> None:
@@ -198,3 +201,35 @@ def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAge
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split("\n")[:2] == ["6", "[]"], done.stdout + done.stderr
+
+
+def test_shards_run_from_python_merge_into_the_whole_run(agent: ScriptedAgent, here: Path) -> None:
+    """Each shard a run of its own (as on separate machines); the merge proves their union whole."""
+    from .test_shards import aggregate
+
+    for k in range(3):
+        run(config(agent, out=f"shards/shard-{k}.jsonl", shard=f"{k}/3", repeats=2))
+    shard_keys = [keys(here / "shards" / f"shard-{k}.jsonl") for k in range(3)]
+    assert sorted(sum(shard_keys, [])) == [(t, r) for t in range(6) for r in (0, 1)]
+    # A stable hash of the task index: none of these six tasks falls to shard 0, whose run still
+    # leaves its (empty) artifacts, as the merge needs them to prove the union whole.
+    assert shard_keys[0] == [] and all(shard_keys[1:])
+    merged = aggregate(here, "--input", "shards/shard-*.jsonl", "--out", "merged/r.jsonl", "--require-complete")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    whole = run(config(agent, out="whole/r.jsonl", repeats=2))
+    [merged_group] = orjson.loads((here / "merged" / "r_aggregate_metrics.json").read_bytes())
+    assert merged_group["coverage"] == whole.metrics[0]["coverage"]
+    assert merged_group["key_metrics"]["mean/reward"] == whole.mean_reward
+
+
+def test_a_suite_directory_runs_the_datasets_its_rollouts_toml_declares(agent: ScriptedAgent, here: Path) -> None:
+    """As ``pytest DIR`` collects a suite: its declared datasets, routed by its declaration."""
+    suite = here / "suite"
+    write_rows(suite / "tasks.jsonl", tasks(2))
+    write_rows(suite / "notes.jsonl", [{"not": "a dataset"}])
+    (suite / "rollouts.toml").write_text(f'datasets = ["tasks.jsonl"]\nagent = "policy"\n[agents.policy]\nurl = "{agent.url}"\n')
+    result = run(CollectionConfig(input="suite", out="out/r.jsonl"))
+    assert result.score.coverage.completed == 2
+    assert orjson.loads((here / "out" / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "suite/tasks.jsonl"
+    with pytest.raises(CollectionRefused, match="no dataset under it is declared"):
+        run(CollectionConfig(input="out", out="out2/r.jsonl", agents={"x": agent.url}))

@@ -149,7 +149,7 @@ def test_nemo_gym_style_shards_without_manifests(tmp_path: Path) -> None:
         write_rows(
             Path(f"{stem}_materialized_inputs.jsonl"), [{k2: v for k2, v in r.items() if k2 != "reward"} for r in rows]
         )
-    result = aggregate(tmp_path, "--input", "rs*.jsonl", "--out", "all.jsonl", "--require-complete")
+    result = aggregate(tmp_path, "--input", "rs*.jsonl", "--out", "all.jsonl", "--require-complete", "--trust-shards")
     assert result.returncode == 0, result.stderr
     assert "a: mean reward 0.5000" in result.stdout
 

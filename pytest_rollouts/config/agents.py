@@ -78,8 +78,8 @@ class Agents:
             return ""
         return (
             f"no collected row is keyed {', '.join(map(repr, unused))} "
-            "(--rollouts-agent-map / --rollouts-fan-out): a typo? Keys are agent names, task "
-            "sources, tasksets or _default"
+            f"({self._settings.source_of('agent_map')} / {self._settings.source_of('fan_out')}): a typo? "
+            "Keys are agent names, task sources, tasksets or _default"
         )
 
     def urls(self, names: Iterable[str], recorded: Callable[[], Iterable[str]] = tuple) -> dict[str, str]:

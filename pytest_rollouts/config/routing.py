@@ -67,6 +67,8 @@ class Routing:
     fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # The map and fan-out keys some row matched, shared run-wide: one that none matched is a typo.
     used: set[str] = field(default_factory=set)
+    # How the run is given a default agent, in the words of its front door.
+    agent_hint: str = "--rollouts-agent URL"
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = routing_key(row)
@@ -98,7 +100,7 @@ class Routing:
             if self.default is None:
                 raise RoutingError(
                     "row has no agent_ref and no default agent is set "
-                    f"(pass --rollouts-agent URL or declare 'agent' in {self.source})"
+                    f"(pass {self.agent_hint} or declare 'agent' in {self.source})"
                 )
             agents = (self.default,)
         else:
@@ -151,12 +153,12 @@ class AgentRegistry:
             self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
 
     def routing_for(self, suite: Suite | None) -> Routing:
+        fallback = CLI_DEFAULT_NAME if self._cli_default is not None else self._settings.fallback_agent
         if suite is None:
-            default = CLI_DEFAULT_NAME if self._cli_default is not None else None
-            return self._routing(default, frozenset(), "a rollouts.toml", None)
+            return self._routing(fallback, frozenset(), "a rollouts.toml", None)
         default = suite.config.agent
-        if default is None and self._cli_default is not None:
-            default = CLI_DEFAULT_NAME
+        if default is None:
+            default = fallback
         for name, declaration in suite.config.agents.items():
             self._register(name, self._endpoint_for(suite, name, declaration), suite)
         return self._routing(default, frozenset(suite.config.agents), str(suite.path), suite)
@@ -171,6 +173,7 @@ class AgentRegistry:
             agent_map=self._settings.agent_map,
             fan_out=self._settings.fan_out,
             used=self.used_keys,
+            agent_hint=self._settings.agent_hint,
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:

@@ -3,7 +3,7 @@
 Every value goes through one pydantic model, so a bad value anywhere (flag, variable or ini)
 becomes one readable usage error that names where it came from. The model's fields are the
 option table's (``options.py``): their defaults and descriptions come from there, their types
-and bounds are here. The Python API takes the same model as ``CollectionConfig``.
+and bounds are here. The Python API takes the same model, plus its datasets, as ``CollectionConfig`` (``collection.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
             raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
         out.append((key.strip(), value.strip()))
     return out
+
+
+def _given_pairs(value: Any, what: str) -> list[tuple[str, Any]]:
+    """A keyed option's ``(key, value)`` items, from a mapping or from ``KEY=VALUE`` items."""
+    if isinstance(value, Mapping):
+        return [(str(key).strip(), item) for key, item in value.items()]
+    return _pairs(value, what)
 
 
 # Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
@@ -83,6 +90,7 @@ class Settings(BaseModel):
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
     resume: bool = option_field("resume")
+    overwrite: bool = option_field("overwrite")
     resume_recorded: bool = option_field("resume_recorded")
     max_attempts: int = option_field("max_attempts", ge=1, le=MAX_ATTEMPTS)
     retry_terminal_timeouts: bool = option_field("retry_terminal_timeouts")
@@ -163,25 +171,30 @@ class Settings(BaseModel):
     @field_validator("agent_map", mode="before")
     @classmethod
     def _parse_agent_map(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
+        """``KEY=AGENT`` items (the option), or a mapping (the Python API): the same checks for both."""
+        pairs = _given_pairs(value, "--rollouts-agent-map")
         mapping: dict[str, str] = {}
-        for key, target in _pairs(value, "--rollouts-agent-map"):
-            if not target:
+        for key, target in pairs:
+            if not isinstance(target, str):
+                raise ValueError(f"{key} must map to an agent name, got {target!r}")
+            if not target.strip():
                 raise ValueError(f"{key}= maps to no agent")
-            if mapping.setdefault(key, target) != target:
+            if mapping.setdefault(key, target.strip()) != target.strip():
                 raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
         return mapping
 
     @field_validator("fan_out", mode="before")
     @classmethod
     def _parse_fan_out(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return value
+        """``KEY=A,B`` items (the option), or a mapping of keys to lists of agents (the Python API,
+        where a string is read as the option reads it): the same checks for both."""
         fan: dict[str, tuple[str, ...]] = {}
-        for key, listed in _pairs(value, "--rollouts-fan-out"):
-            agents = tuple(a.strip() for a in listed.split(","))
-            if not listed.strip():
+        for key, listed in _given_pairs(value, "--rollouts-fan-out"):
+            names = listed.split(",") if isinstance(listed, str) else list(listed)
+            if not all(isinstance(name, str) for name in names):
+                raise ValueError(f"fan-out of {key} must list agent names, got {listed!r}")
+            agents = tuple(name.strip() for name in names)
+            if not agents or agents == ("",):
                 raise ValueError(f"fan-out of {key} lists no agents")
             if "" in agents:
                 raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
@@ -221,6 +234,11 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
                 f"({self.source_of('fan_out')}); give one of them"
+            )
+        if self.resume and self.overwrite:
+            raise ValueError(
+                f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "
+                "deletes them; give one of them"
             )
         if self.no_aggregate and self.fail_under is not None:
             # Without metrics there is no mean reward, so the gate could only ever fail (exit 7).
@@ -294,6 +312,17 @@ class Settings(BaseModel):
     def named_agent_urls(self) -> dict[str, str]:
         return {a.name: a.url for a in self.agent if a.name is not None}
 
+    @property
+    def fallback_agent(self) -> str | None:
+        """The agent of rows that name none where no suite and no unnamed agent decides: none in a
+        pytest session, which says so (the Python API's one agent, see ``CollectionConfig``)."""
+        return None
+
+    @property
+    def agent_hint(self) -> str:
+        """How a run is given a default agent, in its front door's words."""
+        return "--rollouts-agent URL"
+
 
 class SettingsError(ValueError):
     """Values no run can use; the message names where each was given."""
@@ -352,51 +381,20 @@ def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         where = source.get(field, field) or "options"
-        # A header value is a secret: say what is wrong, never what was given; nor a URL's
-        # password, in whichever option a URL was given (``judge=http://u:pw@host`` included).
-        value = error.get("input")
-        if isinstance(value, list | tuple):
-            value = [without_password(v) if isinstance(v, str) else v for v in value]
-        elif isinstance(value, str):
-            value = without_password(value)
-        given = "" if field == "agent_header" or not error["loc"] else f" (got {value!r})"
+        # A missing field's "input" is every other value given: nothing of it says what is missing.
+        shown = field not in ("agent_header", "") and error["type"] != "missing"
+        given = f" (got {shown_value(error.get('input'))!r})" if shown else ""
         lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
     return "\n".join(lines)
 
 
-class CollectionConfig(Settings):
-    """A whole run for the Python API (``run_from_config``): the plugin's settings, with the same
-    names, defaults and checks, and the datasets, which a pytest session takes as its arguments."""
-
-    # The dataset files, in the order their tasks are numbered.
-    input: tuple[Path, ...] = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_agent_is_the_default(cls, data: Any) -> Any:
-        """With one agent in ``agents``, rows that name none go to it (``agent_map={"_default": it}``),
-        as an unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
-        if isinstance(data, Mapping) and isinstance(data.get("agents"), Mapping) and len(data["agents"]) == 1:
-            agent_map = data.get("agent_map")
-            if agent_map is None or (isinstance(agent_map, Mapping) and DEFAULT_KEY not in agent_map):
-                data = {**data, "agent_map": {DEFAULT_KEY: next(iter(data["agents"])), **(agent_map or {})}}
-        return data
-
-    @field_validator("input", mode="before")
-    @classmethod
-    def _one_or_more(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str | Path) else value
-
-    @field_validator("input")
-    @classmethod
-    def _each_once(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
-        doubled = sorted({str(p) for p in paths if paths.count(p) > 1})
-        if doubled:
-            raise ValueError(f"{', '.join(doubled)} is given more than once")
-        return paths
-
-    @model_validator(mode="after")
-    def _has_out(self) -> CollectionConfig:
-        if self.out is None:
-            raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
-        return self
+def shown_value(value: Any) -> Any:
+    """A value given, fit for a message: a header's value is a secret and never shown, nor a URL's
+    password, wherever either sits (``judge=http://u:pw@host``, inside a mapping or a list)."""
+    if isinstance(value, str):
+        return without_password(value)
+    if isinstance(value, Mapping):
+        return {k: "(not shown)" if k == "agent_header" else shown_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown_value(v) for v in value]
+    return value

@@ -6,6 +6,7 @@ while ``.jsonl`` files anywhere else in a test tree stay invisible.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import tomllib
 from functools import cache
@@ -111,8 +112,27 @@ def load_suite(path: Path) -> Suite:
     except tomllib.TOMLDecodeError as exc:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
     except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'top level'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        raise SuiteError(f"{path}: {details}") from None
+        raise SuiteError(f"{path}: {'; '.join(map(_in_words, exc.errors()))}") from None
+
+
+# pydantic's words for a value of the wrong type, as a TOML file's author reads them.
+TYPE_WORDS = {
+    "string_type": "must be a string",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "missing": "is missing",
+}
+
+
+def _in_words(error: Any) -> str:
+    """One of pydantic's errors in the file's terms, after its dotted key: an unknown key with the
+    nearest known one (``agnet`` read ``Extra inputs are not permitted``), a wrong type plainly."""
+    loc = [str(part) for part in error["loc"]]
+    where = ".".join(loc) or "the file"
+    if error["type"] == "extra_forbidden":
+        known = AgentDeclaration.model_fields if loc[:1] == ["agents"] else SuiteConfig.model_fields
+        meant = difflib.get_close_matches(loc[-1], list(known), n=1)
+        return f"{where}: unknown key" + (f", did you mean {meant[0]!r}?" if meant else "")
+    return f"{where}: {TYPE_WORDS.get(error['type'], error['msg'].removeprefix('Value error, '))}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
@@ -38,6 +38,11 @@ class AgentAddress(BaseModel):
     @property
     def key(self) -> str | None:
         return self.name
+
+    def __repr_args__(self) -> Iterator[tuple[str, Any]]:
+        """Without the URL's password: a settings object printed or logged must not show it."""
+        yield "name", self.name
+        yield "url", without_password(self.url)
 
     def clash(self, earlier: AgentAddress) -> str:
         which = "the default agent" if self.name is None else f"agent {self.name}"

@@ -59,6 +59,10 @@ class ExampleRun:
         assert self._dispatch is not None
         await self._dispatch.aclose()
 
+    def __aiter__(self) -> None:
+        """Iterated without its block, nothing would cancel what is in flight when the loop ends."""
+        raise TypeError(f"{WHERE}(...) is used with async with: async with {WHERE}(...) as results: async for ...")
+
     def _start(self, position: int, row: Mapping[str, Any]) -> Any:
         """The coroutine that runs ``row``, once it is checked and its request body made."""
         task, rollout, agent, episode = self._identity(position, row)

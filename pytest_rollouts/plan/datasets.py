@@ -18,9 +18,9 @@ from pytest_rollouts.config.routing import Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 
-CREATE_PARAMS = "responses_create_params"
 _ABSENT = object()
 
 
@@ -128,17 +128,16 @@ class ReadDatasets:
 
 
 def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, root: Path) -> ReadDatasets:
-    """Read and route every row of ``paths``, raising ``DatasetError`` or ``AgentsError`` at the
-    first bad one; files are named relative to ``root`` in the manifest and in messages."""
+    """Read and route every row of ``paths`` (dataset files, or directories: the datasets their
+    suites declare, as ``pytest DIR`` collects them), raising ``DatasetError`` or ``AgentsError``
+    at the first bad one; files are named relative to ``root`` in the manifest and in messages."""
     read = ReadDatasets([], [], [])
-    for path in paths:
+    for path in dataset_files(paths, root):
         shown = Path(os.path.relpath(path, root))
-        if not Path(path).is_file():
-            raise DatasetError(f"{shown}: no such dataset file")
-        scan = DatasetScan(Path(path), shown, settings, agents.routing_for(Path(path).resolve()))
+        scan = DatasetScan(path, shown, settings, agents.routing_for(path.resolve()))
         entry = DatasetTasks(shown.as_posix(), "", 0)
         for row in scan.tasks():
-            task = Task(entry.name, Path(path), row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode)
+            task = Task(entry.name, path, row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode)
             read.tasks.append(task)
             entry.agents.add(row.agent)
             entry.rollouts += row.repeats
@@ -147,3 +146,31 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
         if notice := scan.notice():
             read.notices.append(notice)
     return read
+
+
+def dataset_files(paths: Sequence[Path], root: Path) -> list[Path]:
+    """The dataset files ``paths`` name: a file as given; a directory's ``.jsonl`` files that the
+    nearest ``rollouts.toml`` declares, in name order. Each file once."""
+    from pytest_rollouts.config.suite import SuiteError, find_declaration, load_suite
+
+    files: list[Path] = []
+    for given in map(Path, paths):
+        shown = os.path.relpath(given, root)
+        if given.is_file():
+            found = [given]
+        elif given.is_dir():
+            try:
+                found = [
+                    f
+                    for f in sorted(given.rglob("*.jsonl"))
+                    if (declaration := find_declaration(f.parent.resolve(), root.resolve())) is not None
+                    and load_suite(declaration).declares(f.resolve())
+                ]
+            except SuiteError as exc:
+                raise DatasetError(str(exc)) from None
+            if not found:
+                raise DatasetError(f"{shown}: no dataset under it is declared in a rollouts.toml: name the files")
+        else:
+            raise DatasetError(f"{shown}: no such dataset file or suite directory")
+        files += [f for f in found if f not in files]
+    return files

@@ -114,7 +114,7 @@ def number_datasets(
     if recorded is not None:
         changed = differences(recorded, numbering.manifest)
         if changed and not settings.resume_recorded:
-            raise PlanError(_refuse_changed(paths, changed))
+            raise PlanError(_refuse_changed(paths, changed, settings))
     elif resuming:
         numbering.notices.append(
             f"no run manifest next to {paths.out}; resuming from {paths.materialized} without checking the input"
@@ -138,11 +138,11 @@ def shape(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _refuse_changed(paths: ArtifactPaths, changed: list[str]) -> str:
+def _refuse_changed(paths: ArtifactPaths, changed: list[str], settings: Settings) -> str:
     lines = [f"cannot resume {paths.out}: the input changed since the recorded run:"]
     lines += [f"  - {c}" for c in changed]
     lines.append(
-        "Run without --rollouts-resume to start over (the old artifacts are moved aside), "
-        "or pass --rollouts-resume-recorded to go on with the recorded materialized set."
+        f"Run without {settings.source_of('resume')} to start over (the old artifacts are moved aside), "
+        f"or pass {settings.source_of('resume_recorded')} to go on with the recorded materialized set."
     )
     return "\n".join(lines)

@@ -78,7 +78,10 @@ class DatasetFile(pytest.File):
         shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
         try:
             routing = run.routing_for(self.path)
-        except (SuiteError, RoutingError) as exc:
+        except SuiteError as exc:
+            said_once(self, exc)
+            return
+        except RoutingError as exc:
             raise self.CollectError(str(exc)) from None
         with lasting():
             yield from self._items(run.settings, routing, shown)
@@ -123,11 +126,24 @@ class SuiteDeclarationFile(pytest.File):
         try:
             unmatched = load_suite(self.path).unmatched()
         except SuiteError as exc:
-            raise self.CollectError(str(exc)) from None
+            said_once(self, exc)
+            return
         if unmatched:
             names = ", ".join(repr(p) for p in unmatched)
             raise self.CollectError(f"{self.path}: datasets {names} match no file under {self.path.parent}")
         yield from ()
+
+
+SUITE_ERRORS_KEY = pytest.StashKey[set[str]]()
+
+
+def said_once(collector: pytest.Collector, error: Exception) -> None:
+    """A broken declaration is one collection error, on whichever of its files pytest meets first:
+    the declaration and each of its datasets each repeated it."""
+    said = collector.config.stash.setdefault(SUITE_ERRORS_KEY, set())
+    if str(error) not in said:
+        said.add(str(error))
+        raise collector.CollectError(str(error))
 
 
 class RolloutFailed(Exception):

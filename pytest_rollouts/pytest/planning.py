@@ -108,20 +108,21 @@ class SessionPlan:
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
 
     def build(self, selected: Sequence[RolloutItem], paths: ArtifactPaths, run_id: str) -> Plan:
-        """Move earlier results aside (or repair them, resuming), then write or read the plan.
+        """Move earlier results aside or delete them (or repair them, resuming), then write or read the plan.
 
         Raises ``OSError`` when the files cannot be prepared, ``ArtifactError`` when a fresh
         run's cannot be written, and a usage error when a resumed run's are damaged.
         """
         from pytest_rollouts.plan.build import PlanError, build_plan
 
-        self.run_start = paths.start_run(run_id, resume=self.resuming)
-        for notice in start_notices(self.run_start, "--rollouts-resume"):
-            warnings.warn(RolloutsWarning(notice), stacklevel=1)
+        settings = self._settings()
+        self.run_start = paths.start_run(run_id, resume=self.resuming, overwrite=settings.overwrite)
+        if not hasattr(self._config, "workerinput"):  # a worker's news reaches its controller's terminal
+            tell_start(self._config, self.run_start, paths.out)
         assert self._manifest is not None
         shown = self.shown(paths.materialized)
         try:
-            return build_plan(selected, paths, self._settings(), self._manifest, resuming=self.resuming, shown=shown)
+            return build_plan(selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown)
         except PlanError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -131,3 +132,22 @@ class SessionPlan:
         if workerinput is not None:
             return ""
         return put_back(paths, self.run_start, resuming=self.resuming)
+
+
+def tell_start(config: pytest.Config, start: RunStart, out: Path) -> None:
+    """What preparing the files did, as plain lines on the terminal where the run shows.
+
+    Not warnings: under ``-W error`` a warning raised once the files were moved ended every
+    rerun in INTERNALERROR. The lines open with ``rollouts:``, as the progress line does."""
+    from pytest_rollouts.pytest.progress import own_line
+
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is None:
+        return
+    invoked = config.invocation_params.dir
+
+    def shown(path: Path) -> str:
+        return os.path.relpath(path, invoked)
+
+    for notice in start_notices(start, out, resume="--rollouts-resume", overwrite="--rollouts-overwrite", shown=shown):
+        own_line(terminal, "rollouts: " + notice)

@@ -28,6 +28,10 @@ class Progress:
     total: int = 0
     last_at: float = field(default_factory=time.monotonic)
     last_done: int = 0
+    # The tasks done the last line showed, and whether the line now due is the slow clock's (a
+    # stalled run's line says how long the oldest request has waited, even with no task done).
+    shown_done: int = -1
+    by_clock: bool = False
 
     # A redraw in place costs nothing on screen; a new line (a -v session) is kept rarer.
     tty_every_s: float = 5.0
@@ -41,11 +45,37 @@ class Progress:
             ready = now - self.last_at >= self.tty_every_s
         else:
             step = max(1, int(self.total * self.LOG_EVERY_FRACTION))
-            ready = now - self.last_at >= self.LOG_EVERY_S or done - self.last_done >= step
+            self.by_clock = now - self.last_at >= self.LOG_EVERY_S
+            ready = self.by_clock or done - self.last_done >= step
         if ready and done < self.total:
             self.last_at, self.last_done = now, done
             return True
         return False
+
+    def line(
+        self,
+        tally: Tally,
+        in_flight: tuple[int, float | None, list[int] | None] | None,
+        finished: tuple[int, int, dict[str, int]] | None,
+    ) -> str | None:
+        """The line now due, or None when in a log it would only repeat the last one's count.
+
+        Lines fall due as pytest reports items, in plan order, while the dispatcher has often
+        finished every task already: a log then got ``20/20 tasks done`` line after line."""
+        done = tasks_done(tally, finished)
+        if not self.tty and done == self.shown_done and not self.by_clock:
+            return None
+        self.shown_done = done
+        return progress_line(tally, self.total, in_flight, finished)
+
+
+def own_line(terminal: Any, line: str) -> None:
+    """``line`` on a line of its own, at once, whatever pytest left open before it."""
+    terminal.ensure_newline()
+    if terminal.config.get_terminal_writer().width_of_current_line:
+        # Letters with no file name before them (xdist's), which write_line would not end.
+        terminal.write("\n")
+    terminal.write_line(line)
 
 
 def line_start(terminal: Any) -> str:
@@ -67,14 +97,14 @@ def progress_line(
     from pytest_rollouts.scoring.metrics import latency_summary  # not at import: every pytest session loads this
 
     latency = latency_summary(tally.durations)
-    done, sent, failures = tally.items, len(tally.durations), tally.failures
+    sent, failures = len(tally.durations), tally.failures
     if finished is not None:
-        done, sent, failures = max(done, finished[0]), max(sent, finished[1]), failures | Counter(finished[2])
-    parts = [f"rollouts: {done}/{total} tasks done"]
+        sent, failures = max(sent, finished[1]), failures | Counter(finished[2])
+    parts = [f"rollouts: {tasks_done(tally, finished)}/{total} tasks done"]
     if in_flight is not None:
         parts.append(f"{in_flight[0]} in flight")
     # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
-    parts.append(f"{tally.per_hour(time.perf_counter(), sent):.0f}/h")
+    parts.append(rate(tally.per_hour(time.perf_counter(), sent)))
     if latency["count"]:
         parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
     if failures:
@@ -83,3 +113,37 @@ def progress_line(
         task, rollout = in_flight[2]
         parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
     return ", ".join(parts)
+
+
+def tasks_done(tally: Tally, finished: tuple[int, int, dict[str, int]] | None) -> int:
+    """The larger of what pytest reported and what the dispatcher finished (see ``progress_line``)."""
+    return tally.items if finished is None else max(tally.items, finished[0])
+
+
+def rate(per_hour: float) -> str:
+    """A rate as a person reads it at a glance: per second from one a second up, else per hour,
+    in two or three figures (``4.9k/s``, ``12/s``, ``360/h``), never ``17650742/h``."""
+    per_second = per_hour / 3600
+    return short(per_second) + "/s" if per_second >= 1 else short(per_hour) + "/h"
+
+
+def short(value: float) -> str:
+    """``value`` in two or three figures, with k, M or G for thousands, millions, billions."""
+    for suffix in ("", "k", "M"):
+        if value < 9.95:
+            return f"{value:.1f}{suffix}"
+        if value < 999.5:
+            return f"{value:.0f}{suffix}"
+        value /= 1000
+    return f"{value:.0f}G"
+
+
+def live_redraw(terminal: Any, line: str) -> str:
+    """The status line redrawn in place: back to the line's start, the dataset's name pytest wrote
+    there, ``line``, and the rest of the old one cleared.
+
+    Cut to the terminal's width (less its last column, where some terminals wrap at once): a
+    longer line wraps, ``\r`` goes back only to the start of its last row, and each redraw left
+    a stale row behind."""
+    width = terminal.config.get_terminal_writer().fullwidth
+    return "\r" + (line_start(terminal) + line)[: max(width - 1, 1)] + CLEAR_TO_END

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
-from pytest_rollouts.pytest.progress import CLEAR_TO_END, Progress, line_start, progress_line
+from pytest_rollouts.pytest.progress import Progress, live_redraw, own_line
 from pytest_rollouts.scoring.accounting import Outcomes
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
@@ -301,16 +301,14 @@ class RolloutReporter:
         if terminal is None:
             return
         run = self.config.stash.get(RUN_KEY, None)
-        line = (
-            ""
-            if final
-            else progress_line(self.tally, self.progress.total, run and run.in_flight(), run and run.finished())
-        )
+        line = "" if final else self.progress.line(self.tally, run and run.in_flight(), run and run.finished())
+        if line is None:
+            return
         if self.live:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
             # for pytest's [100%]; the summary section then has the final numbers.
-            sys.stdout.write(f"\r{line_start(terminal)}{line}{CLEAR_TO_END}")
+            sys.stdout.write(live_redraw(terminal, line))
             sys.stdout.flush()
             return
         if self.quiet:
@@ -320,20 +318,13 @@ class RolloutReporter:
             terminal.write(("\n" if named else "") + line + "\n", flush=True)
             self.progress_after = terminal.currentfspath
             return
-        self._own_line(terminal, line)
-
-    def _own_line(self, terminal: Any, line: str) -> None:
-        terminal.ensure_newline()
-        if self.config.get_terminal_writer().width_of_current_line:
-            # Letters with no file name before them (xdist's), which write_line would not end.
-            terminal.write("\n")
-        terminal.write_line(line)
+        own_line(terminal, line)
 
     def _say(self, line: str) -> None:
         """A line of its own, at once."""
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            self._own_line(terminal, line)
+            own_line(terminal, line)
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:

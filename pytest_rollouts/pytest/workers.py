@@ -38,13 +38,32 @@ class Workers:
 
     @staticmethod
     def report(dispatched: bool, start: RunStart) -> dict[str, Any]:
-        """What a worker tells its controller: whether it sent anything, and where it moved the
-        earlier results (the worker that prepared the files did)."""
+        """What a worker tells its controller: whether it sent anything, and what preparing the
+        files did (only the worker that prepared them did anything)."""
         moved = start.moved_to
-        return {"dispatched": dispatched, "moved_to": None if moved is None else str(moved)}
+        return {
+            "dispatched": dispatched,
+            "moved_to": None if moved is None else str(moved),
+            "kept": start.kept,
+            "replaced": start.replaced,
+            "repaired": {str(path): size for path, size in (start.repaired or {}).items()},
+        }
 
     def hear(self, report: dict[str, Any] | None) -> None:
+        """A worker went down: the controller's terminal, the only one shown, says what the worker
+        that prepared the files did to them (the others report nothing done)."""
+        from pytest_rollouts.pytest.planning import tell_start
+
         self._reports.append(report)
+        if report is not None:
+            moved = report["moved_to"]
+            start = RunStart(
+                moved_to=None if moved is None else Path(moved),
+                repaired={Path(path): size for path, size in report["repaired"].items()},
+                kept=report["kept"],
+                replaced=report["replaced"],
+            )
+            tell_start(self._config, start, self._paths().out)
 
     def put_back_unsent(self, resuming: bool) -> str:
         """On a controller: a fresh run that no worker sent anything for (each refused, as one

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pytest_rollouts.rows.schema import ATTEMPT_INDEX, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.schema import ATTEMPT_INDEX, CREATE_PARAMS, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
 
 
 def materialize_row(
@@ -31,12 +31,12 @@ def materialize_row(
     ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
-    params = out.get("responses_create_params")
+    params = out.get(CREATE_PARAMS)
     if (create_params or add_seed) and not episode:
         params = {**(params if isinstance(params, dict) else {}), **create_params}
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
-        out["responses_create_params"] = params
+        out[CREATE_PARAMS] = params
     if episode and agent is not None:
         out[ENVIRONMENT_SERVER] = agent
     elif agent is not None:

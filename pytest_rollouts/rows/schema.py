@@ -47,7 +47,10 @@ DISPATCH_DRAINED = "_ng_dispatch_drained"
 # within one run), oldest first. An attempt is one run's dispatch of a rollout, and resume caps
 # attempts, so these tries are summarised here rather than written as rows of their own.
 EARLIER_TRIES = "_ng_earlier_tries"
-# Not an ``_ng_`` field, but on every row the collector writes: the attempt's wall time.
+# Not ``_ng_`` fields. A row's request parameters (NeMo Gym's ``responses_create_params``), which
+# materialization adds the run's to and the seed goes into.
+CREATE_PARAMS = "responses_create_params"
+# On every row the collector writes: the attempt's wall time.
 ELAPSED = "elapsed_seconds"
 
 # The failure classes the collector writes (contracts.md). ``cancelled``: a rollout the dispatch
@@ -138,7 +141,9 @@ def agent_failure_row(
     """A reply the agent itself classified: stored as returned, with our stamps and defaults.
 
     Defaults, not overrides: an environment server's failure, made a row by ``episodes.py``, brings
-    its own type, message and body (an agent's reply cannot: those keys are refused on it).
+    its own type, message and body (an agent's reply cannot: those keys are refused on it). A
+    ``reward`` it sent is kept: counted (``--rollouts-count-as-zero``), the failure enters the
+    metrics at that reward, NeMo Gym's rule; only one without a reward is a zero.
     """
     row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
     row.setdefault(FAILURE_TYPE, "AgentReported")

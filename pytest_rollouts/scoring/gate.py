@@ -48,7 +48,14 @@ class Gate:
     @classmethod
     def of(cls, settings: Settings) -> Gate:
         """A run's gate, as its settings ask it."""
-        return cls(settings.require_complete, settings.fail_under, str(settings.out), max_failures=settings.max_failures)
+        return cls(
+            settings.require_complete,
+            settings.fail_under,
+            str(settings.out),
+            settings.source_of("fail_under"),
+            settings.max_failures,
+            settings.source_of("max_failures"),
+        )
 
     def check(self, coverage: Coverage, mean_reward: float | None, *, passing: bool = True) -> GateFailure | None:
         """``require_complete`` first, then the failures: a partial or broken run's score is not worth

@@ -2,7 +2,8 @@
 
 Shards come from ``--rollouts-shard K/N`` (each records its shard and the run's
 fingerprint in its manifest) or from NeMo Gym (no manifest: the union of their
-materialized inputs is taken as the run). Any missing or doubled shard, any key in two
+materialized inputs is taken as the run, which nothing can prove complete). One run that
+was not sharded merges as itself, to be rescored. Any missing or doubled shard, any key in two
 shards, any key of the run in none, a result row twice or of a key its shard did not
 materialize, or a fingerprint that differs is named, and nothing is written.
 """
@@ -166,10 +167,12 @@ def _unsharded(manifest: RunManifest) -> RunManifest:
 
 
 def _shard_ids(shards: list[Shard]) -> list[str]:
+    """Shards of one cut, each once, none missing. One input run without ``--rollouts-shard`` is a
+    whole run on its own: rescored (other options, another output), it merges as itself."""
     problems = []
     ids = [(s.shard, s.name) for s in shards]
     unsharded = [name for shard, name in ids if shard is None]
-    if unsharded:
+    if unsharded and len(shards) > 1:
         problems.append(f"inputs not run with --rollouts-shard: {', '.join(unsharded)}")
     counts = {shard[1] for shard, _ in ids if shard is not None}
     if len(counts) > 1:

@@ -15,6 +15,7 @@ from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.blocking import RequestError, request
 from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.scoring.accounting import Key
 from pytest_rollouts.store.jsonl import LineReader, dumps, object_from, parse_object
 
@@ -69,7 +70,7 @@ def server_metrics(
 
 def metric_input(row: dict[str, Any]) -> dict[str, Any]:
     """What ``/aggregate_metrics`` gets of a row: no request params, and of the response only its usage."""
-    row.pop("responses_create_params", None)
+    row.pop(CREATE_PARAMS, None)
     response = row.get("response")
     if isinstance(response, dict):
         row["response"] = {"usage": response["usage"]} if "usage" in response else {}

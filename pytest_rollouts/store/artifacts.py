@@ -1,13 +1,14 @@
 """A run's files, all derived from the output path ``<stem>.jsonl``, and their lifecycle.
 
-A fresh run never overwrites earlier results: it moves them into a dated folder next to
-them. A resumed run repairs a line a hard kill cut short. Both happen once per run,
-however many xdist workers share the files.
+A fresh run never overwrites earlier results unless asked to: it moves them into a dated folder
+next to them (or, overwriting, deletes them). A resumed run repairs a line a hard kill cut
+short. Both happen once per run, however many xdist workers share the files.
 """
 
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import time
 from collections.abc import Iterator
@@ -20,10 +21,16 @@ from pytest_rollouts.store.jsonl import parse_object, scan_lines
 
 @dataclass(frozen=True)
 class RunStart:
-    """What preparing the artifacts did, for the user to be told."""
+    """What preparing the artifacts did, for the user to be told.
+
+    ``kept``: how many earlier sets (``<stem>.prev-*`` folders) lie beside the output afterwards,
+    so a user whose reruns pile them up learns it. ``replaced``: earlier results were deleted.
+    """
 
     moved_to: Path | None = None
     repaired: dict[Path, int] | None = None
+    kept: int = 0
+    replaced: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,10 @@ class ArtifactPaths:
     def all(self) -> tuple[Path, ...]:
         return (self.out, self.failures, self.materialized, self.metrics, self.manifest)
 
-    def start_run(self, run_id: str, *, resume: bool) -> RunStart:
+    def start_run(self, run_id: str, *, resume: bool, overwrite: bool = False) -> RunStart:
         """Prepare the files once per run: the first process of ``run_id`` to lock ``prepared`` does it.
+
+        A fresh run moves earlier results aside, or with ``overwrite`` deletes them.
 
         Later processes of the same run (xdist workers) find the id recorded and leave the
         files alone, so no worker can disturb rows another worker already wrote. Not the run
@@ -75,7 +84,12 @@ class ArtifactPaths:
             lock.seek(0)
             if lock.read() == run_id:
                 return RunStart()
-            start = RunStart(repaired=self._repair()) if resume else RunStart(moved_to=self._move_aside())
+            if resume:
+                start = RunStart(repaired=self._repair())
+            elif overwrite:
+                start = RunStart(replaced=self._delete(), kept=len(self.earlier_sets()))
+            else:
+                start = RunStart(moved_to=self._move_aside(), kept=len(self.earlier_sets()))
             lock.seek(0)
             lock.truncate()
             lock.write(run_id)
@@ -100,13 +114,27 @@ class ArtifactPaths:
         except FileNotFoundError:
             return False
 
+    def earlier_sets(self) -> list[Path]:
+        """The folders earlier fresh runs moved their predecessors' results into."""
+        return sorted(p for p in self.out.parent.glob(f"{glob.escape(self.out.stem)}.prev-*") if p.is_dir())
+
+    def _has_results(self) -> bool:
+        """Any file not empty: a run whose every rollout failed has only its sidecar (the attempts,
+        terminal verdicts) and one killed before any row only its materialized inputs, and either
+        is what a resume of it would have gone on."""
+        return any(path.exists() and path.stat().st_size for path in self.all())
+
+    def _delete(self) -> bool:
+        """Every earlier file goes; whether any held something."""
+        had = self._has_results()
+        for path in self.all():
+            path.unlink(missing_ok=True)
+        return had
+
     def _move_aside(self) -> Path | None:
-        """Earlier artifacts are kept: a run whose every rollout failed has only its sidecar (the
-        attempts, terminal verdicts) and one killed before any row only its materialized inputs,
-        and either is what a resume of it would have gone on."""
-        if not any(path.exists() and path.stat().st_size for path in self.all()):
-            for path in self.all():
-                path.unlink(missing_ok=True)
+        """Earlier artifacts are kept in a dated folder; empty ones are only deleted."""
+        if not self._has_results():
+            self._delete()
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}")

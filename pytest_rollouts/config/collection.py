@@ -1,0 +1,70 @@
+"""The Python API's whole-run config: the plugin's settings model, plus the datasets.
+
+``run_from_config`` takes it; one set of names, defaults, bounds and messages with the plugin's
+options, so a run described one way can be described the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from pytest_rollouts.config.settings import Settings, describe_errors
+from pytest_rollouts.options import OPTION
+
+# How the Python API names each setting in messages: its own field names (``agents`` for the
+# agents), not the plugin's ``--rollouts-*`` options.
+API_NAMES = {name: name for name in OPTION} | {"agent": "agents", "input": "input"}
+
+
+class CollectionConfig(Settings):
+    """A whole run for the Python API (``run_from_config``): the plugin's settings, with the same
+    names, defaults and checks, and the datasets, which a pytest session takes as its arguments."""
+
+    # The dataset files, in the order their tasks are numbered.
+    input: tuple[Path, ...] = Field(min_length=1)
+
+    def __init__(self, **given: Any) -> None:
+        """Messages name the fields as the Python API spells them, and never echo a secret
+        (pydantic's own message repeats every value given, passwords and header values included)."""
+        try:
+            self.__pydantic_validator__.validate_python(given, self_instance=self, context={"sources": API_NAMES})
+        except ValidationError as exc:
+            raise ValueError(describe_errors(exc, API_NAMES)) from None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str | Path) else value
+
+    @field_validator("input")
+    @classmethod
+    def _each_once(cls, paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        doubled = sorted({str(p) for p in paths if paths.count(p) > 1})
+        if doubled:
+            raise ValueError(f"{', '.join(doubled)} is given more than once")
+        return paths
+
+    @model_validator(mode="after")
+    def _has_out(self) -> CollectionConfig:
+        if self.out is None:
+            raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
+        return self
+
+    @property
+    def agents(self) -> dict[str, str]:
+        """The named agents and their URLs, as given to ``agents``."""
+        return self.named_agent_urls
+
+    @property
+    def fallback_agent(self) -> str | None:
+        """With exactly one agent, rows that name none (and no suite default) go to it, as an
+        unnamed ``--rollouts-agent URL`` serves them in a pytest session."""
+        named = self.named_agent_urls
+        return next(iter(named)) if len(self.agent) == 1 and len(named) == 1 else None
+
+    @property
+    def agent_hint(self) -> str:
+        return "agents={NAME: URL} with one agent, agent_map={'_default': NAME}"

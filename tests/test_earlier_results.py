@@ -1,0 +1,89 @@
+"""A fresh run over earlier results: a plain line says where they went and how many earlier sets
+pile up beside the output, ``--rollouts-overwrite`` deletes them instead, and neither is a warning
+(``-W error`` used to end every rerun in INTERNALERROR after the files were moved)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import pytest_rollouts
+
+from .agents import ScriptedAgent
+from .conftest import tasks, write_rows
+from .helpers import QUIET, Artifacts, keys, run_rollouts
+
+MOVED = (
+    "rollouts: earlier results were moved to out/r.prev-*; {kept} kept beside out/r.jsonl "
+    "(--rollouts-resume continues a run instead, --rollouts-overwrite replaces them)"
+)
+
+
+def test_moving_aside_is_a_line_not_a_warning_and_counts_the_earlier_sets(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").assert_outcomes(passed=2)
+    for kept in ("1 earlier set is", "2 earlier sets are"):
+        result = run_rollouts(pytester, "-W", "error", "data.jsonl", f"--rollouts-agent={agent.url}")
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        result.stdout.fnmatch_lines([MOVED.format(kept=kept)])
+        assert "INTERNALERROR" not in result.stdout.str() and "warnings summary" not in result.stdout.str()
+    assert len(list((pytester.path / "out").glob("r.prev-*"))) == 2
+
+
+def test_overwrite_deletes_the_earlier_results_instead(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-limit=1", "--rollouts-overwrite"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["rollouts: earlier results at out/r.jsonl were deleted (--rollouts-overwrite)"])
+    assert not list((pytester.path / "out").glob("r.prev-*"))
+    assert keys(Artifacts(pytester.path).rows) == [(0, 0)]
+    assert keys(Artifacts(pytester.path).materialized) == [(0, 0)]
+
+
+def test_overwrite_with_resume_is_a_usage_error_that_touches_nothing(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    before = {p: p.read_bytes() for p in (pytester.path / "out").iterdir()}
+    sent = len(agent.requests)
+    result = run_rollouts(
+        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume", "--rollouts-overwrite"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--rollouts-resume continues the earlier results and --rollouts-overwrite deletes them; give one of them*"]
+    )
+    assert {p: p.read_bytes() for p in (pytester.path / "out").iterdir()} == before
+    assert len(agent.requests) == sent
+
+
+def test_under_xdist_the_line_shows_once_on_the_controller(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(6))
+    args = (*QUIET, "-n", "2", "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=6)
+    result = pytester.runpytest_subprocess(*args, "-p", "no:benchmark", "-W", "error")  # its own warning under -n
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines([MOVED.format(kept="1 earlier set is")])
+    assert result.stdout.str().count("earlier results were moved") == 1
+
+
+def test_the_python_api_overwrites_too(agent: ScriptedAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(2))
+    config = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}}
+    pytest_rollouts.run(config)
+    with pytest.warns(pytest_rollouts.CollectionWarning, match=r"were deleted \(overwrite=True\)"):
+        pytest_rollouts.run({**config, "overwrite": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="give one of them"):
+            pytest_rollouts.run({**config, "overwrite": True, "resume": True})
+    assert not list((tmp_path / "out").glob("r.prev-*"))
