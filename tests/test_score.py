@@ -568,3 +568,32 @@ def test_a_scan_of_an_output_removed_or_replaced_mid_run_scores_what_the_path_ho
         )
     assert score.coverage.completed == (1 if then == "replaced" else 0)
     assert asked and score.groups[0].source == "server"
+
+
+def test_an_output_removed_just_after_the_scan_read_it_is_still_noticed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's identity was taken after the read: removed in between, the scan had rows and no
+    identity, and scoring read them by offset from a path with no file (seen under load)."""
+    from pytest_rollouts.scoring import aggregate
+
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    stamps = [{"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(2)]
+    paths.materialized.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in stamps))
+    paths.out.write_bytes(b"".join(orjson.dumps({"reward": 1.0, **s}) + b"\n" for s in stamps))
+    read = aggregate.whole_lines
+
+    def read_then_removed(path: Path, offset: int, budget: int = -1) -> bytes:
+        data = read(path, offset, budget)
+        path.unlink(missing_ok=True)
+        return data
+
+    read_ahead = OutputScan.of_files(paths)
+    with monkeypatch.context() as patch:
+        patch.setattr(aggregate, "whole_lines", read_then_removed)
+        read_ahead.advance(1 << 16)
+    with ScriptedAgent(aggregate=lambda body: {"key_metrics": {"mean/reward": 1.0}}) as agent:
+        score = score_run(
+            paths, ScoringPolicy(), agent_url=lambda name: agent.url, write_metrics=True, timeout=10, outputs=read_ahead
+        )
+    assert score.coverage.completed == 0

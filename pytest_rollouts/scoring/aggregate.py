@@ -250,9 +250,12 @@ class OutputScan:
         return False
 
     def _read(self, budget: int) -> bool:
+        # Which file is taken before it is read: taken after, a removal in between would leave rows
+        # read from a file with no identity to compare, and scoring reading them from another.
+        identity = _file_identity(self.path) if self._identity is None else self._identity
         data = whole_lines(self.path, self._offset, budget)
-        if data and self._identity is None:
-            self._identity = _file_identity(self.path)
+        if data:
+            self._identity = identity
         for line in io.BytesIO(data):
             if line.strip():
                 self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
