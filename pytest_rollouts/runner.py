@@ -177,7 +177,7 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
         numbering = number_run(read.files, settings, agents, asked_resume=settings.resume, shown=shown)
     except (AgentsError, DatasetError, PlanError) as exc:
         raise CollectionRefused(str(exc)) from None
-    _tell(read.notices + numbering.notices)
+    _tell([*read.notices, *filter(None, [numbering.unmatched]), *numbering.notices])
     tasks = []
     for task in read.tasks:
         task.task_index = numbering.first_task[task.dataset] + task.row_index

@@ -9,7 +9,7 @@ import pytest
 
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import QUIET, Artifacts, keys, run_rollouts
 
 
 def _mixed_rows(n: int, agent: str | None = None) -> list[dict]:
@@ -81,13 +81,21 @@ def test_fan_out_copies_rows_with_continuing_rollout_indices(pytester: pytest.Py
     )
 
 
-def test_unmatched_map_key_is_warned_about(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_an_unmatched_map_key_is_named_in_the_rollouts_section(
+    pytester: pytest.Pytester, agent: ScriptedAgent, workers: str | None
+) -> None:
+    """It was a warning lost in pytest's warnings summary (and an error under -W error); under
+    -n only the workers, which collect the rows, know it: they tell their controller."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
-    result = run_rollouts(
-        pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-map=mth=default", "-W", "default"
-    )
+    args = ["data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-map=mth=default", "-W", "error:no collected row"]
+    if workers is None:
+        result = run_rollouts(pytester, *args)
+    else:
+        result = pytester.runpytest_subprocess(*QUIET, "-n", workers, "--rollouts-out=out/r.jsonl", *args)
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*no collected row is keyed 'mth'*a typo?*"])
+    section = result.stdout.str().split("= rollouts =", 1)[1]
+    assert section.count("no collected row is keyed 'mth' (--rollouts-agent-map / --rollouts-fan-out): a typo?") == 1
 
 
 def test_resume_refuses_when_the_fan_out_was_dropped(pytester: pytest.Pytester) -> None:

@@ -283,3 +283,25 @@ def test_progress_under_n_counts_rollout_items_only(pytester: pytest.Pytester, a
     result.assert_outcomes(passed=4)
     output = result.stdout.str()
     assert "/3 tasks done" in output and "/4 tasks done" not in output, output
+
+
+def test_ctrl_c_under_n2_gives_one_count_in_every_line(pytester: pytest.Pytester) -> None:
+    """It read '24 of 24 rollouts scored', then 'Metrics cover: 44 of 80', then a mean over 24
+    rollouts 'reported this session': the controller's reports against the whole run on disk.
+    Now the whole run's lines agree with each other, and the session's line says it is one."""
+    write_rows(pytester.path / "data.jsonl", tasks(80))
+    out = pytester.path / "out" / "r.jsonl"
+    with ScriptedAgent(latency=0.3) as agent:
+        command = pytest_command(agent.url, "-n", "2", "--rollouts-parallel=4")
+        returncode, output = stop_midway(command, pytester.path, out, signal.SIGINT)
+    text = output.decode()
+    assert returncode == pytest.ExitCode.INTERRUPTED, text
+    section = text.split("= rollouts =", 1)[1]
+    on_disk = len(Artifacts(pytester.path, "out/r.jsonl").rows)
+    scored = re.search(r"whole run: (\d+) of 80 rollouts scored", section)
+    missing = re.search(r"Rollouts missing from the score: (\d+) of 80 materialized", section)
+    covered = re.search(r"Metrics cover: (\d+) of 80 rollouts", section)
+    assert scored and missing and covered, section
+    assert int(scored[1]) == int(covered[1]) == on_disk == 80 - int(missing[1]), section
+    assert re.search(r"this session: \d+ rollouts reported", section), section
+    assert "reported this session" not in section, "no mean of the session's part beside the run's"

@@ -40,6 +40,8 @@ class Numbering:
     first_task: dict[str, int]
     resuming: bool
     notices: list[str] = field(default_factory=list)
+    # Routing keys (agent map, fan-out) no row matched, said as a notice, or "": a typo, likely.
+    unmatched: str = ""
 
 
 def number_run(
@@ -61,8 +63,7 @@ def number_run(
     paths = ArtifactPaths(settings.out)
     resuming = wants_resume(asked_resume, paths, shown)
     numbering = number_datasets(datasets, settings, paths, resuming=resuming)
-    if unused:
-        numbering.notices.insert(0, unused)
+    numbering.unmatched = unused
     return numbering
 
 

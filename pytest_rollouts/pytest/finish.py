@@ -59,7 +59,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     end = _run_end(config, session, tally, run)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
-        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.planning.run_start)
+        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.planning.run_start, run.planning.unmatched)
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
     put_back = ""

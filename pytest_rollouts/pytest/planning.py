@@ -43,6 +43,8 @@ class SessionPlan:
         self.empty_shard = False
         # Where the earlier results went, and what a crash had cut: what a refusal puts back.
         self.run_start = RunStart()
+        # Routing keys no collected row matched, as the rollouts section names them, or "".
+        self.unmatched = ""
         self._manifest: RunManifest | None = None
 
     def shown(self, path: Path) -> str:
@@ -85,6 +87,8 @@ class SessionPlan:
         except (AgentsError, PlanError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.resuming, self._manifest = numbering.resuming, numbering.manifest
+        # Said in the rollouts section, where it is read, not among pytest's warnings.
+        self.unmatched = numbering.unmatched
         for notice in numbering.notices:
             warnings.warn(RolloutsWarning(notice), stacklevel=1)
         firsts = {dataset: numbering.first_task[tasks.name] for dataset, tasks in files.items()}

@@ -362,6 +362,9 @@ class RolloutReporter:
                 names.append(run.shown(score.metrics_path))
         if score is not None and run.settings.no_aggregate and not verdict.stopped:
             lines += self.tally.mean_line()
+        unmatched = run.planning.unmatched or run.workers.unmatched
+        if unmatched:
+            lines.append(unmatched)
         lines.append("artifacts: " + ", ".join(names))
         if verdict.stopped:
             lines.append(verdict.stopped)

@@ -30,6 +30,8 @@ class Workers:
         # The controller put the files back as it found them: no run of its own is left to score.
         self.taken_back = False
         self._queue: Any = None
+        # On a controller, the routing keys its workers found no row for, or "".
+        self.unmatched = ""
 
     def started(self) -> bool:
         """On a controller: its workers prepared the files under its run id."""
@@ -37,12 +39,14 @@ class Workers:
         return run_id is not None and self._paths().started_by(run_id)
 
     @staticmethod
-    def report(dispatched: bool, start: RunStart) -> dict[str, Any]:
-        """What a worker tells its controller: whether it sent anything, and what preparing the
-        files did (only the worker that prepared them did anything)."""
+    def report(dispatched: bool, start: RunStart, unmatched: str) -> dict[str, Any]:
+        """What a worker tells its controller: whether it sent anything, what preparing the files
+        did (only the worker that prepared them did anything), and the routing keys no row matched
+        (the controller collects no row to tell)."""
         moved = start.moved_to
         return {
             "dispatched": dispatched,
+            "unmatched": unmatched,
             "moved_to": None if moved is None else str(moved),
             "kept": start.kept,
             "replaced": start.replaced,
@@ -56,6 +60,7 @@ class Workers:
 
         self._reports.append(report)
         if report is not None:
+            self.unmatched = self.unmatched or report["unmatched"]
             moved = report["moved_to"]
             start = RunStart(
                 moved_to=None if moved is None else Path(moved),
