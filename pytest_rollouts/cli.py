@@ -212,6 +212,8 @@ def aggregate(args: argparse.Namespace) -> int:
     if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
         # As the gate puts completeness before the threshold.
         verdict = replace(verdict, exit_code=EXIT_INCOMPLETE, problems=(UNPROVEN_REFUSED,))
+    for measure in verdict.measures:  # what each gate compared, passed or not
+        print(measure)
     for problem in verdict.problems:
         print(problem, file=sys.stderr)
     return verdict.exit_code

@@ -136,6 +136,9 @@ def test_merge_gates_like_a_run(sharded: Path) -> None:
     result = aggregate(sharded, "--input", "shards/*.jsonl", "--out", "m/r.jsonl", "--fail-under=0.9")
     assert result.returncode == 7
     assert "EVAL FAILED: mean reward 0.6500 is below --fail-under 0.9." in result.stderr
+    passing = aggregate(sharded, "--input", "shards/*.jsonl", "--out", "m2/r.jsonl", "--fail-under=0.5")
+    assert passing.returncode == 0
+    assert "--fail-under 0.5: mean reward 0.6500" in passing.stdout, "the mean a passing gate compared is printed"
 
 
 def test_nemo_gym_style_shards_without_manifests(tmp_path: Path) -> None:
