@@ -49,10 +49,9 @@ def test_budget_drains_the_rest_and_resume_runs_it(pytester: pytest.Pytester, sh
         assert started <= budget, f"a request started {started:.2f}s after the first, past the {budget}s budget"
         artifacts = Artifacts(pytester.path)
         done = keys(artifacts.rows)
-        [rate] = [line for line in first.stdout.lines if " rollouts/hour (" in line]
-        per_s, per_hour, ran = float(rate.split()[0]), float(rate.split()[2]), int(rate.split("(")[1].split()[0])
+        [rate] = [line for line in first.stdout.lines if " rollouts ran in " in line]
+        ran = int(rate.split()[0])
         assert ran == len(done), f"the rate counts rollouts that ran, not drained ones: {rate}"
-        assert per_s * 3600 == pytest.approx(per_hour, rel=0.05, abs=360), rate
         assert artifacts.failures == [], "drained rollouts are written nowhere"
         assert len(agent.requests) == len(done), "drained rollouts were never sent"
         drained = 20 * (3 if "--rollouts-repeats=3" in shape else 1) - len(done)
@@ -91,7 +90,7 @@ def test_latency_and_throughput_are_reported(pytester: pytest.Pytester) -> None:
     with ScriptedAgent(latency=0.05) as agent:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
     result.stdout.fnmatch_lines(
-        ["*rollouts/s, * rollouts/hour*", "latency p50 0.0*s, p90 *s, p99 *s, max *s over 10 rollouts"]
+        ["10 rollouts ran in *s, *[0-9]/[sh]", "latency p50 0.0*s, p90 *s, p99 *s, max *s over 10 rollouts"]
     )
     [entry] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     perf = entry["perf_summary"]
