@@ -33,7 +33,7 @@ from pytest_rollouts.pacing import paced
 from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.plan.files import put_back, start_notices
-from pytest_rollouts.scoring.merge import MergeError, check, find_inputs, load_shards, write_merged
+from pytest_rollouts.scoring.merge import MergeError, OutputIsInput, check, find_inputs, load_shards, write_merged
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, judge_run
@@ -169,10 +169,8 @@ def aggregate(args: argparse.Namespace) -> int:
             write_merged(shards, manifest, out)
         except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
             raise ArtifactError(f"{exc}{put_back(out, start, resuming=False)}") from None
-        policy = ScoringPolicy(
-            frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip()),
-            args.count_missing_as_zero,
-        )
+        counted = frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip())
+        policy = ScoringPolicy(counted, args.count_missing_as_zero)
         with paced():
             score = score_run(
                 out,
@@ -182,7 +180,7 @@ def aggregate(args: argparse.Namespace) -> int:
                 write_metrics=True,
                 timeout=settings.timeout,
             )
-    except OutputBusy as exc:
+    except (OutputBusy, OutputIsInput) as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except MergeError as exc:
@@ -201,7 +199,7 @@ def aggregate(args: argparse.Namespace) -> int:
         print(notice)
     if manifest is None:
         print(UNPROVEN)
-    for line in score_lines(score, str(out.failures), "--count-as-zero"):
+    for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=counted):
         print(line)
     if score.metrics_error:  # as any artifact the merge cannot write: 1, whatever the gate
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)

@@ -229,3 +229,19 @@ def test_shards_without_a_manifest_cannot_prove_the_run_complete(gym_shards: Pat
     )
     assert trusted.returncode == 0, trusted.stderr
     assert "that no shard is missing cannot be proven" in trusted.stdout
+
+
+def test_aggregate_names_a_count_as_zero_typo_and_refuses_an_out_that_is_an_input(tmp_path: Path) -> None:
+    """Found by a black-box review: the typo passed without a word (a run names it), and an --out
+    naming one of the inputs read as 'missing shards: 0/2'."""
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}} for t in range(2)]
+    write_rows(tmp_path / "rs0_materialized_inputs.jsonl", rows)
+    write_rows(tmp_path / "rs0.jsonl", [{**row, "reward": 1.0} for row in rows])
+    typo = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "all/r.jsonl", "--count-as-zero", "agent_run_eror")
+    assert typo.returncode == 0, typo.stderr
+    assert "--count-as-zero agent_run_eror: no such failure class" in typo.stdout
+    assert "did you mean agent_run_error?" in typo.stdout
+    itself = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "rs0.jsonl")
+    assert itself.returncode == 4
+    assert "rs0.jsonl is one of the inputs ('rs0.jsonl'): name another output" in itself.stderr
+    assert (tmp_path / "rs0.jsonl").exists() and not list(tmp_path.glob("rs0.prev-*"))

@@ -109,7 +109,13 @@ def test_pytest_and_run_from_config_leave_the_same_files_and_numbers(pytester: p
             "skipped": 2,
         },
         "failed": 10,  # the failure classes, environment_error counted as zero too, and no_reward
-        "failed_by_class": {"agent_request_failed": 2, "agent_run_error": 2, "environment_error": 2, "skipped": 2},
+        "failed_by_class": {
+            "agent_request_failed": 2,
+            "agent_run_error": 2,
+            "environment_error": 2,
+            "no_reward": 2,
+            "skipped": 2,
+        },
     }
     # The same manifest: the inputs' fingerprints and the options that shape the materialized set.
     manifests = [orjson.loads((d / "r_run_manifest.json").read_bytes()) for d in (plugin, api)]

@@ -209,13 +209,17 @@ def test_a_count_as_zero_class_neither_known_nor_seen_is_named_with_the_known_on
     write_rows(pytester.path / "data.jsonl", tasks(2))
     with ScriptedAgent(first_breaks) as agent:
         result = run_rollouts(
-            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-count-as-zero=agent_run_eror,skipped"
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-count-as-zero=agent_run_eror,skipped,no_reward",
         )
     result.stdout.fnmatch_lines(
         [
-            "--rollouts-count-as-zero agent_run_eror: no such failure class in this run, nor a known one "
-            "(known: agent_request_failed, agent_run_error, cancelled, environment_server_failed, skipped, "
-            "timeout_exceeded)"
+            "--rollouts-count-as-zero no_reward: a result kept as sent, not a failure class; never counted as zero",
+            "--rollouts-count-as-zero agent_run_eror: no such failure class in this run, nor a known one; "
+            "did you mean agent_run_error? (known: agent_request_failed, agent_run_error, cancelled, "
+            "environment_server_failed, skipped, timeout_exceeded)",
         ]
     )
 

@@ -130,7 +130,8 @@ class Coverage:
             "imputed_zero": self.imputed_zero,
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
             "failed": self.failed,
-            "failed_by_class": dict(sorted(self.failed_by_class.items())),
+            # Adds up to ``failed``: a result without a reward is a failed rollout too.
+            "failed_by_class": dict(sorted({**self.failed_by_class, **({NO_REWARD: self.unrewarded} if self.unrewarded else {})}.items())),
         }
 
     def pointer(self, sidecar: str, out: str) -> str:

@@ -49,6 +49,10 @@ class Shard:
         return int(k), int(n)
 
 
+class OutputIsInput(ValueError):
+    """``--out`` names a file an ``--input`` matches: a usage error, not inputs that miss a shard."""
+
+
 def find_inputs(values: list[str], out: Path) -> list[Path]:
     """The globs of every ``--input`` (each comma-separated), sorted and deduplicated; sidecars and
     the merged output are not inputs. A glob that matches no input is named: a mistyped one would
@@ -60,7 +64,10 @@ def find_inputs(values: list[str], out: Path) -> list[Path]:
     found: set[Path] = set()
     unmatched = []
     for pattern in patterns:
-        matched = {p for p in (Path(m).resolve() for m in glob.glob(pattern, recursive=True)) if _is_input(p, skip)}
+        paths = {Path(m).resolve() for m in glob.glob(pattern, recursive=True)}
+        if out.resolve() in paths:  # it would be moved aside, and the merge read as missing a shard
+            raise OutputIsInput(f"--out {out} is one of the inputs ({pattern!r}): name another output")
+        matched = {p for p in paths if _is_input(p, skip)}
         if not matched:
             unmatched.append(pattern)
         found |= matched

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+
 from typing import TYPE_CHECKING
 
 from pytest_rollouts.rows.resume import RETRYABLE_WITH_OPT_IN
+from pytest_rollouts.scoring.accounting import IN_OUTPUT
 from pytest_rollouts.rows.schema import (
     AGENT_REQUEST_FAILED,
     AGENT_RUN_ERROR,
@@ -70,11 +73,22 @@ def score_lines(
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out))
-    seen = set(coverage.failed_by_class)
-    unknown = sorted(count_as_zero - KNOWN_FAILURE_CLASSES - seen)
-    if unknown:
+    lines.extend(_policy_typos(count_as_zero, set(coverage.failed_by_class), count_as_zero_option))
+    return lines
+
+
+def _policy_typos(count_as_zero: frozenset[str], seen: set[str], option: str) -> list[str]:
+    """Classes the policy names that nothing can match: a typo (with the nearest class), or an
+    outcome that is no failure class (a result kept as sent is never a zero)."""
+    lines = []
+    results = sorted(count_as_zero & IN_OUTPUT)
+    if results:
+        lines.append(f"{option} {', '.join(results)}: a result kept as sent, not a failure class; never counted as zero")
+    known = KNOWN_FAILURE_CLASSES | seen
+    for name in sorted(count_as_zero - known - IN_OUTPUT):
+        near = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
         lines.append(
-            f"{count_as_zero_option} {', '.join(unknown)}: no such failure class in this run, nor a known one "
-            f"(known: {', '.join(sorted(KNOWN_FAILURE_CLASSES | seen))})"
+            f"{option} {name}: no such failure class in this run, nor a known one; {hint}(known: {', '.join(sorted(known))})"
         )
     return lines
