@@ -238,8 +238,9 @@ class Engine:
         outcomes.append(outcome)
         if outcome.attempts:  # not drained, not found on disk
             self._rollouts_sent += 1
-        if outcome.failure_class is not None:
-            self._failure_counts[outcome.failure_class] += 1
+        status = outcome.status  # a failure class, or no_reward: what the gate counts as failed
+        if status is not None:
+            self._failure_counts[status] += 1
         self._pending[slot] -= 1
         if not self._pending[slot]:
             self._tasks_done += 1

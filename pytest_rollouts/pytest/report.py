@@ -164,7 +164,7 @@ class Tally:
         elapsed = max(self.last_at - self.started_at, 1e-9)
         ran = len(self.durations)
         # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
-        lines.append(f"{ran} rollouts ran in {elapsed:.2f}s, {rate(self.per_hour())}")
+        lines.append(f"{ran} rollout{'' if ran == 1 else 's'} ran in {elapsed:.2f}s, {rate(self.per_hour())}")
         from pytest_rollouts.scoring.metrics import latency_summary
 
         latency = latency_summary(self.durations)
