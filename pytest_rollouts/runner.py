@@ -38,7 +38,7 @@ from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.metrics import latency_summary
+from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
@@ -260,7 +260,7 @@ def _perf_summary(dispatched: PlanResult, seconds: float) -> dict[str, Any] | No
     durations = [o.elapsed for o in dispatched.outcomes.values() if o.attempts]
     if not durations:
         return None
-    return {**latency_summary(durations), "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9)}
+    return perf_summary(durations, seconds)
 
 
 def _metrics_url(agents: Agents, name: str) -> str | None:

@@ -189,9 +189,9 @@ class Tally:
         return 3600 * (len(self.durations) if sent is None else sent) / max(end - self.started_at, 1e-9)
 
     def perf_summary(self) -> dict[str, float | int | None]:
-        from pytest_rollouts.scoring.metrics import latency_summary
+        from pytest_rollouts.scoring.metrics import perf_summary
 
-        return {**latency_summary(self.durations), "rollouts_per_hour": self.per_hour()}
+        return perf_summary(self.durations, self.last_at - self.started_at)
 
     def mean_line(self) -> list[str]:
         """Used only when no metrics were computed (``--rollouts-no-aggregate``): the mean of what

@@ -349,3 +349,10 @@ def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]
         return {"count": 1, "p50": x, "p90": x, "p99": x, "max": x}
     cuts = statistics.quantiles(ordered, n=100, method="inclusive")
     return {"count": len(ordered), "p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": ordered[-1]}
+
+
+def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float | int | None]:
+    """A run's ``perf_summary``: its latency, and the rollouts it sent per hour of ``seconds``.
+    One shape whoever measured it (a pytest session from its reports, the Python API from its
+    outcomes), added to groups whose server gives none."""
+    return {**latency_summary(durations), "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9)}
