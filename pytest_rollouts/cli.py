@@ -169,6 +169,7 @@ def aggregate(args: argparse.Namespace) -> int:
             write_merged(shards, manifest, out)
         except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
             raise ArtifactError(f"{exc}{put_back(out, start, resuming=False)}") from None
+        out.discard(start)
         counted = frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip())
         policy = ScoringPolicy(counted, args.count_missing_as_zero)
         with paced():

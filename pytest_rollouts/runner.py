@@ -128,6 +128,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
             await _check_health(settings, urls)
+        paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
         dispatched = await _dispatch(settings, urls, paths, prepared.plan)
         perf = _perf_summary(dispatched, time.perf_counter() - started)

@@ -11,7 +11,7 @@ import pytest
 
 import pytest_rollouts
 
-from .agents import ScriptedAgent
+from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import QUIET, Artifacts, keys, run_rollouts
 
@@ -43,8 +43,25 @@ def test_overwrite_deletes_the_earlier_results_instead(pytester: pytest.Pytester
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["rollouts: earlier results at out/r.jsonl were deleted (--rollouts-overwrite)"])
     assert not list((pytester.path / "out").glob("r.prev-*"))
+    assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name], "gone once the run sent"
     assert keys(Artifacts(pytester.path).rows) == [(0, 0)]
     assert keys(Artifacts(pytester.path).materialized) == [(0, 0)]
+
+
+def test_overwrite_refused_before_any_request_keeps_the_earlier_results(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """What --rollouts-overwrite replaces waits until the first request: a failed health check puts it back."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").assert_outcomes(passed=3)
+    before = {p.name: p.read_bytes() for p in (pytester.path / "out").iterdir() if not p.name.startswith(".")}
+    agent.health = Reply(status=503, raw=b"warming up")
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-overwrite")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*The earlier results are back in place.*"])
+    after = {p.name: p.read_bytes() for p in (pytester.path / "out").iterdir() if not p.name.startswith(".")}
+    assert after == before
+    assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name]
 
 
 def test_overwrite_with_resume_is_a_usage_error_that_touches_nothing(

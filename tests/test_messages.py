@@ -42,7 +42,7 @@ EXAMPLES: list[messages.Message] = [
     ),
     messages.Error(5, "Traceback ..."),
     messages.Fatal("cannot write out/r.jsonl"),
-    messages.Closed(),
+    messages.Closed(3),
 ]
 
 

@@ -3,6 +3,7 @@ pass, and every line of the section counts the same rollouts the same way (issue
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -241,3 +242,38 @@ def test_the_live_line_counts_no_reward_among_failures_as_the_gate_does(pytester
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
     progress = [line for line in result.stdout.lines if line.startswith("rollouts: ") and "tasks done" in line]
     assert progress and "failures: no_reward" in progress[-1], progress
+
+
+def test_after_x_the_rollouts_that_ran_are_those_sent_not_those_reported(pytester: pytest.Pytester) -> None:
+    """-x stops the items while the dispatcher has sent the rest: '4 rollouts ran' counted reports."""
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+
+    def first_breaks_last(row: dict[str, Any], seen: int) -> Reply:
+        """Task 0 fails once every other task has answered, so -x stops the session after them."""
+        return Reply(status=400, json={}, delay=1.0) if row["_ng_task_index"] == 0 else verifier(row, seen)
+
+    with ScriptedAgent(first_breaks_last) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-x")
+    artifacts = Artifacts(pytester.path)
+    assert len(artifacts.rows) + len(artifacts.failures) == 12
+    result.stdout.fnmatch_lines(
+        ["12 rollouts ran in *", "latency p50 *s, p90 *s, p99 *s, max *s over the 1 reported before the stop"]
+    )
+
+
+def test_failures_counted_as_zero_are_scored_in_the_first_line_as_in_the_coverage(pytester: pytest.Pytester) -> None:
+    """The first line read '3 of 4 rollouts scored' where 'Metrics cover: 4 of 4' and the metrics file
+    counted the failure --rollouts-count-as-zero scores."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(first_breaks) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-count-as-zero=agent_run_error"
+        )
+    result.stdout.fnmatch_lines(
+        [
+            "4 of 4 rollouts scored, 1 of them failed and scored as zero; failed: agent_run_error 1",
+            "*Metrics cover: 4 of 4 rollouts",
+        ]
+    )
+    metrics = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    assert [group["coverage"]["scored"] for group in metrics if "coverage" in group] == [4]

@@ -156,6 +156,26 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
     assert_no_traceback(err)
 
 
+def test_a_stop_during_health_checks_puts_back_what_overwrite_replaces(pytester: pytest.Pytester) -> None:
+    """--rollouts-overwrite deleted the earlier results as the files were prepared: a Ctrl-C before
+    the first request left neither them nor a run."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        subprocess.run(pytest_command(agent.url), cwd=pytester.path, check=True, capture_output=True)
+    before = (pytester.path / "out" / "r.jsonl").read_bytes()
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
+        with session(pytester.path, pytest_command(agent.url, "--rollouts-overwrite")) as proc:
+            wait_for(lambda: agent.health_checks > 0, "a health check")
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = finish(proc)
+        assert agent.requests == []
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert "Interrupted before any request was sent: the earlier results are back in place." in out, out
+    assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
+    assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name]
+    assert_no_traceback(err)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_while_scoring_prints_the_section_and_a_resume_scores_the_run(
     pytester: pytest.Pytester, stop: int

@@ -151,6 +151,16 @@ def test_an_interrupted_run_is_not_gated_and_says_what_is_left() -> None:
     assert judge_run(None, RunEnd(status=INTERRUPTED, began=False), NO_GATE) == Verdict(INTERRUPTED)
 
 
+def test_an_interrupted_run_tells_failed_rollouts_from_those_with_no_row() -> None:
+    """A failure has a row (in the sidecar): 'without a row' would contradict the coverage lines."""
+    score = run_score(0.1, completed=1)
+    score.coverage.failed_by_class = Counter({"agent_run_error": 1, "cancelled": 1})
+    assert judge_run(score, RunEnd(status=INTERRUPTED), NO_GATE).stopped == (
+        "Interrupted with 3 of 4 materialized rollouts without a result (2 with no row, 1 failed): "
+        "--rollouts-resume runs them, up to the attempt cap (none with a result is sent again)"
+    )
+
+
 def test_a_run_scored_from_its_files(tmp_path: Path) -> None:
     """The verdict reads the score as score_run makes it from the files on disk."""
     score = scored_files(tmp_path, [1.0, 0.0, 1.0, None])

@@ -126,6 +126,8 @@ class Dispatcher:
         # Tasks finished, rollouts sent, failures by class, as the engine last reported: ahead of
         # the items pytest has reported, which come in plan order behind any slow one.
         self.finished: tuple[int, int, dict[str, int]] | None = None
+        # Rollouts sent, as last reported; after ``close``, all of them (the engine's last word).
+        self.sent = 0
         # Called on each of the engine's progress reports, while pytest waits or reads results.
         self.on_progress: Callable[[], None] | None = None
         # Work for the moments pytest would otherwise block on the engine, called only while
@@ -256,6 +258,7 @@ class Dispatcher:
                 while not self._stuck and not isinstance(msg := self._read_from(proc), Closed):
                     if isinstance(msg, Fatal):  # its last writes failed: the run must not pass as whole
                         self._stop(msg.why)
+                self.sent = msg.rollouts_sent if isinstance(msg, Closed) else self.sent
         except ChannelStuck as exc:  # its last fsync may not have happened: not a whole run
             self._stuck = True
             self._stop(str(exc))
@@ -280,6 +283,7 @@ class Dispatcher:
         elif isinstance(msg, Progress):
             self._in_flight = (msg, time.monotonic())
             self.finished = (msg.tasks_done, msg.rollouts_sent, msg.failures)
+            self.sent = msg.rollouts_sent
             if self.on_progress is not None and self._ready:
                 self.on_progress()
         elif isinstance(msg, Fatal):

@@ -132,7 +132,7 @@ class Engine:
             self._rows.close()
         except ArtifactError as exc:  # the last second's rows: pytest is told even now
             self.crash(exc)
-        self._send(encode(Closed()))
+        self._send(encode(Closed(self._rollouts_sent)))
 
     async def _begin(self) -> None:
         unhealthy = await self._agents.unhealthy(self._pool)

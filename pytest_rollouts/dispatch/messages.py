@@ -195,9 +195,11 @@ class Fatal:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Closed:
-    """The engine's last message: every artifact is written, fsynced and closed."""
+    """The engine's last message: every artifact is written, fsynced and closed. ``rollouts_sent``:
+    all this dispatch sent, those no item reported (``-x``, Ctrl-C) included."""
 
     tag: ClassVar[str] = "closed"
+    rollouts_sent: int
 
 
 ToEngine = Claim | Freed | Close

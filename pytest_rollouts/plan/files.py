@@ -23,7 +23,7 @@ def start_notices(
     Moving aside says how many earlier sets now lie beside the output: every rerun leaves one,
     and the user should learn that they pile up, and how not to."""
     notices = []
-    if start.moved_to is not None:
+    if start.moved_to is not None and not start.replaced:
         instead = ([f"{resume} continues a run instead"] if resume else []) + [f"{overwrite} replaces them"]
         notices.append(
             f"earlier results were moved to {shown(start.moved_to)}; {_sets(start.kept)} kept beside "
@@ -43,8 +43,10 @@ def _sets(count: int) -> str:
 
 def put_back(paths: ArtifactPaths, start: RunStart, *, resuming: bool) -> str:
     """A fresh run refused before any request leaves the files as it found them; what to add to
-    the refusal. A resumed run moved nothing; an overwriting one has nothing left to put back."""
+    the refusal. A resumed run moved nothing; an overwriting one kept what it replaces until then."""
     if resuming:
         return ""
     paths.take_back(start)
-    return "" if start.moved_to is None else f"\nThe earlier results are back in place (from {start.moved_to})."
+    if start.moved_to is None:
+        return ""
+    return "\nThe earlier results are back in place" + ("." if start.replaced else f" (from {start.moved_to}).")

@@ -59,12 +59,13 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     end = _run_end(config, session, tally, run)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
-        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.planning.run_start, run.planning.unmatched)
+        start = run.planning.run_start
+        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.sent, start, run.planning.unmatched)
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
     put_back = ""
     if end.exit_status == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
-        put_back = run.workers.put_back_unsent(run.planning.resuming)
+        put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)
     not_here = hasattr(config, "workerinput") or config.option.collectonly

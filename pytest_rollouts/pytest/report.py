@@ -24,6 +24,7 @@ from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
 from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import dominant_class
+from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.pytest.properties import (
     CACHED,
     DRAINED,
@@ -140,39 +141,52 @@ class Tally:
                 reason = next((line for line in lines if line.startswith("rollout ")), lines[0] if lines else "")
                 self.examples.append(f"{report.nodeid} {reason}")
 
-    def outcomes(self) -> Outcomes:
-        """What this session's items reported, counted as the whole run's coverage counts."""
+    def outcomes(self, as_zero: frozenset[str] = frozenset()) -> Outcomes:
+        """What this session's items reported, counted as the whole run's coverage counts;
+        ``as_zero``: the failure classes the policies score as zero."""
         total = self.rewarded + self.masked + self.unrewarded + sum(self.failures.values())
-        return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures)
+        zeros = sum(count for name, count in self.failures.items() if name in as_zero)
+        return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures, zeros=zeros)
 
-    def lines(self, whole_run: Outcomes | None) -> list[str]:
+    def lines(
+        self, whole_run: Outcomes | None, sent: int | None = None, as_zero: frozenset[str] = frozenset()
+    ) -> list[str]:
         """The session's lines; first what became of the rollouts: of the whole run (from disk) when
         it was scored, and of this session too where its reports cover other rollouts (an xdist run
-        stopped while its workers had sent more, a worker lost, ``-k``)."""
-        session = self.outcomes()
+        stopped while its workers had sent more, a worker lost, ``-k``).
+
+        ``sent``: the rollouts this session's dispatch sent, which a stop (``-x``, Ctrl-C) leaves
+        ahead of what its items reported; the latency then says how many it covers. None: not
+        known (xdist workers stopped before they said), and the count is then of the reports.
+        """
+        session = self.outcomes(as_zero)
         if whole_run is None:
             lines = [f"this session: {session.line(session=True)}"]
-        elif whole_run == session:
+        elif whole_run == session or whole_run.without_rows_missing() == session:
+            # The session reported every row there is: the run's line, with those never written, says it all.
             lines = [whole_run.line()]
         else:
             lines = [f"whole run: {whole_run.line()}", f"this session: {session.line(session=True)}"]
+        apart = lines[0].startswith(("this session", "whole run"))
         if self.given_up:
             lines.append(
                 f"{self.given_up} rollouts used their last attempt and no resume sends them again; to try them again, "
                 "resume with a higher --rollouts-max-attempts (env NEMO_GYM_MAX_ROLLOUT_ATTEMPTS)"
             )
-        elapsed = max(self.last_at - self.started_at, 1e-9)
-        ran = len(self.durations)
+        reported = len(self.durations)
+        ran = max(sent or 0, reported)
+        # Sent beyond the reports: the dispatch went on until the session ended.
+        end = time.perf_counter() if ran > reported else self.last_at
+        what = f"{ran} rollout{'' if ran == 1 else 's'}" + (" reported this session" if sent is None and apart else "")
         # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
-        lines.append(f"{ran} rollout{'' if ran == 1 else 's'} ran in {elapsed:.2f}s, {rate(self.per_hour())}")
+        lines.append(f"{what} ran in {max(end - self.started_at, 1e-9):.2f}s, {rate(self.per_hour(end, ran))}")
         from pytest_rollouts.scoring.metrics import latency_summary
 
         latency = latency_summary(self.durations)
         if latency["count"]:
+            covers = f"the {reported} reported before the stop" if ran > reported else f"{reported} rollouts"
             lines.append(
-                "latency p50 {p50:.3f}s, p90 {p90:.3f}s, p99 {p99:.3f}s, max {max:.3f}s over {count} rollouts".format(
-                    **latency
-                )
+                "latency p50 {p50:.3f}s, p90 {p90:.3f}s, p99 {p99:.3f}s, max {max:.3f}s over ".format(**latency) + covers
             )
         if self.examples:
             lines.append("failed items:")
@@ -239,6 +253,9 @@ class RolloutReporter:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller has only node ids: a rollout item's is its dataset's, a ``.jsonl`` file."""
         self.progress.total = sum(nodeid.split("::", 1)[0].endswith(".jsonl") for nodeid in ids)
+        run = self.config.stash.get(RUN_KEY, None)
+        if run is not None:
+            run.workers.collected += 1
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -354,9 +371,14 @@ class RolloutReporter:
                 "artifacts let the merge prove the shards complete"
             ]
         else:
-            lines = self.tally.lines(score.coverage.outcomes() if score is not None else None)
+            settings = run.settings
+            as_zero = settings.count_as_zero | ({CANCELLED} if settings.count_missing_as_zero else set())
+            sent = run.workers.sent if self.config.pluginmanager.has_plugin("dsession") else run.sent
+            lines = self.tally.lines(score.coverage.outcomes() if score is not None else None, sent, as_zero)
         if score is not None:
-            lines += score_lines(score, names[1], out=names[0], count_as_zero=run.settings.count_as_zero)
+            lines += score_lines(
+                score, names[1], out=names[0], count_as_zero=run.settings.count_as_zero, scored=not verdict.stopped
+            )
             if score.metrics_path is not None:
                 names.append(run.shown(score.metrics_path))
         if score is not None and run.settings.no_aggregate and not verdict.stopped:

@@ -64,6 +64,8 @@ class RolloutRun:
         self.dispatch_failure = ""
         # This session started dispatching (a refusal before any request leaves it False).
         self.dispatched = False
+        # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
+        self.sent = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
         self._handed_over = False
         # Stops are this run's to handle until pytest unconfigures.
@@ -261,6 +263,21 @@ class RolloutRun:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             return  # see _refuse_on_worker
         self.dispatched = True
+        paths.discard(self.planning.run_start)
+
+    def put_back_unsent(self) -> str:
+        """A session stopped before its first request (Ctrl-C in the health checks) that replaces
+        earlier results (``--rollouts-overwrite``) puts them back, as a refusal does; what to tell.
+        Not on an xdist worker (its controller decides for all), nor once a row is written: the
+        dispatcher may have begun before the stop reached it, and then the run did replace them."""
+        start, paths = self.planning.run_start, self.paths
+        if self.dispatched or not start.replaced or hasattr(self.config, "workerinput"):
+            return ""
+        if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
+            paths.discard(start)
+            return ""
+        self.planning.put_back(paths, None)
+        return "Interrupted before any request was sent: the earlier results are back in place."
 
     def _refuse_on_worker(self, why: str) -> None:
         """Refuse the run before any request: a usage error in one process. An xdist worker must not
@@ -351,6 +368,7 @@ class RolloutRun:
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.close()
+            self.sent += dispatcher.sent
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
     def score(

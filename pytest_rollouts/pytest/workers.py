@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.stash import RUN_ID_KEY
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
@@ -32,6 +33,9 @@ class Workers:
         self._queue: Any = None
         # On a controller, the routing keys its workers found no row for, or "".
         self.unmatched = ""
+        # On a controller: workers that collected, and the rollouts those that reported said they sent.
+        self.collected = 0
+        self._sent = 0
 
     def started(self) -> bool:
         """On a controller: its workers prepared the files under its run id."""
@@ -39,13 +43,14 @@ class Workers:
         return run_id is not None and self._paths().started_by(run_id)
 
     @staticmethod
-    def report(dispatched: bool, start: RunStart, unmatched: str) -> dict[str, Any]:
-        """What a worker tells its controller: whether it sent anything, what preparing the files
-        did (only the worker that prepared them did anything), and the routing keys no row matched
-        (the controller collects no row to tell)."""
+    def report(dispatched: bool, sent: int, start: RunStart, unmatched: str) -> dict[str, Any]:
+        """What a worker tells its controller: whether it sent anything and how many rollouts (its
+        items may have reported fewer), what preparing the files did (only the worker that prepared
+        them did anything), and the routing keys no row matched (the controller collects no row to tell)."""
         moved = start.moved_to
         return {
             "dispatched": dispatched,
+            "sent": sent,
             "unmatched": unmatched,
             "moved_to": None if moved is None else str(moved),
             "kept": start.kept,
@@ -61,6 +66,7 @@ class Workers:
         self._reports.append(report)
         if report is not None:
             self.unmatched = self.unmatched or report["unmatched"]
+            self._sent += report["sent"]
             moved = report["moved_to"]
             start = RunStart(
                 moved_to=None if moved is None else Path(moved),
@@ -69,6 +75,13 @@ class Workers:
                 replaced=report["replaced"],
             )
             tell_start(self._config, start, self._paths().out)
+
+    @property
+    def sent(self) -> int | None:
+        """On a controller, the rollouts its workers sent; None while one has not said (a stop
+        can end the controller's session before its workers report)."""
+        said = [report for report in self._reports if report is not None]
+        return self._sent if self.collected and len(said) == self.collected else None
 
     def put_back_unsent(self, resuming: bool) -> str:
         """On a controller: a fresh run that no worker sent anything for (each refused, as one
@@ -79,10 +92,10 @@ class Workers:
         reports = self._reports
         if resuming or not reports or any(r is None or r["dispatched"] for r in reports) or not self.started():
             return ""
-        moved = next((Path(r["moved_to"]) for r in reports if r is not None and r["moved_to"]), None)
-        self._paths().take_back(RunStart(moved_to=moved))
+        preparer = next((r for r in reports if r is not None and r["moved_to"]), None)
+        start = RunStart() if preparer is None else RunStart(Path(preparer["moved_to"]), replaced=preparer["replaced"])
         self.taken_back = True
-        return "" if moved is None else f"The earlier results are back in place (from {moved})."
+        return put_back(self._paths(), start, resuming=False).lstrip("\n")
 
     def queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On a worker, the tasks queued behind the running one: its only safe look-ahead."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.rows.schema import CANCELLED
@@ -38,13 +38,22 @@ class Outcomes:
     # Failure classes, ``cancelled`` included.
     failed: Mapping[str, int]
     no_row: int = 0
+    # Failed or missing rollouts the policies score as zero (``--rollouts-count-as-zero``): in the
+    # mean as the metrics file's ``coverage.scored`` has them, and still counted among the failed.
+    zeros: int = 0
+
+    def without_rows_missing(self) -> Outcomes:
+        """These outcomes less the rollouts that left no row: what a session that reported every row
+        written (and was stopped before the rest) saw."""
+        return replace(self, total=self.total - self.no_row, no_row=0)
 
     def line(self, session: bool = False) -> str:
         """``N of M rollouts scored; ...`` for the whole run, ``M rollouts reported, N scored; ...`` for
         a session (which may not have reported them all)."""
-        head = f"{self.total} rollouts reported, {self.scored} scored" if session else (
-            f"{self.scored} of {self.total} rollouts scored"
-        )
+        scored = self.scored + self.zeros
+        head = f"{self.total} rollouts reported, {scored} scored" if session else f"{scored} of {self.total} rollouts scored"
+        if self.zeros:
+            head += f", {self.zeros} of them failed and scored as zero"
         failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed.items()) if count)
         parts = [
             head,
@@ -95,6 +104,7 @@ class Coverage:
             self.unrewarded,
             self.failed_by_class,
             self.expected - self.completed - sum(self.failed_by_class.values()),
+            self.counted_as_zero + self.imputed_zero,
         )
 
     @property
@@ -143,9 +153,14 @@ class Coverage:
         return "".join(f"; {part}" for part in where if part)
 
     def report_lines(
-        self, sidecar: str, count_as_zero_option: str = "--rollouts-count-as-zero", out: str = "the output"
+        self,
+        sidecar: str,
+        count_as_zero_option: str = "--rollouts-count-as-zero",
+        out: str = "the output",
+        scored: bool = True,
     ) -> list[str]:
-        """NeMo Gym's wording, printed whenever the score does not cover the whole input."""
+        """NeMo Gym's wording, printed whenever the score does not cover the whole input.
+        ``scored``: false for a run stopped before its metrics, which has no mean to cover anything."""
         if self.missing == 0 and self.imputed_zero == 0 and self.counted_as_zero == 0:
             return []
         lines = []
@@ -155,6 +170,8 @@ class Coverage:
                 f"Rollouts missing from the score: {self.missing} of {self.expected} materialized "
                 f"({counts} routed this run{self.pointer(sidecar, out)})"
             )
+        if not scored:
+            return lines
         lines.append(f"Metrics cover: {self.scored} of {self.expected} rollouts")
         if self.counted_as_zero:
             lines.append(

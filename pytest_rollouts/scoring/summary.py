@@ -33,12 +33,14 @@ def score_lines(
     count_as_zero_option: str = "--rollouts-count-as-zero",
     out: str = "the output",
     count_as_zero: frozenset[str] = frozenset(),
+    scored: bool = True,
 ) -> list[str]:
     """Key metrics per group, then the coverage report; numbers come from the score, never recomputed.
 
     ``count_as_zero_option``: that policy's name where it was given (the merge calls it ``--count-as-zero``).
     ``sidecar``, ``out``: where the rows the score misses are, failures and results.
     ``count_as_zero``: the classes that policy names, a typo among them said at the end.
+    ``scored``: false for a run stopped before its metrics (its coverage is all there is).
     """
     lines = []
     coverage = score.coverage
@@ -72,7 +74,7 @@ def score_lines(
         )
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
-    lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out))
+    lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out, scored))
     lines.extend(_policy_typos(count_as_zero, set(coverage.failed_by_class), count_as_zero_option))
     return lines
 

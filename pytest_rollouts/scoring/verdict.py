@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.gate import Gate
 
 if TYPE_CHECKING:
@@ -131,10 +132,19 @@ def _resume_line(score: RunScore | None) -> str:
     """What a run the user stopped leaves to do, and how (``score``: its coverage, when known)."""
     if score is None:
         return "Interrupted: --rollouts-resume goes on with this run"
-    left = score.coverage.expected - score.coverage.completed
+    coverage = score.coverage
+    left = coverage.expected - coverage.completed
     if not left:
         return "Interrupted with every materialized rollout written: --rollouts-resume scores the run (sending nothing)"
+    # A drained rollout (``cancelled``) left no row: it was never sent.
+    failed = sum(n for name, n in coverage.failed_by_class.items() if name != CANCELLED)
+    if not failed:
+        return (
+            f"Interrupted with {left} of {coverage.expected} materialized rollouts without a row: "
+            "--rollouts-resume runs them, up to the attempt cap (none with a row is sent again)"
+        )
     return (
-        f"Interrupted with {left} of {score.coverage.expected} materialized rollouts without a row: "
-        "--rollouts-resume runs them, up to the attempt cap (none with a row is sent again)"
+        f"Interrupted with {left} of {coverage.expected} materialized rollouts without a result "
+        f"({left - failed} with no row, {failed} failed): --rollouts-resume runs them, up to the attempt cap "
+        "(none with a result is sent again)"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import glob
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ class RunStart:
     """What preparing the artifacts did, for the user to be told.
 
     ``kept``: how many earlier sets (``<stem>.prev-*`` folders) lie beside the output afterwards,
-    so a user whose reruns pile them up learns it. ``replaced``: earlier results were deleted.
+    so a user whose reruns pile them up learns it. ``replaced``: earlier results are deleted (with
+    ``--rollouts-overwrite``): they wait in ``moved_to``, a hidden folder, until the run sends its
+    first request (``discard``), so a run refused or stopped before that puts them back.
     """
 
     moved_to: Path | None = None
@@ -87,9 +90,10 @@ class ArtifactPaths:
             if resume:
                 start = RunStart(repaired=self._repair())
             elif overwrite:
-                start = RunStart(replaced=self._delete(), kept=len(self.earlier_sets()))
+                moved = self._move_aside(f".{self.out.stem}.replaced")
+                start = RunStart(moved_to=moved, kept=len(self.earlier_sets()), replaced=moved is not None)
             else:
-                start = RunStart(moved_to=self._move_aside(), kept=len(self.earlier_sets()))
+                start = RunStart(moved_to=self._move_aside(f"{self.out.stem}.prev"), kept=len(self.earlier_sets()))
             lock.seek(0)
             lock.truncate()
             lock.write(run_id)
@@ -106,6 +110,12 @@ class ArtifactPaths:
             for moved in start.moved_to.iterdir():
                 os.replace(moved, self.out.with_name(moved.name))
             start.moved_to.rmdir()
+
+    @staticmethod
+    def discard(start: RunStart) -> None:
+        """The run sent its first request: the earlier results it replaces are gone for good."""
+        if start.replaced and start.moved_to is not None:
+            shutil.rmtree(start.moved_to, ignore_errors=True)
 
     def started_by(self, run_id: str) -> bool:
         """Whether the files were last prepared by run ``run_id``."""
@@ -124,24 +134,18 @@ class ArtifactPaths:
         is what a resume of it would have gone on."""
         return any(path.exists() and path.stat().st_size for path in self.all())
 
-    def _delete(self) -> bool:
-        """Every earlier file goes; whether any held something."""
-        had = self._has_results()
-        for path in self.all():
-            path.unlink(missing_ok=True)
-        return had
-
-    def _move_aside(self) -> Path | None:
-        """Earlier artifacts are kept in a dated folder; empty ones are only deleted."""
+    def _move_aside(self, prefix: str) -> Path | None:
+        """Earlier artifacts go into a dated folder ``<prefix>-<time>``; empty ones are only deleted."""
         if not self._has_results():
-            self._delete()
+            for path in self.all():
+                path.unlink(missing_ok=True)
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}")
+        folder = self.out.with_name(f"{prefix}-{stamp}")
         suffix = 1
         while folder.exists():
             suffix += 1
-            folder = self.out.with_name(f"{self.out.stem}.prev-{stamp}-{suffix}")
+            folder = self.out.with_name(f"{prefix}-{stamp}-{suffix}")
         folder.mkdir()
         for path in self.all():
             if path.exists():
