@@ -98,6 +98,28 @@ def test_an_unmatched_map_key_is_named_in_the_rollouts_section(
     assert section.count("no collected row is keyed 'mth' (--rollouts-agent-map / --rollouts-fan-out): a typo?") == 1
 
 
+def test_a_map_key_typo_that_leaves_rows_unrouted_is_named(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """The rows' error said only that their task source names no agent, not that a map key was near it."""
+    write_rows(pytester.path / "data.jsonl", [{**row, "task_source": "math_source"} for row in tasks(2)])
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent=a={agent.url}", "--rollouts-agent-map=math_src=a")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["data.jsonl:1: row's task_source 'math_source' names no agent *; --rollouts-agent-map key 'math_src' "
+         "matches no row: did you mean 'math_source'?"]
+    )
+    assert agent.requests == []
+
+
+def test_dropping_a_map_key_that_matched_no_row_does_not_block_the_resume(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """The manifest recorded the unmatched key, so fixing the typo refused the resume as another run."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-map=mth=default")
+    again = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str() + again.stderr.str()
+
+
 def test_resume_refuses_when_the_fan_out_was_dropped(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", _mixed_rows(2, agent="policy"))
     with ScriptedAgent() as a, ScriptedAgent() as b:

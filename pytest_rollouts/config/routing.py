@@ -9,6 +9,8 @@ pointed at an external server without editing it.
 
 from __future__ import annotations
 
+import difflib
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +69,19 @@ class Routing:
     fan_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # The map and fan-out keys some row matched, shared run-wide: one that none matched is a typo.
     used: set[str] = field(default_factory=set)
-    # How the run is given a default agent, in the words of its front door.
+    # How the run is given a default agent, and how it names its map option, in its front door's words.
     agent_hint: str = "--rollouts-agent URL"
+    map_option: str = "--rollouts-agent-map"
+    fan_out_option: str = "--rollouts-fan-out"
+
+    def _typo_hint(self, key: str) -> str:
+        """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
+        unused = sorted((set(self.agent_map) | set(self.fan_out)) - self.used - {key})
+        near = difflib.get_close_matches(key, unused, n=1)
+        if not near:
+            return ""
+        option = self.fan_out_option if near[0] in self.fan_out else self.map_option
+        return f"; {option} key {near[0]!r} matches no row: did you mean {key!r}?"
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = routing_key(row)
@@ -87,13 +100,14 @@ class Routing:
             if self.known is not None and agents[0] not in self.known:
                 raise RoutingError(
                     f"no environment server route is configured for taskset {key!r} (declare it under "
-                    f"[tasksets] in {self.source}, or map it with --rollouts-agent-map {key}=SERVER)"
+                    f"[tasksets] in {self.source}, or map it with {self.map_option} {key}=SERVER)"
+                    + self._typo_hint(key)
                 )
         elif kind == "task_source":
             if key not in self.task_sources:
                 raise RoutingError(
                     f"row's task_source {key!r} names no agent (declare it under [task_sources] in "
-                    f"{self.source}, or map it with --rollouts-agent-map {key}=AGENT)"
+                    f"{self.source}, or map it with {self.map_option} {key}=AGENT)" + self._typo_hint(key)
                 )
             agents = (self.task_sources[key],)
         elif kind == "default":
@@ -109,7 +123,9 @@ class Routing:
             if self.known is not None and name not in self.known:
                 known = ", ".join(sorted(self.known)) or "none"
                 via = f" (routed from {key!r})" if name != key else ""
-                raise RoutingError(f"row names unknown agent {name!r}{via} (known agents: {known})")
+                raise RoutingError(
+                    f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
+                )
         return agents
 
 
@@ -174,6 +190,8 @@ class AgentRegistry:
             fan_out=self._settings.fan_out,
             used=self.used_keys,
             agent_hint=self._settings.agent_hint,
+            map_option=self._settings.source_of("agent_map"),
+            fan_out_option=self._settings.source_of("fan_out"),
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:

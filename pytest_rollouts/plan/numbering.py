@@ -7,7 +7,7 @@ refused before anything is moved or sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ def number_run(
     assert settings.out is not None
     paths = ArtifactPaths(settings.out)
     resuming = wants_resume(asked_resume, paths, shown)
-    numbering = number_datasets(datasets, settings, paths, resuming=resuming)
+    numbering = number_datasets(datasets, settings, paths, resuming=resuming, routed=agents.registry.used_keys)
     numbering.unmatched = unused
     return numbering
 
@@ -87,9 +87,15 @@ def wants_resume(asked: bool, paths: ArtifactPaths, shown: Callable[[Path], str]
 
 
 def number_datasets(
-    datasets: Sequence[DatasetTasks], settings: Settings, paths: ArtifactPaths, *, resuming: bool
+    datasets: Sequence[DatasetTasks],
+    settings: Settings,
+    paths: ArtifactPaths,
+    *,
+    resuming: bool,
+    routed: Collection[str] = (),
 ) -> Numbering:
-    """Each dataset's first task index and the run manifest; a resume whose input changed is refused."""
+    """Each dataset's first task index and the run manifest; a resume whose input changed is refused.
+    ``routed``: the agent-map and fan-out keys some row matched (the others changed nothing)."""
     try:
         recorded = read_manifest(paths.manifest) if resuming else None
     except ManifestError as exc:
@@ -111,7 +117,7 @@ def number_datasets(
             )
         )
     firsts = {e.path: e.first_task for e in entries}
-    numbering = Numbering(RunManifest(datasets=entries, shape=shape(settings)), firsts, resuming)
+    numbering = Numbering(RunManifest(datasets=entries, shape=shape(settings, routed)), firsts, resuming)
     if recorded is not None:
         changed = differences(recorded, numbering.manifest)
         if changed and not settings.resume_recorded:
@@ -123,9 +129,14 @@ def number_datasets(
     return numbering
 
 
-def shape(settings: Settings) -> dict[str, Any]:
-    """The options that shape the materialized set: a resume with other values is another run."""
+def shape(settings: Settings, routed: Collection[str] = ()) -> dict[str, Any]:
+    """The options that shape the materialized set: a resume with other values is another run.
+
+    Of the agent map and fan-out, only the keys some row matched (``routed``): one that matched
+    none (a typo, said as such) shaped nothing, and dropping it must not block the resume."""
     s = settings
+    agent_map = {key: agent for key, agent in s.agent_map.items() if key in routed}
+    fan_out = {key: list(agents) for key, agents in s.fan_out.items() if key in routed}
     return {
         "repeats": s.repeats,
         "limit": s.limit,
@@ -134,8 +145,8 @@ def shape(settings: Settings) -> dict[str, Any]:
         "responses_create_params": s.responses_create_params,
         "shard": None if s.shard is None else f"{s.shard[0]}/{s.shard[1]}",
         # Only when used, so runs recorded before routing options existed still resume.
-        **({"agent_map": s.agent_map} if s.agent_map else {}),
-        **({"fan_out": {key: list(agents) for key, agents in s.fan_out.items()}} if s.fan_out else {}),
+        **({"agent_map": agent_map} if agent_map else {}),
+        **({"fan_out": fan_out} if fan_out else {}),
     }
 
 
