@@ -66,8 +66,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {shown}\n")
 
 
+# Each command's parser, by name, as ``build_parser`` made them last.
+COMMANDS: dict[str, argparse.ArgumentParser] = {}
+
+
 def main(argv: list[str] | None = None) -> int:
-    return aggregate(build_parser().parse_args(argv))
+    parser = build_parser()
+    args = sys.argv[1:] if argv is None else argv
+    _refuse_unknown(args)
+    return aggregate(parser.parse_args(args))
+
+
+def _refuse_unknown(args: list[str]) -> None:
+    """A mistyped option names the one meant (argparse says only ``unrecognized arguments``, and
+    only after a missing required option, which hides the typo). Abbreviations argparse accepts pass."""
+    import difflib
+
+    command = COMMANDS.get(next((a for a in args if not a.startswith("-")), ""))
+    if command is None:
+        return
+    known = [flag for action in command._actions for flag in action.option_strings if flag.startswith("--")]
+    for arg in args:
+        given = arg.split("=", 1)[0]
+        if given.startswith("--") and not any(flag.startswith(given) for flag in known):
+            meant = difflib.get_close_matches(given, known, n=1)
+            if meant:
+                command.error(f"unknown option {given}: did you mean {meant[0]}?")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pytest-rollouts", description=__doc__.splitlines()[0].replace("``", ""))
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("aggregate", help="merge shard outputs (or rescore one run) and score them as one run")
+    COMMANDS["aggregate"] = merge
     merge.add_argument(
         "--input",
         action="append",

@@ -53,21 +53,40 @@ def pytest_load_initial_conftests(parser: pytest.Parser, args: list[str]) -> Gen
         _refuse_unknown(parser, args)
 
 
-PREFIX = "--rollouts-"
+# What a rollouts option starts with, mistyped or not (``--rollout-parallel``, ``--rollouts_limit``).
+PREFIX = "--rollout"
 
 
 def _refuse_unknown(parser: pytest.Parser, args: list[str]) -> None:
     """The nearest option to each unknown one; one with none near is left to pytest's own error."""
-    import difflib
-
     _, unrecognized = parser.parse_known_and_unknown_args(args)
-    names = [option.cli.removeprefix(PREFIX) for option in OPTIONS]
     for arg in unrecognized:
         given = arg.split("=", 1)[0]
         if given.startswith(PREFIX):
-            meant = difflib.get_close_matches(given.removeprefix(PREFIX), names, n=1)
+            meant = _nearest(given.replace("_", "-"), [option.cli for option in OPTIONS])
             if meant:
-                raise pytest.UsageError(f"unknown option {given}: did you mean {PREFIX}{meant[0]}?")
+                raise pytest.UsageError(f"unknown option {given}: did you mean {meant}?")
+
+
+def _refuse_unknown_ini(config: pytest.Config) -> None:
+    """A mistyped ``rollouts_*`` ini key is a usage error naming the key meant: pytest only warns of
+    an unknown key, in a summary at the end, after the run went ahead without the setting."""
+    ours = [option.ini for option in OPTIONS]
+    # pytest lists no keys publicly: ``inicfg`` is deprecated for ``getini``, which reads known keys only.
+    given = getattr(config, "_inicfg", None)
+    for key in config.inicfg if given is None else given:
+        if key.startswith("rollout") and key not in ours:
+            meant = _nearest(key.replace("-", "_"), ours)
+            where = config.inipath or "-o"
+            raise pytest.UsageError(
+                f"{where}: unknown option {key}" + (f": did you mean {meant}?" if meant else f" (known: {', '.join(ours)})")
+            )
+
+
+def _nearest(given: str, known: list[str]) -> str | None:
+    import difflib
+
+    return next(iter(difflib.get_close_matches(given, known, n=1)), None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_rollouts.pytest.report import RolloutReporter
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
+    _refuse_unknown_ini(config)
     if _configured(config):
         from pytest_rollouts.pytest.session import RolloutRun
 

@@ -241,6 +241,11 @@ def test_aggregate_names_a_count_as_zero_typo_and_refuses_an_out_that_is_an_inpu
     assert typo.returncode == 0, typo.stderr
     assert "--count-as-zero agent_run_eror: no such failure class" in typo.stdout
     assert "did you mean agent_run_error?" in typo.stdout
+    option = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "all/r.jsonl", "--count-as-zeor", "x")
+    assert option.returncode == 4
+    assert "unknown option --count-as-zeor: did you mean --count-as-zero?" in option.stderr
+    missing = aggregate(tmp_path, "--count-as-zeor", "x")
+    assert "did you mean --count-as-zero?" in missing.stderr, "named before the missing --input and --out"
     itself = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "rs0.jsonl")
     assert itself.returncode == 4
     assert "rs0.jsonl is one of the inputs ('rs0.jsonl'): name another output" in itself.stderr

@@ -213,10 +213,30 @@ def test_a_refused_agent_address_is_shown_without_its_password(pytester: pytest.
 def test_a_mistyped_option_names_the_one_meant(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     """pytest said only 'unrecognized arguments'."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
-    for typo, meant in (("--rollouts-agnt", "--rollouts-agent"), ("--rollouts-repeat", "--rollouts-repeats")):
+    for typo, meant in (
+        ("--rollouts-agnt", "--rollouts-agent"),
+        ("--rollouts-repeat", "--rollouts-repeats"),
+        ("--rollout-agent", "--rollouts-agent"),
+        ("--rollouts_agent", "--rollouts-agent"),
+    ):
         result = pytester.runpytest(*QUIET, "data.jsonl", f"{typo}={agent.url}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines([f"ERROR: unknown option {typo}: did you mean {meant}?"])
+    assert agent.requests == []
+
+
+@pytest.mark.parametrize("where", ["ini", "override"])
+def test_a_mistyped_ini_key_names_the_one_meant(pytester: pytest.Pytester, agent: ScriptedAgent, where: str) -> None:
+    """pytest only warned 'Unknown config option' in the summary, after a run without the setting."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    args = [*QUIET, "data.jsonl", f"--rollouts-agent={agent.url}"]
+    if where == "ini":
+        pytester.makeini("[pytest]\nrollouts_paralel = 3\n")
+    else:
+        args += ["-o", "rollouts_paralel=3"]
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *: unknown option rollouts_paralel: did you mean rollouts_parallel?"])
     assert agent.requests == []
 
 
