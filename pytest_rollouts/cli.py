@@ -89,9 +89,10 @@ def _refuse_unknown(args: list[str]) -> None:
     for arg in args:
         given = arg.split("=", 1)[0]
         if given.startswith("--") and not any(flag.startswith(given) for flag in known):
-            meant = difflib.get_close_matches(given, known, n=1)
+            # Without the dashes every option shares, which would make '--bogus' near '--out'.
+            meant = difflib.get_close_matches(given[2:], [flag[2:] for flag in known], n=1)
             if meant:
-                command.error(f"unknown option {given}: did you mean {meant[0]}?")
+                command.error(f"unknown option {given}: did you mean --{meant[0]}?")
 
 
 def build_parser() -> argparse.ArgumentParser:

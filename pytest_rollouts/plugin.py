@@ -63,9 +63,11 @@ def _refuse_unknown(parser: pytest.Parser, args: list[str]) -> None:
     for arg in unrecognized:
         given = arg.split("=", 1)[0]
         if given.startswith(PREFIX):
-            meant = _nearest(given.replace("_", "-"), [option.cli for option in OPTIONS])
+            # Without the prefix every option shares, which would make any ``--rollouts-x`` near some option.
+            name = given.replace("_", "-").removeprefix(PREFIX).removeprefix("s").lstrip("-")
+            meant = _nearest(name, [option.cli.removeprefix("--rollouts-") for option in OPTIONS])
             if meant:
-                raise pytest.UsageError(f"unknown option {given}: did you mean {meant}?")
+                raise pytest.UsageError(f"unknown option {given}: did you mean --rollouts-{meant}?")
 
 
 def _refuse_unknown_ini(config: pytest.Config) -> None:
@@ -76,7 +78,9 @@ def _refuse_unknown_ini(config: pytest.Config) -> None:
     given = getattr(config, "_inicfg", None)
     for key in config.inicfg if given is None else given:
         if key.startswith("rollout") and key not in ours:
-            meant = _nearest(key.replace("-", "_"), ours)
+            name = key.replace("-", "_").removeprefix("rollout").removeprefix("s").lstrip("_")
+            meant = _nearest(name, [ini.removeprefix("rollouts_") for ini in ours])
+            meant = meant and f"rollouts_{meant}"
             where = config.inipath or "-o"
             raise pytest.UsageError(
                 f"{where}: unknown option {key}" + (f": did you mean {meant}?" if meant else f" (known: {', '.join(ours)})")

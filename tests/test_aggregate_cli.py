@@ -165,7 +165,7 @@ def test_a_glob_that_matches_no_input_is_named(gym_shards: Path, inputs: list[st
 def test_a_nan_threshold_is_a_usage_error(gym_shards: Path) -> None:
     """nan compares false with every mean: the merge's gate was silently off (exit 0)."""
     stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "nan")
-    assert "--fail-under: Input should be a finite number" in stderr
+    assert "--fail-under: must be a finite number" in stderr
 
 
 def test_the_merge_names_its_own_count_as_zero_option(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         ("--rollouts-repeats=0", "--rollouts-repeats: must be from 1 to 1000000 (got '0')"),
         ("--rollouts-repeats=-1", "--rollouts-repeats: must be from 1 to 1000000 (got '-1')"),
         ("--rollouts-repeats=many", "--rollouts-repeats: must be N or AGENT=N"),
-        ("--rollouts-parallel=many", "--rollouts-parallel: Input should be a valid integer"),
+        ("--rollouts-parallel=many", "--rollouts-parallel: must be a whole number (got 'many')"),
         (
             "--rollouts-responses-create-params=[1]",
             "--rollouts-responses-create-params: must be a JSON object",
@@ -31,7 +31,7 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         # A stem-less name wrote hidden files (.jsonl, .jsonl_failures.jsonl, ...).
         ("--rollouts-out=o/.jsonl", "--rollouts-out: must name the output file, <stem>.jsonl (got 'o/.jsonl')"),
         # nan compares false with every mean: the gate was silently off.
-        ("--rollouts-fail-under=nan", "--rollouts-fail-under: Input should be a finite number"),
+        ("--rollouts-fail-under=nan", "--rollouts-fail-under: must be a finite number"),
         # Failed only at run time, on port 80 or with no host at all.
         ("--rollouts-agent=http://127.0.0.1:", "agent address 'http://127.0.0.1:' has an empty port"),
         ("--rollouts-agent=https://", "agent address 'https://' is not an http(s) URL with a host"),
@@ -41,23 +41,23 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         # Every endpoint was appended to the fragment: /run, /health and /aggregate_metrics were one route.
         ("--rollouts-agent=http://127.0.0.1:9/p#frag", "has a #fragment, which no request carries"),
         # Passed validation, then overflowed the plan's columns: INTERNALERROR, and the session hung.
-        ("--rollouts-parallel=9223372036854775807", "--rollouts-parallel: Input should be less than or equal to 100000"),
-        ("--rollouts-max-resident=99999999999", "--rollouts-max-resident: Input should be less than or equal to"),
+        ("--rollouts-parallel=9223372036854775807", "--rollouts-parallel: must be at most 100000"),
+        ("--rollouts-max-resident=99999999999", "--rollouts-max-resident: must be at most"),
         ("--rollouts-repeats=99999999999", "--rollouts-repeats: must be from 1 to 1000000"),
         ("--rollouts-repeats=a=99999999999", "repeats for 'a' must be a whole number from 1 to 1000000"),
-        ("--rollouts-limit=99999999999999999999", "--rollouts-limit: Input should be less than or equal to"),
-        ("--rollouts-max-attempts=99999999999", "--rollouts-max-attempts: Input should be less than or equal to 1000"),
+        ("--rollouts-limit=99999999999999999999", "--rollouts-limit: must be at most"),
+        ("--rollouts-max-attempts=99999999999", "--rollouts-max-attempts: must be at most 1000"),
         ("--rollouts-shard=0/99999999999", "--rollouts-shard: N must be at most 1000000"),
         # Accepted, then crashed scoring (a timer that never fires).
-        ("--rollouts-timeout=inf", "--rollouts-timeout: Input should be a finite number"),
-        ("--rollouts-timeout=nan", "--rollouts-timeout: Input should be a finite number"),
-        ("--rollouts-timeout=1e12", "--rollouts-timeout: Input should be less than or equal to"),
+        ("--rollouts-timeout=inf", "--rollouts-timeout: must be a finite number"),
+        ("--rollouts-timeout=nan", "--rollouts-timeout: must be a finite number"),
+        ("--rollouts-timeout=1e12", "--rollouts-timeout: must be at most"),
         # Accepted: every rollout then failed as a TimeoutError and the run exited 0.
-        ("--rollouts-timeout=1e-300", "--rollouts-timeout: Input should be greater than or equal to 0.001"),
-        ("--rollouts-dispatch-budget=1e-9", "--rollouts-dispatch-budget: Input should be greater than or equal to 0.001"),
-        ("--rollouts-dispatch-budget=inf", "--rollouts-dispatch-budget: Input should be a finite number"),
-        ("--rollouts-drain-margin=nan", "--rollouts-drain-margin: Input should be a finite number"),
-        ("--rollouts-retry-backoff=nan", "--rollouts-retry-backoff: Input should be a finite number"),
+        ("--rollouts-timeout=1e-300", "--rollouts-timeout: must be at least 0.001"),
+        ("--rollouts-dispatch-budget=1e-9", "--rollouts-dispatch-budget: must be at least 0.001"),
+        ("--rollouts-dispatch-budget=inf", "--rollouts-dispatch-budget: must be a finite number"),
+        ("--rollouts-drain-margin=nan", "--rollouts-drain-margin: must be a finite number"),
+        ("--rollouts-retry-backoff=nan", "--rollouts-retry-backoff: must be a finite number"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:
@@ -82,7 +82,7 @@ def test_bad_ini_value_names_the_ini_key(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nrollouts_timeout = -1\n")
     result = pytester.runpytest(*QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini rollouts_timeout: Input should be greater than or equal to 0.001*"])
+    result.stderr.fnmatch_lines(["*ini rollouts_timeout: must be at least 0.001*"])
 
 
 def test_ini_twins_configure_the_run(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
@@ -176,7 +176,7 @@ def test_bad_ini_flag_names_the_ini_key(pytester: pytest.Pytester, name: str, te
     (pytester.path / name).write_text(text)
     result = pytester.runpytest(*QUIET)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini rollouts_no_health_check: Input should be a valid boolean*(got 'maybe')"])
+    result.stderr.fnmatch_lines(["*ini rollouts_no_health_check: must be true or false*(got 'maybe')"])
 
 
 @pytest.mark.parametrize(

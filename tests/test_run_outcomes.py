@@ -80,7 +80,9 @@ def test_a_bad_max_failures_is_a_usage_error_before_anything_is_sent(
     write_rows(pytester.path / "data.jsonl", tasks(2))
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-max-failures={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "must be a count N >= 0 or a percentage P% with 0 <= P <= 100" in result.stderr.str() + result.stdout.str()
+    said = result.stderr.str() + result.stdout.str()
+    assert "must be a count N >= 0 or a percentage P% with 0 <= P <= 100" in said
+    assert said.count(repr(value)) == 1, "the value once: 'not '-1' (got '-1')' showed it twice"
     assert "Traceback" not in result.stderr.str()
     assert agent.requests == []
 

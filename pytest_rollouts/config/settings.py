@@ -383,9 +383,32 @@ def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
         where = source.get(field, field) or "options"
         # A missing field's "input" is every other value given: nothing of it says what is missing.
         shown = field not in ("agent_header", "") and error["type"] != "missing"
-        given = f" (got {shown_value(error.get('input'))!r})" if shown else ""
-        lines.append(f"  {where}: {error['msg'].removeprefix('Value error, ')}{given}")
+        message = _in_words(error)
+        value = repr(shown_value(error.get("input")))
+        given = f" (got {value})" if shown and value not in message else ""
+        lines.append(f"  {where}: {message}{given}")
     return "\n".join(lines)
+
+
+# pydantic's words for a bound or a type, as an option's user reads them.
+BOUND_WORDS = {
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+    "finite_number": "must be a finite number",
+}
+
+
+def _in_words(error: Any) -> str:
+    words = BOUND_WORDS.get(error["type"])
+    if words is not None:
+        return words.format(**error.get("ctx", {}))
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def shown_value(value: Any) -> Any:
