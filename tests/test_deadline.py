@@ -218,6 +218,8 @@ def test_status_line_is_cut_to_the_terminals_width(pytester: pytest.Pytester) ->
     assert redraws, screen
     assert all(len(r) <= 59 for r in redraws), redraws
     assert any(len(r) == 59 for r in redraws), "what fits is kept"
+    failing = [r for r in redraws if "tasks done, 1 failed" in r]
+    assert failing, f"the failed count comes before what the cut hid it behind: {redraws}"
 
 
 def test_status_line_stays_live_while_a_slow_rollout_runs(pytester: pytest.Pytester) -> None:
@@ -244,8 +246,7 @@ def test_status_line_counts_what_finished_behind_a_slow_early_rollout(pytester: 
         screen = _run_on_a_terminal(pytester.path, agent.url, "--rollouts-parallel=3")
     waiting = [r for r in screen.split("\rdata.jsonl rollouts: ") if "oldest in flight: task 1 rollout 0" in r]
     assert waiting, screen
-    assert waiting[-1].startswith("11/12 tasks done, 1 in flight, "), waiting[-1]
-    assert "failures: agent_run_error 1" in waiting[-1]
+    assert waiting[-1].startswith("11/12 tasks done, 1 failed (agent_run_error 1), 1 in flight, "), waiting[-1]
 
 
 def test_a_margin_without_a_budget_is_pointed_out(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:

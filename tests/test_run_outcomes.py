@@ -237,13 +237,13 @@ def test_a_failed_health_check_reads_as_a_plain_message(pytester: pytest.Pyteste
 
 
 def test_the_live_line_counts_no_reward_among_failures_as_the_gate_does(pytester: pytest.Pytester) -> None:
-    """The progress line's ``failures:`` left out replies without a reward, which the gate and the
+    """The progress line's failures left out replies without a reward, which the gate and the
     metrics file count as failed (found by a black-box review)."""
     write_rows(pytester.path / "data.jsonl", tasks(10))
     with ScriptedAgent(lambda row, seen: Reply(json={"score": 1})) as agent:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
     progress = [line for line in result.stdout.lines if line.startswith("rollouts: ") and "tasks done" in line]
-    assert progress and "failures: no_reward" in progress[-1], progress
+    assert progress and "10 failed (no_reward 10)" in progress[-1], progress
 
 
 def test_after_x_the_rollouts_that_ran_are_those_sent_not_those_reported(pytester: pytest.Pytester) -> None:

@@ -101,14 +101,17 @@ def progress_line(
     if finished is not None:
         sent, failures = max(sent, finished[1]), failures | Counter(finished[2])
     parts = [f"rollouts: {tasks_done(tally, finished)}/{total} tasks done"]
+    # The failed count first, then its classes, and only then the rest: a line cut to a narrow
+    # terminal's width keeps the count.
+    if failures:
+        classes = ", ".join(f"{n} {c}" for n, c in sorted(failures.items()))
+        parts.append(f"{sum(failures.values())} failed ({classes})")
     if in_flight is not None:
         parts.append(f"{in_flight[0]} in flight")
     # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
     parts.append(rate(tally.per_hour(time.perf_counter(), sent)))
     if latency["count"]:
         parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
-    if failures:
-        parts.append("failures: " + ", ".join(f"{n} {c}" for n, c in sorted(failures.items())))
     if in_flight is not None and in_flight[2] is not None and in_flight[1] is not None:
         task, rollout = in_flight[2]
         parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
