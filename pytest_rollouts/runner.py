@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 import warnings
@@ -156,8 +157,17 @@ def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_from_config(config))
-    raise RuntimeError("run() starts an event loop of its own; in async code, await run_from_config(config)")
+        pass
+    else:
+        raise RuntimeError("run() starts an event loop of its own; in async code, await run_from_config(config)")
+    settings = validated(config)
+    try:
+        return asyncio.run(run_from_config(settings))
+    except KeyboardInterrupt:
+        # One line in the script's traceback, not asyncio's chain of cancellations.
+        raise KeyboardInterrupt(
+            f"interrupted: the rows written so far are kept in {settings.out}; resume=True goes on from them"
+        ) from None
 
 
 def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
@@ -273,5 +283,16 @@ def _metrics_url(agents: Agents, name: str) -> str | None:
 
 
 def _tell(notices: list[str]) -> None:
+    """Each notice as a warning from the caller's line: the first frame neither ours nor asyncio's
+    (a fixed stack level lands in asyncio's event loop when ``run`` drives the coroutine)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").partition(".")[0] in INTERNAL:
+        frame = frame.f_back
     for notice in notices:
-        warnings.warn(CollectionWarning(notice), stacklevel=4)
+        warnings.warn_explicit(
+            CollectionWarning(notice), CollectionWarning, frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__")
+        )
+
+
+# The packages between a caller and a notice.
+INTERNAL = frozenset({"pytest_rollouts", "asyncio"})

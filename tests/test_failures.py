@@ -161,6 +161,8 @@ def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytes
     assert failures[0]["_ng_failure_terminal"] is False
     assert failures[1]["_ng_failure_terminal"] is True, "skipped is always terminal"
     assert len(agent.requests) == 3, "agent-classified failures are not retried in-run"
+    result.stdout.fnmatch_lines(["*task[[]2[]] rollout 0: judge_invalid (the agent gave no reason)"])
+    result.stdout.no_fnmatch_line("*judge_invalid: ")
 
 
 def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pytester: pytest.Pytester) -> None:

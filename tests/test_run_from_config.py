@@ -7,8 +7,10 @@ datasets and messages are named relative to where the run starts.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,8 +124,26 @@ def test_an_unhealthy_agent_refuses_the_run_before_earlier_results_are_touched(h
 
 def test_earlier_results_moved_aside_are_a_warning(agent: ScriptedAgent, here: Path) -> None:
     run(config(agent))
-    with pytest.warns(pytest_rollouts.CollectionWarning, match=r"earlier results were moved to .*resume=True"):
+    with pytest.warns(pytest_rollouts.CollectionWarning, match=r"earlier results were moved to .*resume=True") as seen:
         run(config(agent))
+    assert [w.filename for w in seen] == [__file__], "from the caller's line, not asyncio's event loop"
+
+
+def test_ctrl_c_in_run_says_where_the_rows_are_without_asyncios_chain(here: Path) -> None:
+    """It printed three chained tracebacks (a RuntimeError, a CancelledError, then KeyboardInterrupt)."""
+    with ScriptedAgent(latency=0.3) as agent:
+        settings = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, "parallel": 1}
+        script = f"import pytest_rollouts\npytest_rollouts.run({settings!r})\n"
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=here, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while agent.completed < 1 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert err.rstrip().endswith(
+        "KeyboardInterrupt: interrupted: the rows written so far are kept in out/r.jsonl; resume=True goes on from them"
+    ), err
+    assert "CancelledError" not in err and "During handling" not in err, err
 
 
 @pytest.mark.parametrize(("changes", "status"), [({"fail_under": 0.9}, 7), ({"require_complete": True}, 6)])

@@ -224,4 +224,6 @@ def _describe(outcome: RolloutOutcome) -> str:
         return f"rollout {outcome.rollout_index}: {NO_REWARD}: the reply has no numeric reward (kept, not scored)"
     # HTTP tries of this run's one attempt (retries within a run are not attempts).
     tries = f" after {outcome.attempts} tries" if outcome.attempts > 1 else ""
-    return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}: {outcome.detail}"
+    # An agent that classifies its own failure may give no reason: no colon before nothing.
+    detail = f": {outcome.detail}" if outcome.detail else " (the agent gave no reason)"
+    return f"rollout {outcome.rollout_index}: {outcome.failure_class}{tries}{detail}"
