@@ -136,8 +136,7 @@ def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytest
             wait_for(lambda: gone(engine), "the dispatcher process ended")
         assert agent.requests == [] and agent.health_checks == 0
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
-    assert "= rollouts =" in out, out
-    assert "Interrupted with 2400 of 2400 materialized rollouts without a row: --rollouts-resume runs them" in out
+    assert "Interrupted before any request was sent: its files are removed." in out, out
     assert_no_traceback(err)
 
 
@@ -152,19 +151,23 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
             out, err = finish(proc)
         assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
-    assert "Interrupted with 24 of 24 materialized rollouts without a row: --rollouts-resume runs them" in out, out
+    assert "Interrupted before any request was sent: its files are removed." in out, out
+    assert not (pytester.path / "out" / "r_materialized_inputs.jsonl").exists(), "left as found: nothing was sent"
     assert_no_traceback(err)
 
 
-def test_a_stop_during_health_checks_puts_back_what_overwrite_replaces(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("replace", [(), ("--rollouts-overwrite",)], ids=["moved-aside", "overwrite"])
+def test_a_stop_during_health_checks_puts_back_the_earlier_results(
+    pytester: pytest.Pytester, replace: tuple[str, ...]
+) -> None:
     """--rollouts-overwrite deleted the earlier results as the files were prepared: a Ctrl-C before
-    the first request left neither them nor a run."""
+    the first request left neither them nor a run. Moved aside, they stayed in a folder."""
     write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent() as agent:
         subprocess.run(pytest_command(agent.url), cwd=pytester.path, check=True, capture_output=True)
     before = (pytester.path / "out" / "r.jsonl").read_bytes()
     with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
-        with session(pytester.path, pytest_command(agent.url, "--rollouts-overwrite")) as proc:
+        with session(pytester.path, pytest_command(agent.url, *replace)) as proc:
             wait_for(lambda: agent.health_checks > 0, "a health check")
             os.killpg(proc.pid, signal.SIGINT)
             out, err = finish(proc)
@@ -172,7 +175,7 @@ def test_a_stop_during_health_checks_puts_back_what_overwrite_replaces(pytester:
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
     assert "Interrupted before any request was sent: the earlier results are back in place." in out, out
     assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
-    assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name]
+    assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name or "prev" in p.name]
     assert_no_traceback(err)
 
 

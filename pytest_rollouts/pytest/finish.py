@@ -69,7 +69,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         if put_back:
             say(put_back)
     not_here = hasattr(config, "workerinput") or config.option.collectonly
-    if not_here or not end.scored or (run is None and not tally.items):
+    if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
             run.close()
         return Ending(judge_run(None, end, Gate()), put_back=put_back)

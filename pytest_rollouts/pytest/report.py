@@ -178,8 +178,8 @@ class Tally:
         # Sent beyond the reports: the dispatch went on until the session ended.
         end = time.perf_counter() if ran > reported else self.last_at
         what = f"{ran} rollout{'' if ran == 1 else 's'}" + (" reported this session" if sent is None and apart else "")
-        # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
-        lines.append(f"{what} ran in {max(end - self.started_at, 1e-9):.2f}s, {rate(self.per_hour(end, ran))}")
+        if ran:  # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
+            lines.append(f"{what} ran in {max(end - self.started_at, 1e-9):.2f}s, {rate(self.per_hour(end, ran))}")
         from pytest_rollouts.scoring.metrics import latency_summary
 
         latency = latency_summary(self.durations)

@@ -64,6 +64,8 @@ class RolloutRun:
         self.dispatch_failure = ""
         # This session started dispatching (a refusal before any request leaves it False).
         self.dispatched = False
+        # This process prepared the files of the run (moved earlier results aside, wrote the plan).
+        self._prepared = False
         # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
         self.sent = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
@@ -197,6 +199,7 @@ class RolloutRun:
         try:
             hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
             self._plan = self.planning.build(selected, paths, run_id)
+            self._prepared = True
         except OutputBusy as exc:
             self._refuse_on_worker(str(exc))
             return
@@ -266,18 +269,19 @@ class RolloutRun:
         paths.discard(self.planning.run_start)
 
     def put_back_unsent(self) -> str:
-        """A session stopped before its first request (Ctrl-C in the health checks) that replaces
-        earlier results (``--rollouts-overwrite``) puts them back, as a refusal does; what to tell.
+        """A fresh run stopped before its first request (Ctrl-C while agents start or answer their
+        health checks) leaves the files as it found them, as a refusal does; what to tell.
         Not on an xdist worker (its controller decides for all), nor once a row is written: the
-        dispatcher may have begun before the stop reached it, and then the run did replace them."""
+        dispatcher may have begun before the stop reached it, and then the run is one to resume."""
         start, paths = self.planning.run_start, self.paths
-        if self.dispatched or not start.replaced or hasattr(self.config, "workerinput"):
+        if self.dispatched or not self._prepared or self.planning.resuming or hasattr(self.config, "workerinput"):
             return ""
         if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
             paths.discard(start)
             return ""
         self.planning.put_back(paths, None)
-        return "Interrupted before any request was sent: the earlier results are back in place."
+        kept = "the earlier results are back in place" if start.moved_to is not None else "its files are removed"
+        return f"Interrupted before any request was sent: {kept}."
 
     def _refuse_on_worker(self, why: str) -> None:
         """Refuse the run before any request: a usage error in one process. An xdist worker must not
