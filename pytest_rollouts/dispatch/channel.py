@@ -255,10 +255,13 @@ class Dispatcher:
         try:
             if self._plan_sent:
                 self._write_to(proc, encode(Close()))
-                while not self._stuck and not isinstance(msg := self._read_from(proc), Closed):
+                while not self._stuck:
+                    msg = self._read_from(proc)
+                    if isinstance(msg, Closed):
+                        self.sent = msg.rollouts_sent
+                        break
                     if isinstance(msg, Fatal):  # its last writes failed: the run must not pass as whole
                         self._stop(msg.why)
-                self.sent = msg.rollouts_sent if isinstance(msg, Closed) else self.sent
         except ChannelStuck as exc:  # its last fsync may not have happened: not a whole run
             self._stuck = True
             self._stop(str(exc))
