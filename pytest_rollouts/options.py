@@ -200,8 +200,8 @@ OPTIONS: tuple[Option, ...] = (
         "Delete the earlier results at --rollouts-out instead of moving them into a <stem>.prev-<time> "
         "folder beside it.",
         flag=True,
-        details="Refused with `--rollouts-resume` (exit 4), which continues them. They are deleted when the run "
-        "starts, so a run refused after that (an unhealthy agent) cannot put them back.",
+        details="Refused with `--rollouts-resume` (exit 4), which continues them. They are deleted when the first "
+        "request goes out: a run refused or stopped before that (an unhealthy agent, Ctrl-C) puts them back.",
     ),
     Option(
         "resume_recorded",
