@@ -165,6 +165,26 @@ def test_agent_classified_failures_are_stored_as_returned(pytester: pytest.Pytes
     result.stdout.no_fnmatch_line("*judge_invalid: ")
 
 
+def test_an_agent_class_named_like_a_collector_outcome_is_kept_apart(pytester: pytest.Pytester) -> None:
+    """'no_reward', 'mask_sample' or 'cancelled' from an agent were counted as that outcome in one line
+    and as a failure in the next ('3 rollouts reported' of 2); 'cancelled' read 'not started'."""
+
+    def classified(row: dict[str, Any], seen: int) -> Reply:
+        names = ["no_reward", "mask_sample", "cancelled"]
+        task = row["_ng_task_index"]
+        return Reply(json={"_ng_failure_class": names[task]}) if task < 3 else verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(classified) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    result.stdout.fnmatch_lines(
+        ["1 of 4 rollouts scored; failed: agent_cancelled 1, agent_mask_sample 1, agent_no_reward 1"]
+    )
+    result.stdout.no_fnmatch_line("*not started*")
+    failures = Artifacts(pytester.path).failures
+    assert sorted(f["_ng_failure_class"] for f in failures) == ["agent_cancelled", "agent_mask_sample", "agent_no_reward"]
+
+
 def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pytester: pytest.Pytester) -> None:
     """Agents that send the class key on every reply (null or "" on success) return results; an
     agent's terminal flag is stored as returned, and only a real true stops resume retrying."""

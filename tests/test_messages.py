@@ -30,8 +30,8 @@ EXAMPLES: list[messages.Message] = [
     messages.Close(),
     messages.Ready(),
     messages.Unhealthy(["a: HTTP 503"]),
-    messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}),
-    messages.Progress(0, None, None, 0, 0, {}),
+    messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}, [0.5, 1.25]),
+    messages.Progress(0, None, None, 0, 0, {}, None),
     messages.Done(
         5,
         [
@@ -79,7 +79,7 @@ def test_outcomes_travel_by_field_name() -> None:
         (
             "progress",
             {"in_flight": 0, "oldest_age": None, "oldest": None, "tasks_done": 0, "rollouts_sent": 0, "sent": 1},
-            "message 'progress' has field 'sent' its type does not define and no field 'failures'",
+            "message 'progress' has field 'sent' its type does not define and no field 'failures' and no field 'latency'",
         ),
     ],
 )

@@ -177,6 +177,21 @@ def test_masked_rows_are_counted_alike_in_every_line(pytester: pytest.Pytester) 
     )
 
 
+def test_without_metrics_the_sessions_mean_counts_the_policys_zeros_and_no_coverage_of_metrics(
+    pytester: pytest.Pytester,
+) -> None:
+    """--rollouts-no-aggregate printed 'Metrics cover' with no metrics, and a mean without the zeros
+    --rollouts-count-as-zero adds (found by a black-box review)."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(first_breaks) as agent:
+        args = ["--rollouts-no-aggregate", "--rollouts-count-as-zero=agent_run_error"]
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *args)
+    result.stdout.fnmatch_lines(
+        ["mean reward 0.5000 over 4 rollouts reported this session (1 of them failed and scored as zero)"]
+    )
+    result.stdout.no_fnmatch_line("Metrics cover*")
+
+
 def test_a_session_that_reported_part_of_the_run_says_which_line_is_which(pytester: pytest.Pytester) -> None:
     """A resume with ``-k`` reports 1 of the run's 4 tasks: its line read "1 of 1 rollouts scored"
     above "Metrics cover" of the whole run."""

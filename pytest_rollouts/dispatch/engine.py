@@ -36,6 +36,7 @@ from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
 from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
+from pytest_rollouts.dispatch.latency import LatencySketch
 from pytest_rollouts.dispatch.messages import (
     COLUMN_TYPES,
     COLUMNS,
@@ -90,6 +91,7 @@ class Engine:
         # slow early rollout holds back the report of every task finished after it.
         self._tasks_done = 0
         self._rollouts_sent = 0
+        self._latency = LatencySketch()
         self._failure_counts: Counter[str] = Counter()
         self._bodies = Bodies(Path(header.bodies))
         self._rows = FileRows(Path(header.out), Path(header.failures), self._agents.redact)
@@ -238,6 +240,7 @@ class Engine:
         outcomes.append(outcome)
         if outcome.attempts:  # not drained, not found on disk
             self._rollouts_sent += 1
+            self._latency.add(outcome.elapsed)
         status = outcome.status  # a failure class, or no_reward: what the gate counts as failed
         if status is not None:
             self._failure_counts[status] += 1
@@ -280,10 +283,11 @@ class Engine:
         since = self._attempts.in_flight_since
         oldest = next(iter(since), None)
         done, sent, failures = self._tasks_done, self._rollouts_sent, self._failure_counts
+        latency = self._latency.p50_p90()
         if oldest is None:
-            return encode(Progress(0, None, None, done, sent, failures))
+            return encode(Progress(0, None, None, done, sent, failures, latency))
         where = [self._col["task"][oldest], self._col["rollout"][oldest]]
-        return encode(Progress(len(since), time.monotonic() - since[oldest], where, done, sent, failures))
+        return encode(Progress(len(since), time.monotonic() - since[oldest], where, done, sent, failures, latency))
 
     def _sync(self) -> None:
         self._rows.sync()

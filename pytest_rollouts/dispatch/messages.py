@@ -156,7 +156,8 @@ class Unhealthy:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
-    and the tasks finished, rollouts sent and failures by class so far."""
+    the tasks finished, rollouts sent and failures by class so far, and the p50 and p90 latency
+    of every rollout finished (None before the first)."""
 
     tag: ClassVar[str] = "progress"
     in_flight: int
@@ -165,6 +166,7 @@ class Progress:
     tasks_done: int
     rollouts_sent: int
     failures: dict[str, int]
+    latency: list[float] | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

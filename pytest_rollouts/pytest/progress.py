@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.rows.records import NO_REWARD
+
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.report import Tally
 
@@ -56,7 +58,7 @@ class Progress:
         self,
         tally: Tally,
         in_flight: tuple[int, float | None, list[int] | None] | None,
-        finished: tuple[int, int, dict[str, int]] | None,
+        finished: tuple[int, int, dict[str, int], list[float] | None] | None,
     ) -> str | None:
         """The line now due, or None when in a log it would only repeat the last one's count.
 
@@ -89,17 +91,22 @@ def progress_line(
     tally: Tally,
     total: int,
     in_flight: tuple[int, float | None, list[int] | None] | None,
-    finished: tuple[int, int, dict[str, int]] | None = None,
+    finished: tuple[int, int, dict[str, int], list[float] | None] | None = None,
 ) -> str:
-    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class). It runs
-    ahead of the items pytest reports in plan order; a resumed run's settled items it never sees,
-    so each figure is the larger of the two."""
+    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class, latency).
+    It runs ahead of the items pytest reports in plan order; a resumed run's settled items it never
+    sees, so each count is the larger of the two, and the latency is the dispatcher's when it has
+    one (the reported items' would leave out the slow rollouts they wait behind)."""
     from pytest_rollouts.scoring.metrics import latency_summary  # not at import: every pytest session loads this
 
-    latency = latency_summary(tally.durations)
-    sent, failures = len(tally.durations), tally.failures
+    reported = latency_summary(tally.durations)
+    latency = [reported["p50"], reported["p90"]] if reported["count"] else None
+    sent = len(tally.durations)
+    # A result without a reward is failed, as the gate counts it; an xdist controller learns it from reports.
+    failures = tally.failures + Counter({NO_REWARD: tally.unrewarded})
     if finished is not None:
         sent, failures = max(sent, finished[1]), failures | Counter(finished[2])
+        latency = finished[3] or latency
     parts = [f"rollouts: {tasks_done(tally, finished)}/{total} tasks done"]
     # The failed count first, then its classes, and only then the rest: a line cut to a narrow
     # terminal's width keeps the count.
@@ -110,15 +117,15 @@ def progress_line(
         parts.append(f"{in_flight[0]} in flight")
     # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
     parts.append(rate(tally.per_hour(time.perf_counter(), sent)))
-    if latency["count"]:
-        parts.append(f"p50 {latency['p50']:.2f}s p90 {latency['p90']:.2f}s")
+    if latency is not None:
+        parts.append(f"p50 {latency[0]:.2f}s p90 {latency[1]:.2f}s")
     if in_flight is not None and in_flight[2] is not None and in_flight[1] is not None:
         task, rollout = in_flight[2]
         parts.append(f"oldest in flight: task {task} rollout {rollout}, {in_flight[1]:.0f}s")
     return ", ".join(parts)
 
 
-def tasks_done(tally: Tally, finished: tuple[int, int, dict[str, int]] | None) -> int:
+def tasks_done(tally: Tally, finished: tuple[int, int, dict[str, int], list[float] | None] | None) -> int:
     """The larger of what pytest reported and what the dispatcher finished (see ``progress_line``)."""
     return tally.items if finished is None else max(tally.items, finished[0])
 
@@ -148,5 +155,23 @@ def live_redraw(terminal: Any, line: str) -> str:
     Cut to the terminal's width (less its last column, where some terminals wrap at once): a
     longer line wraps, ``\r`` goes back only to the start of its last row, and each redraw left
     a stale row behind."""
-    width = terminal.config.get_terminal_writer().fullwidth
-    return "\r" + (line_start(terminal) + line)[: max(width - 1, 1)] + CLEAR_TO_END
+    start = line_start(terminal)
+    return "\r" + start + fit(line, terminal_width(terminal) - len(start)) + CLEAR_TO_END
+
+
+def terminal_width(terminal: Any) -> int:
+    """The columns a line may take: the terminal's less its last, where some terminals wrap at once."""
+    return terminal.config.get_terminal_writer().fullwidth - 1
+
+
+def fit(line: str, width: int) -> str:
+    """``line`` within ``width`` columns, cut after its last whole part that fits (parts end before
+    ``, `` or a parenthesis: ``1 failed (agent_run_error 1)`` keeps ``1 failed``), not mid-word
+    (``4 in fligh``); hard only when not even its first part fits."""
+    if len(line) <= width:
+        return line
+    cut = max(line.rfind(", ", 0, width + 1), line.rfind(" (", 0, width + 1))
+    head = line[:cut] if cut > 0 else line[: max(width, 1)]
+    if head.count("(") > head.count(")"):  # no parenthesis left open
+        head = head[: head.rfind(" (")]
+    return head

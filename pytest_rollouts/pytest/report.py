@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
-from pytest_rollouts.pytest.progress import Progress, live_redraw, own_line, rate
+from pytest_rollouts.pytest.progress import Progress, fit, live_redraw, own_line, rate, terminal_width
 from pytest_rollouts.scoring.accounting import Outcomes
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import OK, Verdict
@@ -207,13 +207,16 @@ class Tally:
 
         return perf_summary(self.durations, self.last_at - self.started_at)
 
-    def mean_line(self) -> list[str]:
+    def mean_line(self, as_zero: frozenset[str] = frozenset()) -> list[str]:
         """Used only when no metrics were computed (``--rollouts-no-aggregate``): the mean of what
-        this session's items reported, masked results left out as the metrics leave them out."""
-        if not self.rewarded:
+        this session's items reported, masked results left out and failures of the classes
+        ``as_zero`` names counted as zeros, as the metrics do."""
+        zeros = self.outcomes(as_zero).zeros
+        if not self.rewarded + zeros:
             return []
-        mean = self.reward_sum / self.rewarded
-        return [f"mean reward {mean:.4f} over {self.rewarded} rollouts reported this session"]
+        mean = self.reward_sum / (self.rewarded + zeros)
+        counted = f" ({zeros} of them failed and scored as zero)" if zeros else ""
+        return [f"mean reward {mean:.4f} over {self.rewarded + zeros} rollouts reported this session{counted}"]
 
 
 class RolloutReporter:
@@ -320,6 +323,8 @@ class RolloutReporter:
         line = "" if final else self.progress.line(self.tally, run and run.in_flight(), run and run.finished())
         if line is None:
             return
+        if self.progress.tty:  # whole lines too (-v, an xdist controller): a wrapped one is two rows
+            line = fit(line, terminal_width(terminal))
         if self.live:
             # Straight to the terminal, after the file name pytest put at the start of the line,
             # so pytest's idea of the line is unchanged. The last redraw leaves only that name,
@@ -364,6 +369,8 @@ class RolloutReporter:
         run = RolloutRun.get(self.config)
         names = run.artifact_names()
         terminalreporter.section("rollouts")
+        settings = run.settings
+        as_zero = settings.count_as_zero | ({CANCELLED} if settings.count_missing_as_zero else set())
         if run.holds_no_task():
             index, count = run.settings.shard or (0, 0)
             lines = [
@@ -371,18 +378,16 @@ class RolloutReporter:
                 "artifacts let the merge prove the shards complete"
             ]
         else:
-            settings = run.settings
-            as_zero = settings.count_as_zero | ({CANCELLED} if settings.count_missing_as_zero else set())
             sent = run.workers.sent if self.config.pluginmanager.has_plugin("dsession") else run.sent
             lines = self.tally.lines(score.coverage.outcomes() if score is not None else None, sent, as_zero)
         if score is not None:
-            lines += score_lines(
-                score, names[1], out=names[0], count_as_zero=run.settings.count_as_zero, scored=not verdict.stopped
-            )
+            # No metrics (a stopped run, --rollouts-no-aggregate): no 'Metrics cover' line either.
+            metrics = not (verdict.stopped or settings.no_aggregate)
+            lines += score_lines(score, names[1], out=names[0], count_as_zero=settings.count_as_zero, scored=metrics)
             if score.metrics_path is not None:
                 names.append(run.shown(score.metrics_path))
-        if score is not None and run.settings.no_aggregate and not verdict.stopped:
-            lines += self.tally.mean_line()
+        if score is not None and settings.no_aggregate and not verdict.stopped:
+            lines += self.tally.mean_line(as_zero)
         unmatched = run.planning.unmatched or run.workers.unmatched
         if unmatched:
             lines.append(unmatched)

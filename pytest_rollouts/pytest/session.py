@@ -274,7 +274,8 @@ class RolloutRun:
         Not on an xdist worker (its controller decides for all), nor once a row is written: the
         dispatcher may have begun before the stop reached it, and then the run is one to resume."""
         start, paths = self.planning.run_start, self.paths
-        if self.dispatched or not self._prepared or self.planning.resuming or hasattr(self.config, "workerinput"):
+        refused = bool(self._stopped)  # a refusal put the files back itself, and says so
+        if refused or self.dispatched or not self._prepared or self.planning.resuming or hasattr(self.config, "workerinput"):
             return ""
         if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
             paths.discard(start)
@@ -363,8 +364,8 @@ class RolloutRun:
         """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""
         return self._dispatcher.in_flight if self._dispatcher is not None else None
 
-    def finished(self) -> tuple[int, int, dict[str, int]] | None:
-        """(tasks finished, rollouts sent, failures by class), when this process dispatches."""
+    def finished(self) -> tuple[int, int, dict[str, int], list[float] | None] | None:
+        """(tasks finished, rollouts sent, failures by class, [p50, p90] latency), when this process dispatches."""
         return self._dispatcher.finished if self._dispatcher is not None else None
 
     def finish(self) -> None:

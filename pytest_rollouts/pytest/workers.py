@@ -7,6 +7,7 @@ id it handed them, dispatch, and report when they go down.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class Workers:
         self._queue: Any = None
         # On a controller, the routing keys its workers found no row for, or "".
         self.unmatched = ""
+        self._began = time.time()
         # On a controller: workers that collected, and the rollouts those that reported said they sent.
         self.collected = 0
         self._sent = 0
@@ -90,12 +92,33 @@ class Workers:
         Only when every worker said so: one that crashed may have sent requests.
         """
         reports = self._reports
-        if resuming or not reports or any(r is None or r["dispatched"] for r in reports) or not self.started():
+        if resuming or not self.started() or any(r is not None and r["dispatched"] for r in reports):
             return ""
+        paths = self._paths()
         preparer = next((r for r in reports if r is not None and r["moved_to"]), None)
         start = RunStart() if preparer is None else RunStart(Path(preparer["moved_to"]), replaced=preparer["replaced"])
+        unheard = not reports or None in reports or len(reports) < self.collected
+        if unheard:
+            # A stop can end the controller's session before its workers say what they did: then
+            # only the files tell. A run that wrote no row has nothing to keep, and the earlier
+            # results it moved aside are in the folder made since this session began.
+            if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
+                return ""
+            start = start if preparer is not None else self._moved_since_start(paths)
         self.taken_back = True
-        return put_back(self._paths(), start, resuming=False).lstrip("\n")
+        back = put_back(paths, start, resuming=False).lstrip("\n")
+        if not unheard:
+            return back
+        kept = "the earlier results are back in place" if start.moved_to is not None else "its files are removed"
+        return f"Interrupted before any result was written: {kept}."
+
+    def _moved_since_start(self, paths: ArtifactPaths) -> RunStart:
+        """Where this run moved the earlier results, found on disk: the newest folder made since it began."""
+        made = [p for p in paths.moved_aside() if p.stat().st_mtime >= self._began]
+        if not made:
+            return RunStart()
+        newest = max(made, key=lambda p: p.stat().st_mtime)
+        return RunStart(newest, replaced=newest.name.startswith("."))
 
     def queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On a worker, the tasks queued behind the running one: its only safe look-ahead."""

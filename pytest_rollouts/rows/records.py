@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL, agent_class
 
 # A result whose reply carried no numeric reward: kept in the output as the agent sent it, but
 # no score. It is an outcome of its own (an item's status word, the tallies, the coverage), not a
@@ -79,7 +79,7 @@ def failure_class_of(reply: Mapping[str, Any]) -> str | None:
     An agent may send the key on every reply, null on success: that is a result, not a failure.
     """
     value = reply.get(FAILURE_CLASS)
-    return value if isinstance(value, str) and value else None
+    return agent_class(value) if isinstance(value, str) and value else None
 
 
 def marked_terminal(row: Mapping[str, Any]) -> bool:

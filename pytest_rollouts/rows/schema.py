@@ -60,6 +60,15 @@ AGENT_REQUEST_FAILED = "agent_request_failed"
 ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
 CANCELLED = "cancelled"
 ALWAYS_TERMINAL = frozenset({"skipped"})
+# Outcome names the collector itself gives (a result without a reward, a masked one, a rollout never
+# started): an agent's failure class by one of these would be counted as that outcome in one line and
+# as a failure in the next, so it is stored as ``agent_<name>``.
+COLLECTOR_OUTCOMES = frozenset({"no_reward", "mask_sample", CANCELLED})
+
+
+def agent_class(name: str) -> str:
+    """An agent's failure class as stored: its own, unless it is one of the collector's outcomes."""
+    return f"agent_{name}" if name in COLLECTOR_OUTCOMES else name
 # A failure's response body is kept up to this many characters (NeMo Gym's cut).
 MAX_BODY_CHARS = 2000
 
@@ -146,6 +155,7 @@ def agent_failure_row(
     metrics at that reward, NeMo Gym's rule; only one without a reward is a zero.
     """
     row = {**reply, **stamps, ELAPSED: round(elapsed, 6), EARLIER_TRIES: earlier_tries(earlier)}
+    row[FAILURE_CLASS] = agent_class(reply[FAILURE_CLASS])
     row.setdefault(FAILURE_TYPE, "AgentReported")
     row.setdefault(FAILURE_MESSAGE, str(reply.get("failure_reason") or ""))
     row.setdefault(FAILURE_HTTP_STATUS, http_status)

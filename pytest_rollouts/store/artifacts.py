@@ -124,6 +124,12 @@ class ArtifactPaths:
         except FileNotFoundError:
             return False
 
+    def moved_aside(self) -> list[Path]:
+        """Every folder fresh runs moved earlier results into: the sets kept, and those waiting to be
+        replaced (``--rollouts-overwrite``) until their run's first request."""
+        hidden = self.out.parent.glob(f".{glob.escape(self.out.stem)}.replaced-*")
+        return self.earlier_sets() + sorted(p for p in hidden if p.is_dir())
+
     def earlier_sets(self) -> list[Path]:
         """The folders earlier fresh runs moved their predecessors' results into."""
         return sorted(p for p in self.out.parent.glob(f"{glob.escape(self.out.stem)}.prev-*") if p.is_dir())
