@@ -249,6 +249,7 @@ def test_a_failed_health_check_reads_as_a_plain_message(pytester: pytest.Pyteste
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["! Refused: agents failed their health check; nothing was dispatched:"])
     result.stdout.no_fnmatch_line("*_pytest.outcomes.Exit*")
+    result.stdout.no_fnmatch_line("Interrupted*"), "a refusal, not a stop"
 
 
 def test_the_live_line_counts_no_reward_among_failures_as_the_gate_does(pytester: pytest.Pytester) -> None:

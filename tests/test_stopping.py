@@ -156,6 +156,25 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
     assert_no_traceback(err)
 
 
+def test_a_stop_under_xdist_before_any_result_puts_the_earlier_results_back(pytester: pytest.Pytester) -> None:
+    """The workers had not said what they did when the controller's session ended: the earlier
+    results stayed moved aside, without a line saying so, and the run read as one of nothing."""
+    write_rows(pytester.path / "data.jsonl", tasks(6))
+    with ScriptedAgent() as agent:
+        subprocess.run(pytest_command(agent.url), cwd=pytester.path, check=True, capture_output=True)
+    before = (pytester.path / "out" / "r.jsonl").read_bytes()
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
+        with session(pytester.path, pytest_command(agent.url, "-n", "2")) as proc:
+            wait_for(lambda: agent.health_checks > 0, "a health check")
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = finish(proc)
+        assert agent.requests == []
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert "the earlier results are back in place" in out, out
+    assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
+    assert not [p for p in (pytester.path / "out").iterdir() if "prev" in p.name or "replaced" in p.name]
+
+
 @pytest.mark.parametrize("replace", [(), ("--rollouts-overwrite",)], ids=["moved-aside", "overwrite"])
 def test_a_stop_during_health_checks_puts_back_the_earlier_results(
     pytester: pytest.Pytester, replace: tuple[str, ...]
