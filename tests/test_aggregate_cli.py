@@ -231,6 +231,20 @@ def test_shards_without_a_manifest_cannot_prove_the_run_complete(gym_shards: Pat
     assert "that no shard is missing cannot be proven" in trusted.stdout
 
 
+def test_a_bad_row_in_an_input_is_named_there_and_nothing_is_written(tmp_path: Path) -> None:
+    """It was named in the merge's own output (re/c_failures.jsonl:3), which was left written, and a
+    second try moved that aside without a word (found by a black-box review)."""
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}} for t in range(2)]
+    write_rows(tmp_path / "rs0_materialized_inputs.jsonl", rows)
+    write_rows(tmp_path / "rs0.jsonl", [{**rows[0], "reward": 1.0}])
+    (tmp_path / "rs0_failures.jsonl").write_text('{"_ng_task_index": 1}\ngarbage\n')
+    for _ in range(2):
+        result = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "re/c.jsonl")
+        assert result.returncode != 0
+        assert f"{tmp_path / 'rs0_failures.jsonl'}:2" in result.stderr, result.stderr
+    assert not (tmp_path / "re").exists() or not list((tmp_path / "re").iterdir())
+
+
 def test_aggregate_names_a_count_as_zero_typo_and_refuses_an_out_that_is_an_input(tmp_path: Path) -> None:
     """Found by a black-box review: the typo passed without a word (a run names it), and an --out
     naming one of the inputs read as 'missing shards: 0/2'."""

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_rollouts.store.artifacts import ArtifactPaths, read_rows, torn_tail
-from pytest_rollouts.store.jsonl import replaced_atomically
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
+from pytest_rollouts.store.jsonl import JsonlError, replaced_atomically
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from pytest_rollouts.rows.resume import Key, key_of
 
@@ -112,6 +112,9 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
     ]
     if torn:
         return None, torn
+    unreadable = _unreadable(shards)
+    if unreadable:
+        return None, unreadable
     problems: list[str] = []
     with_manifest = [s for s in shards if s.manifest is not None]
     if with_manifest and len(with_manifest) != len(shards):
@@ -231,6 +234,20 @@ def _missing(manifest: RunManifest, found: Collection[Key]) -> list[str]:
 
 def _more(items: list[Key] | list[str]) -> str:
     return f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else ""
+
+
+def _unreadable(shards: list[Shard]) -> list[str]:
+    """Lines that are not JSON objects, named in their input: found only when the merged copy was
+    scored, they were named in the merged file, which the merge had already written."""
+    problems = []
+    for shard in shards:
+        for path in (shard.paths.out, shard.paths.failures):
+            try:
+                for _ in artifact_rows(path):
+                    pass
+            except JsonlError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def write_merged(shards: list[Shard], manifest: RunManifest | None, out: ArtifactPaths) -> None:
