@@ -291,9 +291,10 @@ def test_status_line_counts_what_finished_behind_a_slow_early_rollout(pytester: 
 def test_a_margin_without_a_budget_is_pointed_out(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     """It was silently ignored: a budget the user meant to set is missing."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
-    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-drain-margin=1")
-    result.assert_outcomes(passed=2, warnings=1)
-    result.stdout.fnmatch_lines(["*--rollouts-drain-margin has no effect without --rollouts-dispatch-budget*"])
+    args = ["-W", "error", f"--rollouts-agent={agent.url}", "--rollouts-drain-margin=1"]
+    result = run_rollouts(pytester, "data.jsonl", *args)
+    result.assert_outcomes(passed=2)  # a plain line: a warning was an INTERNALERROR under -W error
+    result.stdout.fnmatch_lines(["rollouts: --rollouts-drain-margin has no effect without --rollouts-dispatch-budget"])
 
 
 @pytest.mark.parametrize(

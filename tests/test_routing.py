@@ -60,18 +60,20 @@ def test_malformed_line_names_file_and_line(
 
 
 @pytest.mark.parametrize("run_level", [False, True])
-def test_rows_without_create_params_run_with_one_warning(
+def test_rows_without_create_params_run_with_one_notice(
     pytester: pytest.Pytester, agent: ScriptedAgent, run_level: bool
 ) -> None:
-    """NeMo Gym agents refuse such a row (422); a custom agent may not need the field."""
+    """NeMo Gym agents refuse such a row (422); a custom agent may not need the field. A plain
+    line: as a warning, -W error made it a collection error with a traceback."""
     write_rows(pytester.path / "data.jsonl", [{"expected_answer": "1", "answer": "1"}] * 7)
     extra = ['--rollouts-responses-create-params={"temperature": 0}'] if run_level else []
-    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *extra)
-    result.assert_outcomes(passed=7, warnings=0 if run_level else 1)
-    if not run_level:
-        result.stdout.fnmatch_lines(
-            ["*data.jsonl: 7 rows have no responses_create_params (lines 1, 2, 3, 4, 5, ...)*(HTTP 422)"]
-        )
+    result = run_rollouts(pytester, "-W", "error", "data.jsonl", f"--rollouts-agent={agent.url}", *extra)
+    result.assert_outcomes(passed=7)
+    notice = "rollouts: data.jsonl: 7 rows have no responses_create_params (lines 1, 2, 3, 4, 5, ...)*(HTTP 422)"
+    if run_level:
+        result.stdout.no_fnmatch_line(notice)
+    else:
+        result.stdout.fnmatch_lines([notice])
 
 
 def test_suite_with_conflicting_agent_addresses_is_refused(pytester: pytest.Pytester) -> None:

@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.config.suite import find_declaration
 from pytest_rollouts.pacing import lasting
+from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.properties import json_property, record_outcomes
+from pytest_rollouts.pytest.stash import DIST, RUN_KEY
 from pytest_rollouts.rows.records import NO_REWARD, dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
-from pytest_rollouts.pytest.properties import json_property, record_outcomes
-from pytest_rollouts.config.suite import find_declaration
-from pytest_rollouts.pytest.stash import DIST, RUN_KEY
 
 if TYPE_CHECKING:
-    from pytest_rollouts.rows.records import RolloutOutcome
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.rows.records import RolloutOutcome
 
 
 def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | None:
@@ -112,8 +113,8 @@ class DatasetFile(pytest.File):
             raise self.CollectError(str(exc)) from None
         self.sha256, self.rows = scan.sha256, scan.rows
         notice = scan.notice()
-        if notice:
-            self.warn(pytest.PytestWarning(notice))
+        if notice:  # a worker has no terminal: its warnings reach the controller's
+            tell(self.config, notice) or self.warn(pytest.PytestWarning(notice))
 
 
 class SuiteDeclarationFile(pytest.File):

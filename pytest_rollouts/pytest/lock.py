@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_rollouts.pytest.stash import RUN_LOCKED, RolloutsWarning
+from pytest_rollouts.pytest.stash import RUN_LOCKED
 from pytest_rollouts.store.runlock import RunLock
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def hold(
         left = lock.acquire(run_id, shared=shared)
         config.stash[HELD_KEY] = lock
         if left is not None:
-            killed = RolloutsWarning(f"{paths.out}: took it over from a run that was killed ({left})")
-            config.issue_config_time_warning(killed, stacklevel=2)
+            from pytest_rollouts.pytest.progress import tell
+
+            tell(config, f"{paths.out}: took it over from a run that was killed ({left})")
     config.add_cleanup(lock.release)

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
+from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.stash import RolloutsWarning
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
@@ -89,8 +90,8 @@ class SessionPlan:
         self.resuming, self._manifest = numbering.resuming, numbering.manifest
         # Said in the rollouts section, where it is read, not among pytest's warnings.
         self.unmatched = numbering.unmatched
-        for notice in numbering.notices:
-            warnings.warn(RolloutsWarning(notice), stacklevel=1)
+        for notice in numbering.notices:  # a worker has no terminal: its warnings reach the controller's
+            tell(self._config, notice) or warnings.warn(RolloutsWarning(notice), stacklevel=1)
         firsts = {dataset: numbering.first_task[tasks.name] for dataset, tasks in files.items()}
         for item in items:
             if isinstance(item, RolloutItem):

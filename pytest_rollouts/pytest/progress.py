@@ -80,6 +80,20 @@ def own_line(terminal: Any, line: str) -> None:
     terminal.write_line(line)
 
 
+def tell(config: Any, notice: str) -> bool:
+    """``notice`` as a plain ``rollouts:`` line where the run shows, at once or (told while pytest
+    configures, before its terminal is there) as the session starts; whether it will be shown (an
+    xdist worker has no terminal). Not a warning: ``-W error`` made those crashes."""
+    from pytest_rollouts.pytest.stash import NOTICES_KEY
+
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        own_line(terminal, "rollouts: " + notice)
+    elif not hasattr(config, "workerinput"):
+        config.stash.setdefault(NOTICES_KEY, []).append(notice)
+    return terminal is not None or not hasattr(config, "workerinput")
+
+
 def line_start(terminal: Any) -> str:
     """What pytest wrote at the start of the current line: the dataset's path and a space."""
     if terminal.currentfspath is None:

@@ -18,13 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
-from pytest_rollouts.pytest.progress import Progress, fit, live_redraw, own_line, rate, terminal_width
-from pytest_rollouts.scoring.accounting import Outcomes
-from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import OK, Verdict
-from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
-from pytest_rollouts.rows.records import dominant_class
-from pytest_rollouts.rows.schema import CANCELLED
+from pytest_rollouts.pytest.progress import Progress, fit, live_redraw, own_line, rate, tell, terminal_width
 from pytest_rollouts.pytest.properties import (
     CACHED,
     DRAINED,
@@ -36,7 +30,13 @@ from pytest_rollouts.pytest.properties import (
     REWARDS,
     rollout_properties,
 )
-from pytest_rollouts.pytest.stash import RUN_KEY
+from pytest_rollouts.pytest.stash import NOTICES_KEY, RUN_KEY
+from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
+from pytest_rollouts.rows.records import dominant_class
+from pytest_rollouts.rows.schema import CANCELLED
+from pytest_rollouts.scoring.accounting import Outcomes
+from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.scoring.verdict import OK, Verdict
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
@@ -185,9 +185,8 @@ class Tally:
         latency = latency_summary(self.durations)
         if latency["count"]:
             covers = f"the {reported} reported before the stop" if ran > reported else f"{reported} rollouts"
-            lines.append(
-                "latency p50 {p50:.3f}s, p90 {p90:.3f}s, p99 {p99:.3f}s, max {max:.3f}s over ".format(**latency) + covers
-            )
+            shown = "latency p50 {p50:.3f}s, p90 {p90:.3f}s, p99 {p99:.3f}s, max {max:.3f}s".format(**latency)
+            lines.append(f"{shown} over {covers}")
         if self.examples:
             lines.append("failed items:")
             lines.extend("  " + example for example in self.examples)
@@ -239,6 +238,12 @@ class RolloutReporter:
         self.live = False
         # The dataset pytest had named when the last progress line was written in a log.
         self.progress_after: object = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """What was told while pytest configured, under the session's header."""
+        for notice in self.config.stash.get(NOTICES_KEY, []):
+            tell(self.config, notice)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The rollout items that will run: after every deselection, --lf's wrapper included."""

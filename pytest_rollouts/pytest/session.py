@@ -25,7 +25,7 @@ from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, RolloutsWarning
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -129,8 +129,9 @@ class RolloutRun:
             self.routing_for(self.config.rootpath)  # discovery happens on first use, and may refuse the run
         settings = self.settings
         if settings.drain_margin is not None and settings.dispatch_budget is None:
-            unused = RolloutsWarning("--rollouts-drain-margin has no effect without --rollouts-dispatch-budget")
-            self.config.issue_config_time_warning(unused, stacklevel=2)
+            from pytest_rollouts.pytest.progress import tell
+
+            tell(self.config, "--rollouts-drain-margin has no effect without --rollouts-dispatch-budget")
 
     def _dispatches_here(self) -> bool:
         """Not on an xdist controller: its workers dispatch."""
@@ -275,7 +276,8 @@ class RolloutRun:
         dispatcher may have begun before the stop reached it, and then the run is one to resume."""
         start, paths = self.planning.run_start, self.paths
         refused = bool(self._stopped)  # a refusal put the files back itself, and says so
-        if refused or self.dispatched or not self._prepared or self.planning.resuming or hasattr(self.config, "workerinput"):
+        worker = hasattr(self.config, "workerinput")
+        if refused or self.dispatched or not self._prepared or self.planning.resuming or worker:
             return ""
         if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
             paths.discard(start)

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 RUN_KEY: pytest.StashKey[RolloutRun] = pytest.StashKey()
 RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
+# Notices told before the terminal was there to show them (``progress.tell``), shown when the session starts.
+NOTICES_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
 
 # The ``workerinput`` key under which the xdist controller hands every worker the same run id.
 RUN_ID = "rollouts_run_id"
