@@ -242,7 +242,9 @@ class Deadline:
         left, margin = self._ends - time.monotonic(), self.margin()
         if left > margin:
             return ""
-        return f"dispatch budget: {max(left, 0.0):.1f}s left, a rollout needs {margin:.1f}s"
+        if left <= 0:
+            return "dispatch budget: none left"
+        return f"dispatch budget: {left:.1f}s left, less than a rollout takes ({margin:.1f}s)"
 
 
 def _with_attempt_index(body: bytes, attempt_index: int) -> bytes:

@@ -149,7 +149,11 @@ class Tally:
         return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures, zeros=zeros)
 
     def lines(
-        self, whole_run: Outcomes | None, sent: int | None = None, as_zero: frozenset[str] = frozenset()
+        self,
+        whole_run: Outcomes | None,
+        sent: int | None = None,
+        as_zero: frozenset[str] = frozenset(),
+        stopped: bool = False,
     ) -> list[str]:
         """The session's lines; first what became of the rollouts: of the whole run (from disk) when
         it was scored, and of this session too where its reports cover other rollouts (an xdist run
@@ -158,6 +162,7 @@ class Tally:
         ``sent``: the rollouts this session's dispatch sent, which a stop (``-x``, Ctrl-C) leaves
         ahead of what its items reported; the latency then says how many it covers. None: not
         known (xdist workers stopped before they said), and the count is then of the reports.
+        ``stopped``: the user stopped the run, whose dispatch lasted until then.
         """
         session = self.outcomes(as_zero)
         if whole_run is None:
@@ -175,8 +180,8 @@ class Tally:
             )
         reported = len(self.durations)
         ran = max(sent or 0, reported)
-        # Sent beyond the reports: the dispatch went on until the session ended.
-        end = time.perf_counter() if ran > reported else self.last_at
+        # Sent beyond the reports, or requests in flight when stopped: the dispatch went on until the session ended.
+        end = time.perf_counter() if ran > reported or stopped else self.last_at
         what = f"{ran} rollout{'' if ran == 1 else 's'}" + (" reported this session" if sent is None and apart else "")
         if ran:  # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
             lines.append(f"{what} ran in {max(end - self.started_at, 1e-9):.2f}s, {rate(self.per_hour(end, ran))}")
@@ -384,7 +389,8 @@ class RolloutReporter:
             ]
         else:
             sent = run.workers.sent if self.config.pluginmanager.has_plugin("dsession") else run.sent
-            lines = self.tally.lines(score.coverage.outcomes() if score is not None else None, sent, as_zero)
+            outcomes = score.coverage.outcomes() if score is not None else None
+            lines = self.tally.lines(outcomes, sent, as_zero, stopped=bool(verdict.stopped))
         if score is not None:
             # No metrics (a stopped run, --rollouts-no-aggregate): no 'Metrics cover' line either.
             metrics = not (verdict.stopped or settings.no_aggregate)
