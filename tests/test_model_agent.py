@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from .agents import Reply
@@ -129,3 +130,24 @@ def test_max_turns_ends_a_loop_that_never_stops_calling_tools(pytester: pytest.P
     (row,) = Artifacts(pytester.path).rows
     assert row["ng_perf"]["num_turns"] == 3 and len(model.calls) == 3
     assert row["reward"] == 0.0
+
+
+def test_tokens_and_turns_are_totalled_in_the_summary_and_the_metrics_file(
+    pytester: pytest.Pytester, model: FakeModel
+) -> None:
+    write_suite(pytester.path, model.base_url)
+    result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["math: 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"])
+    (group,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    usage = group["usage_summary"]
+    assert {k: usage[k] for k in ("num_rollouts", "input_tokens", "output_tokens", "total_tokens", "num_turns")} == {
+        "num_rollouts": 8,
+        "input_tokens": 80,
+        "output_tokens": 40,
+        "total_tokens": 120,
+        "num_turns": 8,
+    }
+    assert usage["total_tokens_per_second"] > 0
+    assert group["agent_metrics"]["mean/num_turns"] == 1.0
+    assert group["agent_metrics"]["mean/input_tokens"] == 10.0
