@@ -27,6 +27,7 @@ from typing import Any
 
 from pytest_rollouts.config.agents import Agents, AgentsError
 from pytest_rollouts.config.collection import CollectionConfig
+from pytest_rollouts.config.routing import RoutingError
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.model.spec import ModelPlan
@@ -176,7 +177,7 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
         read = read_datasets(settings.input, settings, agents, root)
         shown = partial(os.path.relpath, start=root)
         numbering = number_run(read.files, settings, agents, asked_resume=settings.resume, shown=shown)
-    except (AgentsError, DatasetError, PlanError) as exc:
+    except (AgentsError, DatasetError, PlanError, RoutingError) as exc:
         raise CollectionRefused(str(exc)) from None
     _tell([*read.notices, *filter(None, [numbering.unmatched]), *numbering.notices])
     tasks = []

@@ -105,8 +105,9 @@ def test_a_missing_verifier_is_refused_before_any_call(pytester: pytest.Pytester
 
 
 def test_model_calls_in_flight_are_bounded_by_model_parallel(pytester: pytest.Pytester) -> None:
-    with FakeModel(lambda call: Reply(delay=0.05, json=reply_of(call, "0").json)) as model:
-        write_suite(pytester.path, model.base_url, rows=questions(24))
+    # Calls long enough that every wave of three overlaps, however loaded the machine.
+    with FakeModel(lambda call: Reply(delay=0.3, json=reply_of(call, "0").json)) as model:
+        write_suite(pytester.path, model.base_url, rows=questions(9))
         result = run_rollouts(pytester, "suite", "--rollouts-parallel=16", "--rollouts-model-parallel=3")
     assert result.ret == 0, result.stdout.str()
     assert model.peak_in_flight == 3

@@ -5,8 +5,13 @@ and body (or the traceback) in the sidecar, and resume sends the rollout again."
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+from pytest_rollouts import run
+from pytest_rollouts.model import calls
+from pytest_rollouts.net.retry import MAX_BACKOFF_S, backoff_delay
 
 from .agents import Reply
 from .helpers import Artifacts, run_rollouts
@@ -23,16 +28,32 @@ def failing_first(times: int, reply: Reply) -> Callable[[Call], Reply]:
     return lambda call: reply if call.number < times else echo(call)
 
 
-def test_429_is_retried_after_the_time_retry_after_asks(pytester: pytest.Pytester) -> None:
+def test_429_is_retried_after_the_time_retry_after_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the Python API (dispatch in this process), so the wait the client chose is seen."""
+    asked: list[float | None] = []
+
+    def recording(base: float, number: int, retry_after: float | None) -> float:
+        asked.append(retry_after)
+        return backoff_delay(base, number, retry_after)
+
+    monkeypatch.setattr(calls, "backoff_delay", recording)
+    monkeypatch.chdir(tmp_path)
     limited = Reply(status=429, json={"error": {"message": "slow down"}}, headers=(("Retry-After", "0.3"),))
     with FakeModel(failing_first(1, limited)) as model:
-        write_suite(pytester.path, model.base_url, rows=questions(2)[1:])
-        result = run_rollouts(pytester, "suite", *FAST)
-    assert result.ret == 0, result.stdout.str()
-    assert [r["reward"] for r in Artifacts(pytester.path).rows] == [1.0]
+        write_suite(tmp_path, model.base_url, rows=questions(2)[1:])
+        result = run({"input": "suite", "out": "out/r.jsonl", "retry_backoff": 0.01})
+    assert result.exit_status == 0
+    assert [r["reward"] for r in Artifacts(tmp_path).rows] == [1.0]
     assert len(model.calls) == 2
-    # The backoff alone would be under 0.01 s: only Retry-After makes the retry wait this long.
-    assert Artifacts(pytester.path).rows[0]["elapsed_seconds"] >= 0.3
+    assert asked == [0.3]
+
+
+def test_the_backoff_never_comes_sooner_than_retry_after_nor_later_than_its_cap() -> None:
+    assert backoff_delay(0.01, 0, 2.5) == 2.5
+    assert 0.005 <= backoff_delay(0.01, 0, None) <= 0.01
+    assert backoff_delay(0.01, 0, 3600.0) == MAX_BACKOFF_S
 
 
 @pytest.mark.parametrize(

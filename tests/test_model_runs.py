@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_rollouts import output_text, run
+from pytest_rollouts import CollectionRefused, output_text, run
 
 from .agents import Reply
 from .helpers import Artifacts, run_rollouts
@@ -50,3 +50,11 @@ def test_output_text_is_the_last_assistant_message() -> None:
     }
     assert output_text(response) == "final"
     assert output_text({"output": []}) == ""
+
+
+def test_the_python_api_refuses_an_unset_model_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MODEL_URL", raising=False)
+    write_suite(tmp_path, "${MODEL_URL}")
+    with pytest.raises(CollectionRefused, match="the environment variable MODEL_URL is not set"):
+        run({"input": "suite", "out": "out/r.jsonl"})

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# ``api``: Chat Completions; the other value, "responses", is the Responses API.
 CHAT = "chat"
-RESPONSES = "responses"
-APIS = (CHAT, RESPONSES)
 DEFAULT_MAX_TURNS = 8
 
 
@@ -29,10 +28,3 @@ class ModelPlan:
     tools: str
     max_turns: int
 
-
-@dataclass(frozen=True, slots=True)
-class ModelBounds:
-    """What every model agent of a plan shares: a model call's timeout, and calls in flight at once."""
-
-    timeout: float
-    parallel: int
