@@ -366,13 +366,10 @@ def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float 
     }
 
 
-def usage_summary(rows: Sequence[MetricRow], seconds: float | None) -> dict[str, float | int] | None:
-    """A group's token and turn totals (``ng_perf``'s names), their means per rollout, and tokens
-    per second of the run's dispatch ``seconds``; None for a group whose rows report no tokens.
-
-    What a model run costs is its totals, which ``agent_metrics``' means hide; tokens per second
-    is the throughput a model server is sized by.
-    """
+def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
+    """A group's token and turn totals (``ng_perf``'s names) and their means per rollout; None for
+    a group whose rows report no tokens. What a model run costs is its totals, which
+    ``agent_metrics``' means hide."""
     with_tokens = [row.values for row in rows if any(name in row.values for name in USAGE_TOTALS[:3])]
     if not with_tokens:
         return None
@@ -382,8 +379,12 @@ def usage_summary(rows: Sequence[MetricRow], seconds: float | None) -> dict[str,
         if values:
             summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
             summary[f"mean/{name}"] = sum(values) / len(values)
-    if seconds:
-        for name in ("output_tokens", "total_tokens"):
-            if name in summary:
-                summary[f"{name}_per_second"] = summary[name] / seconds
     return summary
+
+
+def token_rates(usage: Mapping[str, float | int] | None, seconds: float | None) -> dict[str, float]:
+    """Tokens per second of the run's dispatch ``seconds``, the throughput a model server is sized
+    by: timing, so it goes with ``perf_summary``, not with the totals."""
+    if not usage or not seconds:
+        return {}
+    return {f"{name}_per_second": usage[name] / seconds for name in ("output_tokens", "total_tokens") if name in usage}

@@ -72,7 +72,7 @@ def score_lines(
         )
         usage = group.metrics.get("usage_summary")
         if usage:
-            lines.append(f"{group.agent}: {usage_line(usage)}")
+            lines.append(f"{group.agent}: {usage_line(usage, group.metrics.get('perf_summary') or {})}")
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out))
@@ -80,7 +80,7 @@ def score_lines(
     return lines
 
 
-def usage_line(usage: dict[str, float]) -> str:
+def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
     """A group's tokens and turns: totals, means per rollout, and tokens per second of the run."""
     said = [
         f"{usage.get('total_tokens', 0):,.0f} tokens ({usage.get('input_tokens', 0):,.0f} in, "
@@ -88,10 +88,8 @@ def usage_line(usage: dict[str, float]) -> str:
     ]
     if "num_turns" in usage:
         said.append(f"{usage['num_turns']:,.0f} turns (mean {usage['mean/num_turns']:.2f})")
-    if "total_tokens_per_second" in usage:
-        said.append(
-            f"{usage['total_tokens_per_second']:,.0f} tokens/s ({usage.get('output_tokens_per_second', 0):,.0f} out)"
-        )
+    if "total_tokens_per_second" in perf:
+        said.append(f"{perf['total_tokens_per_second']:,.0f} tokens/s ({perf.get('output_tokens_per_second', 0):,.0f} out)")
     return ", ".join(said)
 
 
