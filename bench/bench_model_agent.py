@@ -84,7 +84,12 @@ def main() -> None:
     ratio = median_pair_ratio({"plain": runs["run_agent"], "model": runs["model_agent"]}, "model")
     shape = f"{args.rows} rows, {args.parallel} in flight"
     print("targets (figures from this run):")
-    print("  " + Target(f"{shape}: wall, model agent / /run agent (median of {args.repeat} pairs)", ratio, RATIO_LIMIT, "x").line())
+    print(
+        "  "
+        + Target(
+            f"{shape}: wall, model agent / /run agent (median of {args.repeat} pairs)", ratio, RATIO_LIMIT, "x"
+        ).line()
+    )
 
 
 if __name__ == "__main__":

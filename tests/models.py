@@ -35,7 +35,9 @@ class Call:
 ModelBehaviour = Callable[[Call], Reply]
 
 
-def chat_reply(text: str | None = None, calls: list[tuple[str, str, str]] = (), tokens: tuple[int, int] = (10, 5)) -> dict[str, Any]:
+def chat_reply(
+    text: str | None = None, calls: list[tuple[str, str, str]] = (), tokens: tuple[int, int] = (10, 5)
+) -> dict[str, Any]:
     """A chat completion saying ``text`` and/or calling ``calls`` (id, name, JSON arguments)."""
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
@@ -47,12 +49,16 @@ def chat_reply(text: str | None = None, calls: list[tuple[str, str, str]] = (), 
         "object": "chat.completion",
         "created": 1700000000,
         "model": "fake",
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop", "logprobs": None}],
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop", "logprobs": None}
+        ],
         "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1], "total_tokens": sum(tokens)},
     }
 
 
-def responses_reply(text: str | None = None, calls: list[tuple[str, str, str]] = (), tokens: tuple[int, int] = (10, 5)) -> dict[str, Any]:
+def responses_reply(
+    text: str | None = None, calls: list[tuple[str, str, str]] = (), tokens: tuple[int, int] = (10, 5)
+) -> dict[str, Any]:
     """A Responses object saying ``text`` and/or calling ``calls`` (call id, name, JSON arguments)."""
     output: list[dict[str, Any]] = []
     if text is not None:
@@ -150,7 +156,9 @@ class FakeModel(LoopServer):
         await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "tests"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "tests"}]}
+        )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._call(CHAT, request)
@@ -173,6 +181,8 @@ class FakeModel(LoopServer):
                 request.transport.close()
                 return web.Response()
             body = reply.raw if reply.raw is not None else orjson.dumps(reply.json)
-            return web.Response(status=reply.status, body=body, content_type="application/json", headers=dict(reply.headers))
+            return web.Response(
+                status=reply.status, body=body, content_type="application/json", headers=dict(reply.headers)
+            )
         finally:
             self.in_flight -= 1

@@ -13,14 +13,14 @@ import pytest
 from .agents import Reply
 from .conftest import write_rows
 from .helpers import Artifacts, run_rollouts
-from .models import CHAT, RESPONSES, Call, FakeModel, echo, reply_of, tool_outputs
+from .models import CHAT, RESPONSES, Call, FakeModel, reply_of, tool_outputs
 
-VERIFY = '''
+VERIFY = """
 from pytest_rollouts import output_text
 
 def score(row, response):
     return 1.0 if output_text(response) == row["expected_answer"] else 0.0
-'''
+"""
 
 TOOLS = '''
 def add(a: int, b: int) -> int:
@@ -37,7 +37,9 @@ TOOLS = [add, fail]
 '''
 
 
-def write_suite(root: Path, model_url: str, *, api: str = "chat", extra: str = "", rows: list[dict[str, Any]] | None = None) -> None:
+def write_suite(
+    root: Path, model_url: str, *, api: str = "chat", extra: str = "", rows: list[dict[str, Any]] | None = None
+) -> None:
     """A suite with one model agent ``math`` at ``model_url``."""
     (root / "suite").mkdir(exist_ok=True)
     (root / "suite" / "rollouts.toml").write_text(
@@ -53,7 +55,10 @@ def questions(n: int) -> list[dict[str, Any]]:
     """``say <i>`` rows: the echo model answers right where the expected answer is ``i``, and
     wrong on every fourth row."""
     return [
-        {"responses_create_params": {"input": f"say {i}", "temperature": 0.5}, "expected_answer": str(i if i % 4 else -1)}
+        {
+            "responses_create_params": {"input": f"say {i}", "temperature": 0.5},
+            "expected_answer": str(i if i % 4 else -1),
+        }
         for i in range(n)
     ]
 
@@ -77,7 +82,9 @@ def test_rows_are_scored_by_the_suites_verifier(pytester: pytest.Pytester, model
     assert first["response"]["usage"]["input_tokens"] == 10
     assert first["ng_perf"] == {"num_turns": 1, "input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
     assert {c.api for c in model.calls} == {api}
-    assert sorted(c.headers["X-Rollouts-Rollout"] for c in model.calls) == [f"{t}.{r}" for t in range(4) for r in range(2)]
+    assert sorted(c.headers["X-Rollouts-Rollout"] for c in model.calls) == [
+        f"{t}.{r}" for t in range(4) for r in range(2)
+    ]
     assert all(c.body["model"] == "fake-model" and c.body["temperature"] == 0.5 for c in model.calls)
 
 
@@ -138,7 +145,9 @@ def test_tokens_and_turns_are_totalled_in_the_summary_and_the_metrics_file(
     write_suite(pytester.path, model.base_url)
     result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["math: 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"])
+    result.stdout.fnmatch_lines(
+        ["math: 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"]
+    )
     (group,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
     usage = group["usage_summary"]
     assert {k: usage[k] for k in ("num_rollouts", "input_tokens", "output_tokens", "total_tokens", "num_turns")} == {

@@ -15,7 +15,7 @@ from .test_model_agent import questions, write_suite
 
 SECRET = "sk-test-9f8e7d6c5b4a39281706"
 
-EMBEDDED_MODEL = '''
+EMBEDDED_MODEL = """
 from aiohttp import web
 
 async def chat(request):
@@ -31,7 +31,7 @@ def make_app():
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     return app
-'''
+"""
 
 
 def test_an_embedded_model_is_served_on_loopback(pytester: pytest.Pytester) -> None:
@@ -46,11 +46,15 @@ def test_an_embedded_model_is_served_on_loopback(pytester: pytest.Pytester) -> N
     assert {r["response"]["usage"]["input_tokens"] for r in rows} == {7}
 
 
-def test_the_command_line_replaces_every_model_and_its_name(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_line_replaces_every_model_and_its_name(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NOWHERE_URL", raising=False)  # the suite's own model would be an error
     with FakeModel() as model:
         write_suite(pytester.path, "${NOWHERE_URL}")
-        result = run_rollouts(pytester, "suite", f"--rollouts-model={model.base_url}", "--rollouts-model-name=Qwen/Qwen3-8B")
+        result = run_rollouts(
+            pytester, "suite", f"--rollouts-model={model.base_url}", "--rollouts-model-name=Qwen/Qwen3-8B"
+        )
     assert result.ret == 0, result.stdout.str()
     assert len(model.calls) == 4
     assert {c.body["model"] for c in model.calls} == {"Qwen/Qwen3-8B"}
@@ -65,19 +69,29 @@ def test_a_model_url_reads_the_environment(pytester: pytest.Pytester, monkeypatc
     assert len(model.calls) == 4
 
 
-def test_an_unset_variable_is_an_error_naming_it_and_the_file(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unset_variable_is_an_error_naming_it_and_the_file(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MODEL_URL", raising=False)
     write_suite(pytester.path, "${MODEL_URL}")
     result = run_rollouts(pytester, "suite")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(["*suite/rollouts.toml: agents.math.model: the environment variable MODEL_URL is not set*"])
+    result.stdout.fnmatch_lines(
+        ["*suite/rollouts.toml: agents.math.model: the environment variable MODEL_URL is not set*"]
+    )
 
 
 @pytest.mark.parametrize(
     ("declaration", "said"),
     [
-        ('verifier = "verify.py:score"\nmodle = "http://127.0.0.1:9/v1"\n', "agents.math.modle: unknown key, did you mean 'model'?"),
-        ('url = "http://127.0.0.1:9"\nmodel_name = "m"\n', "'model_name' belong to a model agent, which needs 'verifier'"),
+        (
+            'verifier = "verify.py:score"\nmodle = "http://127.0.0.1:9/v1"\n',
+            "agents.math.modle: unknown key, did you mean 'model'?",
+        ),
+        (
+            'url = "http://127.0.0.1:9"\nmodel_name = "m"\n',
+            "'model_name' belong to a model agent, which needs 'verifier'",
+        ),
         ('verifier = "verify.py:score"\n', "a model agent takes exactly one of 'model' or 'model_embedded'"),
         ('verifier = "verify.py:score"\nmodel = "http://127.0.0.1:9/v1"\napi = "completions"\n', "agents.math.api"),
     ],
@@ -113,7 +127,9 @@ def test_model_calls_in_flight_are_bounded_by_model_parallel(pytester: pytest.Py
     assert model.peak_in_flight == 3
 
 
-def test_the_api_key_is_sent_and_never_written_or_shown(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_key_is_sent_and_never_written_or_shown(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The model echoes the key it got (in its answers and in an error body): no file and no line
     of output keeps it."""
     monkeypatch.setenv("TEST_MODEL_KEY", SECRET)

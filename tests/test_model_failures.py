@@ -28,9 +28,7 @@ def failing_first(times: int, reply: Reply) -> Callable[[Call], Reply]:
     return lambda call: reply if call.number < times else echo(call)
 
 
-def test_429_is_retried_after_the_time_retry_after_asks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_429_is_retried_after_the_time_retry_after_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the Python API (dispatch in this process), so the wait the client chose is seen."""
     asked: list[float | None] = []
 
@@ -62,7 +60,10 @@ def test_the_backoff_never_comes_sooner_than_retry_after_nor_later_than_its_cap(
         (Reply(status=500, raw=b'{"error": "the GPU fell over"}'), "ModelHTTPStatus"),
         (Reply(status=503, raw=b'{"error": "the GPU fell over"}'), "ModelHTTPStatus"),
         # Content-Length promises more than comes before the connection closes.
-        (Reply(reset=True, raw=b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"id": "the GPU fell over'), "ClientPayloadError"),
+        (
+            Reply(reset=True, raw=b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"id": "the GPU fell over'),
+            "ClientPayloadError",
+        ),
     ],
 )
 def test_an_unavailable_model_is_retried_then_agent_request_failed(
@@ -90,7 +91,10 @@ def test_an_unavailable_model_is_retried_then_agent_request_failed(
     assert [r["_ng_attempt_index"] for r in Artifacts(pytester.path).rows] == [1]
 
 
-CONTEXT = b'{"error": {"message": "This model\'s maximum context length is 8192 tokens", "type": "BadRequestError", "code": 400}}'
+CONTEXT = (
+    b'{"error": {"message": "This model\'s maximum context length is 8192 tokens", '
+    b'"type": "BadRequestError", "code": 400}}'
+)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +138,9 @@ def test_a_rollout_longer_than_its_timeout_ends(pytester: pytest.Pytester) -> No
         return Reply(delay=0.15, json=reply_of(call, None, [("c", "add", '{"a": 1, "b": 2}')]).json)
 
     with FakeModel(slow_tool_loop) as model:
-        write_suite(pytester.path, model.base_url, extra='tools = "tools.py:TOOLS"\nmax_turns = 100\n', rows=questions(1))
+        write_suite(
+            pytester.path, model.base_url, extra='tools = "tools.py:TOOLS"\nmax_turns = 100\n', rows=questions(1)
+        )
         result = run_rollouts(pytester, "suite", "--rollouts-timeout=0.5", "--rollouts-model-timeout=5", *FAST)
     assert result.ret == NO_REWARD_AT_ALL, result.stdout.str()
     (failure,) = Artifacts(pytester.path).failures
@@ -144,21 +150,23 @@ def test_a_rollout_longer_than_its_timeout_ends(pytester: pytest.Pytester) -> No
     assert 2 <= len(model.calls) < 100
 
 
-RAISES = '''
+RAISES = """
 def score(row, response):
     return helper(row)
 
 def helper(row):
     raise ZeroDivisionError("the verifier's own bug, row " + row["expected_answer"])
-'''
+"""
 
-EXTRA = '''
+EXTRA = """
 async def score(row, response):
     return {"reward": 0.5, "extracted_answer": "x", "correct": False}
-'''
+"""
 
 
-def test_a_verifier_that_raises_is_agent_run_error_with_its_traceback(pytester: pytest.Pytester, model: FakeModel) -> None:
+def test_a_verifier_that_raises_is_agent_run_error_with_its_traceback(
+    pytester: pytest.Pytester, model: FakeModel
+) -> None:
     write_suite(pytester.path, model.base_url, rows=questions(2))
     (pytester.path / "suite" / "verify.py").write_text(RAISES)
     result = run_rollouts(pytester, "suite")

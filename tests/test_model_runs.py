@@ -44,7 +44,11 @@ def test_output_text_is_the_last_assistant_message() -> None:
         "output": [
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "first"}]},
             {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "fin"}, {"type": "output_text", "text": "al"}]},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "fin"}, {"type": "output_text", "text": "al"}],
+            },
             {"type": "function_call_output", "call_id": "c", "output": "x"},
         ]
     }

@@ -106,7 +106,8 @@ class Agents:
         for e in endpoints:
             if e.model is not None:  # its model's base URL: an embedded model serves the API under /v1
                 model = e.model
-                self._urls[e.name] = model.url if model.url is not None else started[model.embedded] + "/v1"  # type: ignore[index]
+                served = model.url if model.url is not None else started[model.embedded] + "/v1"  # type: ignore[index]
+                self._urls[e.name] = served
             else:
                 self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
         return {name: self._urls[name] for name in wanted}

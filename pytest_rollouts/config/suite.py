@@ -63,7 +63,9 @@ class AgentDeclaration(BaseModel):
     def _exactly_one(self) -> AgentDeclaration:
         if self.verifier is not None:
             if self.url is not None or self.embedded is not None:
-                raise ValueError("a model agent (one with 'verifier') takes 'model' or 'model_embedded', not 'url' or 'embedded'")
+                raise ValueError(
+                    "a model agent (one with 'verifier') takes 'model' or 'model_embedded', not 'url' or 'embedded'"
+                )
             if (self.model is None) == (self.model_embedded is None):
                 raise ValueError("a model agent takes exactly one of 'model' or 'model_embedded'")
             return self

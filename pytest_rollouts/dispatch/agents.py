@@ -37,12 +37,12 @@ class PlanAgents:
     @classmethod
     def of(cls, header: PlanHeader) -> PlanAgents:
         """A model agent's headers carry its API key, so the redaction covers the key as well."""
-        headers = {
-            name: Address.parse(header.urls[name]).with_credentials(
-                {**header.headers.get(name, {}), **(model_headers(header.models[name]) if name in header.models else {})}
-            )
-            for name in header.agents
-        }
+        headers = {}
+        for name in header.agents:
+            given = header.headers.get(name, {})
+            if name in header.models:
+                given = {**given, **model_headers(header.models[name])}
+            headers[name] = Address.parse(header.urls[name]).with_credentials(given)
         return cls(header, headers, Redactor(headers))
 
     def senders(self, pool: Pool) -> list[Sender]:

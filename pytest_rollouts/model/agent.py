@@ -109,7 +109,9 @@ class ModelAgent:
         }
         return await self._verified(row, final, perf)
 
-    async def _verified(self, row: dict[str, Any], final: dict[str, Any], perf: dict[str, Any]) -> dict[str, Any] | Broke:
+    async def _verified(
+        self, row: dict[str, Any], final: dict[str, Any], perf: dict[str, Any]
+    ) -> dict[str, Any] | Broke:
         """The reply: the final response scored by the suite's verifier. A verifier that raises (or
         returns neither a number nor a dict) is a rollout that ran and broke, its traceback kept."""
         try:

@@ -73,7 +73,9 @@ class ModelClient:
     async def create(self, body: dict[str, Any], rollout: str) -> dict[str, Any]:
         """The model's reply to ``body`` as a JSON object; ``ModelCallError`` once no try got one."""
         data = dumps(body)
-        target = replace(self._target, head=b"".join((self._head, ROLLOUT_HEADER, rollout.encode(), b"\r\n", LENGTH_FIELD)))
+        target = replace(
+            self._target, head=b"".join((self._head, ROLLOUT_HEADER, rollout.encode(), b"\r\n", LENGTH_FIELD))
+        )
         tries = self._bounds.retries + 1
         for number in range(tries):
             try:

@@ -116,9 +116,13 @@ def response_of_chat(reply: dict[str, Any]) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning:
-        output.append({"type": "reasoning", "id": f"rs_{reply.get('id', '')}", "summary": [
-            {"type": "summary_text", "text": reasoning}
-        ]})
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{reply.get('id', '')}",
+                "summary": [{"type": "summary_text", "text": reasoning}],
+            }
+        )
     if message.get("content"):
         output.append(
             {

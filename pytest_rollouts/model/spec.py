@@ -27,4 +27,3 @@ class ModelPlan:
     verifier: str
     tools: str
     max_turns: int
-

@@ -17,7 +17,13 @@ from typing import Any, BinaryIO
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object, whole_lines
-from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, numeric_fields, token_rates, usage_summary
+from pytest_rollouts.scoring.metrics import (
+    MetricRow,
+    compute_default_metrics,
+    numeric_fields,
+    token_rates,
+    usage_summary,
+)
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity

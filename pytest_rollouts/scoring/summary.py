@@ -89,7 +89,8 @@ def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
     if "num_turns" in usage:
         said.append(f"{usage['num_turns']:,.0f} turns (mean {usage['mean/num_turns']:.2f})")
     if "total_tokens_per_second" in perf:
-        said.append(f"{perf['total_tokens_per_second']:,.0f} tokens/s ({perf.get('output_tokens_per_second', 0):,.0f} out)")
+        total, out = perf["total_tokens_per_second"], perf.get("output_tokens_per_second", 0)
+        said.append(f"{total:,.0f} tokens/s ({out:,.0f} out)")
     return ", ".join(said)
 
 
