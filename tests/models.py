@@ -131,6 +131,8 @@ class FakeModel(LoopServer):
     def __init__(self, behaviour: ModelBehaviour = echo) -> None:
         self.behaviour = behaviour
         self.calls: list[Call] = []
+        # Requests to any other route (a /health, an /aggregate_metrics), which a model never gets.
+        self.elsewhere: list[str] = []
         self.in_flight = 0
         self.peak_in_flight = 0
         self._runner: web.AppRunner | None = None
@@ -145,6 +147,7 @@ class FakeModel(LoopServer):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._elsewhere)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -154,6 +157,10 @@ class FakeModel(LoopServer):
     async def _stop(self) -> None:
         assert self._runner is not None
         await self._runner.cleanup()
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        self.elsewhere.append(f"{request.method} {request.path}")
+        return web.Response(status=404)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -82,6 +82,7 @@ def test_rows_are_scored_by_the_suites_verifier(pytester: pytest.Pytester, model
     assert first["response"]["usage"]["input_tokens"] == 10
     assert first["ng_perf"] == {"num_turns": 1, "input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
     assert {c.api for c in model.calls} == {api}
+    assert model.elsewhere == []  # no /health, no /aggregate_metrics: a model has neither
     assert sorted(c.headers["X-Rollouts-Rollout"] for c in model.calls) == [
         f"{t}.{r}" for t in range(4) for r in range(2)
     ]

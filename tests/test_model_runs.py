@@ -37,6 +37,9 @@ def test_each_xdist_worker_gets_its_share_of_model_parallel(pytester: pytest.Pyt
     assert len(Artifacts(pytester.path).rows) == 24
     # One call at a time per worker: two workers, two at most.
     assert model.peak_in_flight <= 2
+    # The controller scores without asking the model for /aggregate_metrics, as a worker never
+    # asks it for /health.
+    assert model.elsewhere == []
 
 
 def test_output_text_is_the_last_assistant_message() -> None:

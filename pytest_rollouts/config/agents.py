@@ -93,9 +93,7 @@ class Agents:
         wanted = set(names)
         registry = self.registry
         missing = sorted(wanted - set(self._urls))
-        if any(not registry.knows(name) for name in missing):
-            for path in recorded():
-                self.routing_for(self._root / path)
+        self._learn(missing, recorded)
         unknown = [name for name in missing if not registry.knows(name)]
         if unknown:
             raise AgentsError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
@@ -112,9 +110,16 @@ class Agents:
                 self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
         return {name: self._urls[name] for name in wanted}
 
-    def is_model(self, name: str) -> bool:
+    def _learn(self, names: Iterable[str], recorded: Callable[[], Iterable[str]]) -> None:
+        """Read the suites of the recorded datasets when one of ``names`` is not known yet."""
+        if any(not self.registry.knows(name) for name in names):
+            for path in recorded():
+                self.routing_for(self._root / path)
+
+    def is_model(self, name: str, recorded: Callable[[], Iterable[str]] = tuple) -> bool:
         """Whether ``name`` is a model agent, which the dispatcher runs itself (no ``/health``, no
-        ``/aggregate_metrics``: its groups get local metrics)."""
+        ``/aggregate_metrics``: its groups get local metrics); ``recorded`` as for ``urls``."""
+        self._learn([name], recorded)
         registry = self.registry
         return registry.knows(name) and registry.endpoint(name).model is not None
 

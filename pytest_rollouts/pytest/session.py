@@ -413,7 +413,9 @@ class RolloutRun:
     def _metrics_url(self, name: str) -> str | None:
         """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
         try:
-            return None if self.agents.is_model(name) else self._agent_urls({name})[name]
+            if self.agents.is_model(name, self._recorded_datasets):
+                return None
+            return self._agent_urls({name})[name]
         except pytest.UsageError:
             return None
 
