@@ -124,12 +124,12 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     try:
         tasks, numbering, end = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
-            await _check_health(settings, _urls(agents, {task.agent for task in tasks}))
+            await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
         prepared = _prepare(settings, paths, lock, root, tasks, numbering)
         agents_used = {r.agent for r in prepared.plan.rollouts}
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
-            await _check_health(settings, urls)
+            await _check_health(settings, agents, urls)
         started = time.perf_counter()
         dispatched = await _dispatch(settings, urls, _models(agents, urls, paths, prepared), paths, prepared.plan)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
@@ -235,8 +235,10 @@ def _models(agents: Agents, names: Iterable[str], paths: ArtifactPaths, prepared
         raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
 
 
-async def _check_health(settings: CollectionConfig, urls: dict[str, str]) -> None:
-    """The agents' health checks, as the plugin runs them before its first request."""
+async def _check_health(settings: CollectionConfig, agents: Agents, urls: dict[str, str]) -> None:
+    """The agents' health checks, as the plugin runs them before its first request: a model
+    agent's address is its model's, which has no ``/health`` to ask."""
+    urls = {name: url for name, url in urls.items() if not agents.is_model(name)}
     if settings.no_health_check or not urls:
         return
     header = PlanHeader.of(settings, urls, parallel=settings.parallel, limit=1)

@@ -27,6 +27,7 @@ def test_the_python_api_runs_a_suites_model_agent(tmp_path: Path, monkeypatch: p
     assert group["metrics_source"] == "local"
     assert group["usage_summary"]["total_tokens"] == 120
     assert "math: 120 tokens" in result.summary()
+    assert model.elsewhere == []  # no /health, no /aggregate_metrics
 
 
 def test_each_xdist_worker_gets_its_share_of_model_parallel(pytester: pytest.Pytester) -> None:
