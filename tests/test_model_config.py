@@ -162,3 +162,17 @@ def test_an_unset_key_variable_is_refused(pytester: pytest.Pytester, monkeypatch
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "the environment variable TEST_MODEL_KEY is not set" in result.stdout.str() + result.stderr.str()
     assert model.calls == []
+
+
+@pytest.mark.parametrize(
+    ("tools", "said"),
+    [("[3]", "a tool must be a function, not 3"), ("[len]", "tool 'len': no JSON schema from its signature")],
+)
+def test_a_tool_without_a_schema_is_refused_before_any_call(pytester: pytest.Pytester, tools: str, said: str) -> None:
+    with FakeModel() as model:
+        write_suite(pytester.path, model.base_url, extra='tools = "tools.py:TOOLS"\n')
+        (pytester.path / "suite" / "tools.py").write_text(f"TOOLS = {tools}\n")
+        result = run_rollouts(pytester, "suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    assert f"model agent 'math': {said}" in result.stdout.str() + result.stderr.str()
+    assert model.calls == []

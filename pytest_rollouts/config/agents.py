@@ -131,6 +131,7 @@ class Agents:
         """
         from pytest_rollouts.model.loading import LoadError, load_named
         from pytest_rollouts.model.spec import ModelPlan
+        from pytest_rollouts.model.tools import Toolbox
 
         plans = {}
         for name in sorted(n for n in names if self.is_model(n)):
@@ -139,9 +140,11 @@ class Agents:
             try:
                 if not callable(load_named(model.verifier)):
                     raise LoadError(f"the verifier {model.verifier} is not callable")
-                if model.tools and not isinstance(load_named(model.tools), list | tuple):
+                tools = load_named(model.tools) if model.tools else []
+                if not isinstance(tools, list | tuple):
                     raise LoadError(f"the tools {model.tools} are not a list of functions")
-            except LoadError as exc:
+                Toolbox(list(tools))  # each one's schema, as the dispatcher will make it
+            except (LoadError, TypeError, ValueError) as exc:
                 raise AgentsError(f"model agent {name!r}: {exc}") from exc
             if model.api_key_env and not os.environ.get(model.api_key_env):
                 raise AgentsError(f"model agent {name!r}: the environment variable {model.api_key_env} is not set")

@@ -28,7 +28,8 @@ class Toolbox:
     """Tools by name, and their schemas as a Responses request lists them."""
 
     def __init__(self, functions: list[Callable[..., Any]]) -> None:
-        self._tools = {function.__name__: _tool(function) for function in functions}
+        tools = [_tool(function) for function in functions]
+        self._tools = {tool.schema["name"]: tool for tool in tools}
         self.schemas = [tool.schema for tool in self._tools.values()]
 
     async def call(self, name: str, arguments: str) -> str:
@@ -56,7 +57,10 @@ def _tool(function: Callable[..., Any]) -> Tool:
 
     if not callable(function) or not hasattr(function, "__name__"):
         raise TypeError(f"a tool must be a function, not {function!r}")
-    parameters = TypeAdapter(function).json_schema()
+    try:
+        parameters = TypeAdapter(function).json_schema()
+    except Exception as exc:  # pydantic's own errors are RuntimeErrors: say which tool, as a TypeError
+        raise TypeError(f"tool {function.__name__!r}: no JSON schema from its signature ({exc})") from exc
     parameters.pop("title", None)
     parameters.setdefault("properties", {})
     parameters.pop("additionalProperties", None)
