@@ -58,6 +58,24 @@ def make_app(latency: float) -> web.Application:
         timeline.last = time.time()
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 
+    async def chat(request: web.Request) -> web.Response:
+        """A zero-latency OpenAI-compatible model (``bench_model_agent.py``): the last message back."""
+        if timeline.first is None:
+            timeline.first = time.time()
+        body: dict[str, Any] = orjson.loads(await request.read())
+        if latency > 0:
+            await asyncio.sleep(latency)
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", ""),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+        }
+        timeline.last = time.time()
+        return web.Response(body=orjson.dumps(reply), content_type="application/json")
+
     async def take_timeline(_: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(timeline.take()), content_type="application/json")
 
@@ -66,6 +84,7 @@ def make_app(latency: float) -> web.Application:
 
     app = web.Application()
     app.router.add_post("/run", run)
+    app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/health", health)
     app.router.add_get("/timeline", take_timeline)
     return app

@@ -175,7 +175,33 @@ OPTIONS: tuple[Option, ...] = (
         computed_default="8 x parallel",
         details="The item pytest is waiting on is always admitted, so the bound can be exceeded by that item's repeats.",
     ),
-    Option("timeout", "Seconds one /run attempt may take.", "S", default=3600.0),
+    Option(
+        "timeout",
+        "Seconds one /run attempt may take (for a model agent: one rollout, every turn included).",
+        "S",
+        default=3600.0,
+    ),
+    Option(
+        "model",
+        "The OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1) of every model agent, in place of "
+        "the suites' model or model_embedded.",
+        "URL",
+        details="See docs/model-agents.md.",
+    ),
+    Option("model_name", "The model name every model agent sends, in place of the suites' model_name.", "NAME"),
+    Option(
+        "model_parallel",
+        "Model calls in flight at once, over every model agent.",
+        "N",
+        computed_default="parallel",
+        details="Under `-n`, each worker gets its share, as of `--rollouts-parallel`.",
+    ),
+    Option(
+        "model_timeout",
+        "Seconds one model call may take; a call that takes longer is retried like a 5xx.",
+        "S",
+        default=600.0,
+    ),
     Option(
         "retries",
         "Retries within the run (tries of the same attempt) of a /run that got no reply or 429/502/503/504.",

@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -28,8 +28,10 @@ from typing import Any
 
 from pytest_rollouts.config.agents import Agents, AgentsError
 from pytest_rollouts.config.collection import CollectionConfig
+from pytest_rollouts.config.routing import RoutingError
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.plan.build import PlanError, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
@@ -123,15 +125,15 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     try:
         tasks, numbering, end = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
-            await _check_health(settings, _urls(agents, {task.agent for task in tasks}))
+            await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
         prepared = _prepare(settings, paths, lock, root, tasks, numbering)
         agents_used = {r.agent for r in prepared.plan.rollouts}
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
-            await _check_health(settings, urls)
+            await _check_health(settings, agents, urls)
         paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
-        dispatched = await _dispatch(settings, urls, paths, prepared.plan)
+        dispatched = await _dispatch(settings, urls, _models(agents, urls, paths, prepared), paths, prepared.plan)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
             score = await asyncio.to_thread(
@@ -186,7 +188,7 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
         read = read_datasets(settings.input, settings, agents, root)
         shown = partial(os.path.relpath, start=root)
         numbering = number_run(read.files, settings, agents, asked_resume=settings.resume, shown=shown)
-    except (AgentsError, DatasetError, PlanError) as exc:
+    except (AgentsError, DatasetError, PlanError, RoutingError) as exc:
         raise CollectionRefused(str(exc)) from None
     _tell([*read.notices, *filter(None, [numbering.unmatched]), *numbering.notices])
     tasks = []
@@ -236,8 +238,18 @@ def _urls(
         raise CollectionRefused(f"{exc}{undo}") from None
 
 
-async def _check_health(settings: CollectionConfig, urls: dict[str, str]) -> None:
-    """The agents' health checks, as the plugin runs them before its first request."""
+def _models(agents: Agents, names: Iterable[str], paths: ArtifactPaths, prepared: _Prepared) -> dict[str, ModelPlan]:
+    """The model agents among ``names``, for dispatch to run; a refusal puts earlier results back."""
+    try:
+        return agents.models(names)
+    except AgentsError as exc:
+        raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
+
+
+async def _check_health(settings: CollectionConfig, agents: Agents, urls: dict[str, str]) -> None:
+    """The agents' health checks, as the plugin runs them before its first request: a model
+    agent's address is its model's, which has no ``/health`` to ask."""
+    urls = {name: url for name, url in urls.items() if not agents.is_model(name)}
     if settings.no_health_check or not urls:
         return
     header = PlanHeader.of(settings, urls, parallel=settings.parallel, limit=1)
@@ -248,7 +260,9 @@ async def _check_health(settings: CollectionConfig, urls: dict[str, str]) -> Non
         raise CollectionRefused(str(exc)) from None
 
 
-async def _dispatch(settings: CollectionConfig, urls: dict[str, str], paths: ArtifactPaths, plan: Plan) -> PlanResult:
+async def _dispatch(
+    settings: CollectionConfig, urls: dict[str, str], models: dict[str, ModelPlan], paths: ArtifactPaths, plan: Plan
+) -> PlanResult:
     """Every planned rollout, its row written as it completes; the agents were checked already."""
     if not plan.rollouts:
         # Nothing to send (a shard none of the tasks fell to, a resume with nothing left): its
@@ -262,6 +276,8 @@ async def _dispatch(settings: CollectionConfig, urls: dict[str, str], paths: Art
         parallel=settings.parallel,
         limit=settings.resident_limit,
         paths=(str(paths.materialized), str(paths.out), str(paths.failures)),
+        models=models,
+        model_parallel=settings.model_parallel,
     )
     return await dispatch_plan(replace(header, health=None), plan.rollouts)
 
@@ -277,7 +293,7 @@ def _perf_summary(dispatched: PlanResult, seconds: float) -> dict[str, Any] | No
 def _metrics_url(agents: Agents, name: str) -> str | None:
     """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured."""
     try:
-        return agents.urls({name})[name]
+        return None if agents.is_model(name) else agents.urls({name})[name]
     except AgentsError:
         return None
 

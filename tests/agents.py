@@ -30,6 +30,8 @@ class Reply:
     raw: bytes | None = None
     reset: bool = False
     delay: float = 0.0
+    # Extra reply headers (``Retry-After``), for the fake model server (``models.py``).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def verifier(row: dict[str, Any], seen: int) -> Reply:

@@ -115,6 +115,9 @@ def plan_header(**changes: Any) -> PlanHeader:
         "shared_output": False,
         "headers": {},
         "health": None,
+        "models": {},
+        "model_timeout": 600.0,
+        "model_parallel": 1,
     }
     return PlanHeader(**{**fields, **changes})
 

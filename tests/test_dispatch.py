@@ -261,20 +261,21 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
 ) -> None:
     """Ctrl-C, -x or the end of the run cancels rollouts; one whose reply has come is still
     written (the dispatcher yields between the reply and the row)."""
-    from pytest_rollouts.dispatch import attempts, messages
+    from pytest_rollouts.dispatch import agents, messages
     from pytest_rollouts.dispatch import engine as engine_module
 
     body = orjson.dumps({"answer": 0, "expected_answer": 0, "_ng_task_index": 0})
     (tmp_path / "m.jsonl").write_bytes(body + b"\n")
     replied = asyncio.Event()
-    real_post_run = attempts.post_run
+    # Each agent's sender is made from ``agents.post_run`` when the engine starts.
+    real_post_run = agents.post_run
 
     async def post_run(*args: Any, **kwargs: Any) -> Any:
         attempt = await real_post_run(*args, **kwargs)
         replied.set()  # wakes the test only after the rollout has gone on to its next await
         return attempt
 
-    monkeypatch.setattr(attempts, "post_run", post_run)
+    monkeypatch.setattr(agents, "post_run", post_run)
     with ScriptedAgent() as agent:
         header = plan_header(
             urls={"a": agent.url},

@@ -7,6 +7,7 @@ One object per run, used by the pytest adapter and the Python API alike; it rais
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 if TYPE_CHECKING:
     from pytest_rollouts.config.embedded import EmbeddedServers
     from pytest_rollouts.config.routing import AgentRegistry, Routing
+    from pytest_rollouts.model.spec import ModelPlan
 
 HEAD_SERVER_TIMEOUT_S = 10.0
 
@@ -91,18 +93,71 @@ class Agents:
         wanted = set(names)
         registry = self.registry
         missing = sorted(wanted - set(self._urls))
-        if any(not registry.knows(name) for name in missing):
-            for path in recorded():
-                self.routing_for(self._root / path)
+        self._learn(missing, recorded)
         unknown = [name for name in missing if not registry.knows(name)]
         if unknown:
             raise AgentsError(f"agent {unknown[0]!r} of the recorded run is not configured in this session")
         endpoints = [registry.endpoint(name) for name in missing]
         factories = [e.embedded for e in endpoints if e.embedded is not None]
+        factories += [e.model.embedded for e in endpoints if e.model is not None and e.model.embedded is not None]
         started = self._start_embedded(factories, missing) if factories else {}
         for e in endpoints:
-            self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
+            if e.model is not None:  # its model's base URL: an embedded model serves the API under /v1
+                model = e.model
+                served = model.url if model.url is not None else started[model.embedded] + "/v1"  # type: ignore[index]
+                self._urls[e.name] = served
+            else:
+                self._urls[e.name] = e.url if e.url is not None else started[e.embedded]  # type: ignore[index]
         return {name: self._urls[name] for name in wanted}
+
+    def _learn(self, names: Iterable[str], recorded: Callable[[], Iterable[str]]) -> None:
+        """Read the suites of the recorded datasets when one of ``names`` is not known yet."""
+        if any(not self.registry.knows(name) for name in names):
+            for path in recorded():
+                self.routing_for(self._root / path)
+
+    def is_model(self, name: str, recorded: Callable[[], Iterable[str]] = tuple) -> bool:
+        """Whether ``name`` is a model agent, which the dispatcher runs itself (no ``/health``, no
+        ``/aggregate_metrics``: its groups get local metrics); ``recorded`` as for ``urls``."""
+        self._learn([name], recorded)
+        registry = self.registry
+        return registry.knows(name) and registry.endpoint(name).model is not None
+
+    def models(self, names: Iterable[str]) -> dict[str, ModelPlan]:
+        """The model agents among ``names`` (started by ``urls`` already), as the dispatcher gets them.
+
+        Their verifier and tools are imported here once, and their key's variable looked up, so a
+        typo is a refusal before anything is sent rather than every rollout's failure.
+        """
+        from pytest_rollouts.model.loading import LoadError, load_named
+        from pytest_rollouts.model.spec import ModelPlan
+        from pytest_rollouts.model.tools import Toolbox
+
+        plans = {}
+        for name in sorted(n for n in names if self.is_model(n)):
+            model = self.registry.endpoint(name).model
+            assert model is not None
+            try:
+                if not callable(load_named(model.verifier)):
+                    raise LoadError(f"the verifier {model.verifier} is not callable")
+                tools = load_named(model.tools) if model.tools else []
+                if not isinstance(tools, list | tuple):
+                    raise LoadError(f"the tools {model.tools} are not a list of functions")
+                Toolbox(list(tools))  # each one's schema, as the dispatcher will make it
+            except (LoadError, TypeError, ValueError) as exc:
+                raise AgentsError(f"model agent {name!r}: {exc}") from exc
+            if model.api_key_env and not os.environ.get(model.api_key_env):
+                raise AgentsError(f"model agent {name!r}: the environment variable {model.api_key_env} is not set")
+            plans[name] = ModelPlan(
+                self._urls[name],
+                model.model_name,
+                model.api,
+                model.api_key_env,
+                model.verifier,
+                model.tools,
+                model.max_turns,
+            )
+        return plans
 
     def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:
         """Serve suite-embedded agents; aiohttp is imported only here, off the path of runs that have none."""

@@ -8,15 +8,14 @@ never stalls the dispatcher, and stopped when the session ends.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.util
 import inspect
-import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from aiohttp import web
+
+from pytest_rollouts.model.loading import LoadError, load_module
 
 
 class EmbeddedServerError(RuntimeError):
@@ -24,23 +23,10 @@ class EmbeddedServerError(RuntimeError):
 
 
 def load_factory(file: Path, name: str) -> object:
-    module_name = "_rollouts_embedded_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    module = sys.modules.get(module_name)
-    if module is None:
-        if not file.is_file():
-            raise EmbeddedServerError(f"{file}: no such file")
-        spec = importlib.util.spec_from_file_location(module_name, file)
-        if spec is None or spec.loader is None:
-            raise EmbeddedServerError(f"cannot import embedded agent from {file}")
-        module = importlib.util.module_from_spec(spec)
-        # Registered first, as importlib's recipe does: code run at import (dataclasses resolving
-        # string annotations) looks the module up there.
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # the suite's own code: say which file broke
-            sys.modules.pop(module_name, None)
-            raise EmbeddedServerError(f"importing {file} failed: {exc!r}") from exc
+    try:
+        module = load_module(file)
+    except LoadError as exc:
+        raise EmbeddedServerError(str(exc)) from exc
     factory = getattr(module, name, None)
     if not callable(factory):
         raise EmbeddedServerError(f"{file} has no callable {name!r}")

@@ -10,7 +10,8 @@ pointed at an external server without editing it.
 from __future__ import annotations
 
 import difflib
-
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,10 @@ from pytest_rollouts.net.address import without_password
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 from pytest_rollouts.config.suite import Suite
+from pytest_rollouts.config.values import check_url
 
 CLI_DEFAULT_NAME = "default"
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class RoutingError(ValueError):
@@ -38,12 +41,29 @@ class Discovered:
 
 
 @dataclass(frozen=True)
+class ModelEndpoint:
+    """A model agent's model, where it answers (a base URL, or an app factory served on loopback
+    whose base URL is ``<address>/v1``), and the rest of its declaration with paths made absolute."""
+
+    url: str | None
+    embedded: tuple[Path, str] | None
+    model_name: str
+    api: str
+    api_key_env: str
+    verifier: str
+    tools: str
+    max_turns: int
+
+
+@dataclass(frozen=True)
 class Endpoint:
-    """Where an agent lives: a URL, or an app factory (``file``, ``factory``) started on loopback."""
+    """Where an agent lives: a URL, an app factory (``file``, ``factory``) started on loopback, or a
+    model agent run by the dispatcher itself."""
 
     name: str
     url: str | None = None
     embedded: tuple[Path, str] | None = None
+    model: ModelEndpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -201,8 +221,38 @@ class AgentRegistry:
             return Endpoint(name, url=self._cli_default)
         if declaration.url is not None:
             return Endpoint(name, url=declaration.url.rstrip("/"))
-        file, _, factory = declaration.embedded.partition(":")
-        return Endpoint(name, embedded=((suite.root / file).resolve(), factory or "make_app"))
+        if declaration.verifier is not None:
+            return Endpoint(name, model=self._model_for(suite, name, declaration))
+        return Endpoint(name, embedded=_named(suite, declaration.embedded, "make_app"))
+
+    def _model_for(self, suite: Suite, name: str, declaration: Any) -> ModelEndpoint:
+        """A model agent's endpoint: ``--rollouts-model`` and ``--rollouts-model-name`` win over the
+        suite's; a ``${VAR}`` in its ``model`` is read from the environment (only when it is used)."""
+        where = f"{suite.path}: agents.{name}"
+        url, embedded = self._settings.model, None
+        if url is None and declaration.model is not None:
+            expanded = _expanded(declaration.model, where)
+            try:
+                url = check_url(expanded).rstrip("/")
+            except ValueError as exc:
+                raise RoutingError(f"{where}.model: {exc}") from None
+        elif url is None:
+            embedded = _named(suite, declaration.model_embedded, "make_app")
+        model_name = self._settings.model_name or declaration.model_name
+        if not model_name:
+            raise RoutingError(f"{where}: model_name is missing (declare it, or give --rollouts-model-name)")
+        verifier = _named(suite, declaration.verifier, "score")
+        tools = _named(suite, declaration.tools, "TOOLS") if declaration.tools else None
+        return ModelEndpoint(
+            url,
+            embedded,
+            model_name,
+            declaration.api,
+            declaration.api_key_env or "",
+            f"{verifier[0]}:{verifier[1]}",
+            f"{tools[0]}:{tools[1]}" if tools else "",
+            declaration.max_turns,
+        )
 
     def _register(self, name: str, endpoint: Endpoint, suite: Suite) -> None:
         existing = self._endpoints.setdefault(name, endpoint)
@@ -223,6 +273,24 @@ class AgentRegistry:
         return self._endpoints[name]
 
 
+def _named(suite: Suite, reference: str, default: str) -> tuple[Path, str]:
+    """``file.py:name`` of a suite: the file relative to the suite's directory."""
+    file, _, name = reference.partition(":")
+    return (suite.root / file).resolve(), name or default
+
+
+def _expanded(value: str, where: str) -> str:
+    """``value`` with each ``${VAR}`` replaced by the variable's value; an unset one is an error naming it."""
+
+    def value_of(match: re.Match[str]) -> str:
+        found = os.environ.get(match[1])
+        if found is None:
+            raise RoutingError(f"{where}.model: the environment variable {match[1]} is not set")
+        return found
+
+    return ENV_REFERENCE.sub(value_of, value)
+
+
 def _maybe(name: str | None) -> frozenset[str]:
     return frozenset() if name is None else frozenset({name})
 
@@ -230,5 +298,9 @@ def _maybe(name: str | None) -> frozenset[str]:
 def _describe(endpoint: Endpoint) -> str:
     if endpoint.url is not None:
         return without_password(endpoint.url)
+    if endpoint.model is not None:
+        model = endpoint.model
+        where = without_password(model.url) if model.url is not None else f"embedded {model.embedded}"
+        return f"model agent {model.model_name} at {where}, verifier {model.verifier}"
     assert endpoint.embedded is not None
     return f"embedded {endpoint.embedded[0]}:{endpoint.embedded[1]}"

@@ -16,7 +16,7 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from pytest_rollouts.config.values import (
-    AgentAddress, AgentHeader, Keyed, MaxFailures, each_parsed, parse_agent_headers,
+    AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION, OPTIONS
@@ -87,6 +87,10 @@ class Settings(BaseModel):
     parallel: int = option_field("parallel", ge=1, le=MAX_PARALLEL)
     max_resident: int | None = option_field("max_resident", ge=1, le=MAX_RESIDENT)
     timeout: float = option_field("timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
+    model: str | None = option_field("model")
+    model_name: str | None = option_field("model_name", min_length=1)
+    model_parallel: int | None = option_field("model_parallel", ge=1, le=MAX_PARALLEL)
+    model_timeout: float = option_field("model_timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
     resume: bool = option_field("resume")
@@ -212,6 +216,11 @@ class Settings(BaseModel):
         if isinstance(value, str):  # from the environment: one header per line
             value = value.splitlines()
         return parse_agent_headers(value) if isinstance(value, (list, tuple)) else value
+
+    @field_validator("model")
+    @classmethod
+    def _model_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_url(url).rstrip("/")
 
     @field_validator("head_server", mode="before")
     @classmethod

@@ -11,12 +11,13 @@ import fnmatch
 import tomllib
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.config.values import check_url
+from pytest_rollouts.model.spec import DEFAULT_MAX_TURNS
 
 
 @cache
@@ -35,12 +36,22 @@ class SuiteError(Exception):
 
 
 class AgentDeclaration(BaseModel):
-    """An agent a suite can route to: a URL, or an aiohttp app the plugin starts itself."""
+    """An agent a suite can route to: a URL, an aiohttp app the plugin starts itself, or a model
+    agent (recognised by its ``verifier``): the built-in agent, calling an OpenAI-compatible model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str | None = None
     embedded: str | None = None
+    # A model agent's keys (docs/model-agents.md).
+    verifier: str | None = None
+    model: str | None = None
+    model_embedded: str | None = None
+    model_name: str | None = None
+    api: Literal["chat", "responses"] = "chat"
+    api_key_env: str | None = None
+    tools: str | None = None
+    max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1, le=1000)
 
     @field_validator("url")
     @classmethod
@@ -50,9 +61,24 @@ class AgentDeclaration(BaseModel):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> AgentDeclaration:
+        if self.verifier is not None:
+            if self.url is not None or self.embedded is not None:
+                raise ValueError(
+                    "a model agent (one with 'verifier') takes 'model' or 'model_embedded', not 'url' or 'embedded'"
+                )
+            if (self.model is None) == (self.model_embedded is None):
+                raise ValueError("a model agent takes exactly one of 'model' or 'model_embedded'")
+            return self
+        given = sorted(key for key in self.model_fields_set if key in MODEL_ONLY)
+        if given:
+            raise ValueError(f"{', '.join(map(repr, given))} belong to a model agent, which needs 'verifier'")
         if (self.url is None) == (self.embedded is None):
-            raise ValueError("give exactly one of 'url' or 'embedded'")
+            raise ValueError("give exactly one of 'url' or 'embedded' (or 'verifier' and 'model' for a model agent)")
         return self
+
+
+# The keys only a model agent has: given without ``verifier``, the declaration is a mistake.
+MODEL_ONLY = frozenset({"model", "model_embedded", "model_name", "api", "api_key_env", "tools", "max_turns"})
 
 
 class SuiteConfig(BaseModel):
@@ -123,6 +149,7 @@ TYPE_WORDS = {
     "tuple_type": "must be a list",
     "list_type": "must be a list",
     "missing": "is missing",
+    "int_type": "must be an integer",
 }
 
 

@@ -7,14 +7,21 @@ is kept out of what is written or shown (``Redactor``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
-from pytest_rollouts.dispatch.client import JSON_HEADERS
+from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.dispatch.model_runs import model_headers, model_runs
+from pytest_rollouts.model.calls import CallBounds
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool, Target
+
+# One attempt at a rollout: its request body in, what came of it out.
+Sender = Callable[[bytes], Awaitable[Attempt]]
 
 # A shorter --rollouts-timeout ends the attempt first (TimeoutError, not retried), as with aiohttp.
 CONNECT_TIMEOUT_S = 30.0
@@ -25,20 +32,37 @@ class PlanAgents:
     header: PlanHeader
     # By agent name: the plan's headers for it, and those its URL's credentials make.
     headers: dict[str, dict[str, str]]
-    # Indexed as ``header.agents`` (the plan's ``agent`` column).
-    targets: list[Target]
     redact: Redactor
 
     @classmethod
     def of(cls, header: PlanHeader) -> PlanAgents:
-        headers = {
-            name: Address.parse(header.urls[name]).with_credentials(header.headers.get(name, {}))
-            for name in header.agents
-        }
-        targets = [
-            Target.of("POST", header.urls[name], "/run", {**JSON_HEADERS, **headers[name]}) for name in header.agents
+        """A model agent's headers carry its API key, so the redaction covers the key as well."""
+        headers = {}
+        for name in header.agents:
+            given = header.headers.get(name, {})
+            if name in header.models:
+                given = {**given, **model_headers(header.models[name])}
+            headers[name] = Address.parse(header.urls[name]).with_credentials(given)
+        return cls(header, headers, Redactor(headers))
+
+    def senders(self, pool: Pool) -> list[Sender]:
+        """Each agent's attempts, indexed as ``header.agents`` (the plan's ``agent`` column): a ``/run``
+        posted, or a model agent's rollout run here (``model_runs``)."""
+        h = self.header
+        bounds = CallBounds(h.model_timeout, h.retries, h.retry_backoff)
+        runs = model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact)
+        return [
+            runs[name]
+            if name in runs
+            else partial(
+                post_run,
+                pool,
+                Target.of("POST", h.urls[name], "/run", {**JSON_HEADERS, **self.headers[name]}),
+                timeout=h.timeout,
+                redact=self.redact,
+            )
+            for name in h.agents
         ]
-        return cls(header, headers, targets, Redactor(headers))
 
     async def unhealthy(self, pool: Pool) -> list[Unhealthy]:
         """The agents that fail the plan's health checks (none when it asks for none)."""
@@ -47,7 +71,8 @@ class PlanAgents:
             return []
         return await check_agents(
             pool,
-            {name: self.header.urls[name] for name in self.header.agents},
+            # A model agent has no /health of its own: its first rollout says whether the model answers.
+            {name: self.header.urls[name] for name in self.header.agents if name not in self.header.models},
             self.headers,
             workers=health.workers,
             ignored=frozenset(health.ignored),

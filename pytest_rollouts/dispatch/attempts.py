@@ -10,16 +10,16 @@ files (``artifact_rows.FileRows``), or the caller itself (``run_examples``).
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_rollouts.dispatch.client import Attempt, Failure, post_run
+from pytest_rollouts.dispatch.agents import Sender
+from pytest_rollouts.dispatch.client import Attempt, Failure
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.net.auth import Redactor
-from pytest_rollouts.net.http1 import Pool, Target
+from pytest_rollouts.net.retry import backoff_delay
 from pytest_rollouts.rows.episodes import episode_body, episode_reply
 from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal
 from pytest_rollouts.rows.schema import (
@@ -39,8 +39,6 @@ from pytest_rollouts.rows.schema import (
     reply_collector_keys,
 )
 from pytest_rollouts.store.jsonl import dumps, loads
-
-MAX_BACKOFF_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +75,9 @@ class Rows(Protocol):
 class Attempts:
     """Runs attempts at most ``parallel`` requests at a time and hands each one's row to ``Rows``."""
 
-    def __init__(self, header: PlanHeader, pool: Pool, targets: list[Target], redact: Redactor) -> None:
+    def __init__(self, header: PlanHeader, senders: list[Sender], redact: Redactor) -> None:
         self._h = header
-        self._pool = pool
-        self._targets = targets
+        self._senders = senders
         self._redact = redact
         self._in_flight = asyncio.Semaphore(header.parallel)
         # Requests enter as they start and leave as they end, so the first entry is the oldest.
@@ -102,7 +99,7 @@ class Attempts:
             ROLLOUT_INDEX: planned.rollout,
             **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
         }
-        target = self._targets[planned.agent]
+        send = self._senders[planned.agent]
         attempt_index = planned.first_attempt
         if attempt_index:
             stamps[ATTEMPT_INDEX] = attempt_index
@@ -122,7 +119,7 @@ class Attempts:
                 if not drained:
                     self.in_flight_since[planned.position] = time.monotonic()
                     try:
-                        attempt = await post_run(self._pool, target, body, self._h.timeout, self._redact)
+                        attempt = await send(body)
                     finally:
                         del self.in_flight_since[planned.position]
             if drained:
@@ -138,7 +135,7 @@ class Attempts:
                 if not failure.retryable or number == self._h.retries:
                     return self._record(rows, attempt, stamps, planned.rollout, tries)
                 tries.append(attempt)
-                await asyncio.sleep(self._backoff(number, failure.retry_after))
+                await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
                 continue
             self._refuse_collector_keys(attempt)
             if episode is not None and attempt.reply is not None:
@@ -204,14 +201,6 @@ class Attempts:
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
         return RolloutOutcome.of_result(rollout_index, reply, attempt.elapsed, tries)
-
-    def _backoff(self, number: int, retry_after: float | None) -> float:
-        """Before try ``number + 1`` of this run's attempt: it doubles with the tries of this run only."""
-        base = self._h.retry_backoff * (2**number)
-        delay = random.uniform(base / 2, base)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, MAX_BACKOFF_S)
 
 
 class Deadline:

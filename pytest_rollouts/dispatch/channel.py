@@ -44,6 +44,7 @@ from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.model.spec import ModelPlan
 
 # pytest reports consumed tasks to the engine in batches: one write per this many
 # items keeps the look-ahead window nearly full without a pipe write per item.
@@ -96,6 +97,8 @@ class Dispatcher:
         parallel: int,
         worker: bool = False,
         process: subprocess.Popen[bytes] | None = None,
+        models: dict[str, ModelPlan] | None = None,
+        model_parallel: int | None = None,
     ) -> None:
         self._rollouts = rollouts
         self._planned = [0] * slot_count
@@ -108,6 +111,8 @@ class Dispatcher:
         self._bodies, self._out, self._failures = paths
         self._settings = settings
         self._parallel = parallel
+        self._models = models or {}
+        self._model_parallel = model_parallel
         # An xdist worker dispatches only what xdist queued for it (``claim``): looking
         # ahead over the whole plan would run other workers' items.
         self._limit = 0 if worker else settings.resident_limit
@@ -155,6 +160,8 @@ class Dispatcher:
             limit=self._limit,
             paths=(str(self._bodies), str(self._out), str(self._failures)),
             shared_output=self._worker,
+            models=self._models,
+            model_parallel=self._model_parallel,
         )
         values: dict[str, list[int]] = {
             "slot": [r.slot for r in self._rollouts],

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Reply, Target
+from pytest_rollouts.net.retry import retry_after_seconds
 from pytest_rollouts.store.jsonl import loads
 from pytest_rollouts.rows.schema import AGENT_REQUEST_FAILED, AGENT_RUN_ERROR, MAX_BODY_CHARS
 
@@ -90,12 +91,5 @@ def _status_failure(reply: Reply, redact: Redactor) -> Failure:
         status,
         redact.excerpt(reply.body, MAX_BODY_CHARS),
         retryable=retryable,
-        retry_after=_seconds(reply.header(b"retry-after")) if retryable else None,
+        retry_after=retry_after_seconds(reply.header(b"retry-after")) if retryable else None,
     )
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None

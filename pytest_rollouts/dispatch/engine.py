@@ -96,7 +96,7 @@ class Engine:
         self._bodies = Bodies(Path(header.bodies))
         self._rows = FileRows(Path(header.out), Path(header.failures), self._agents.redact)
         self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
-        self._attempts = Attempts(header, self._pool, self._agents.targets, self._agents.redact)
+        self._attempts = Attempts(header, self._agents.senders(self._pool), self._agents.redact)
         self._shared = SharedOutput(Path(header.out)) if header.shared_output else None
 
     # -- messages from pytest ------------------------------------------------------------

@@ -150,7 +150,7 @@ class LocalDispatch:
         self.agents = PlanAgents.of(header)
         self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
         # The dispatch budget's clock starts here, health checks included, as in the dispatcher process.
-        self.attempts = Attempts(header, self._pool, self.agents.targets, self.agents.redact)
+        self.attempts = Attempts(header, self.agents.senders(self._pool), self.agents.redact)
         self._stream: Completions[Any] | None = None
 
     async def __aenter__(self) -> LocalDispatch:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 import orjson
 
 from pytest_rollouts.dispatch.frames import frame
+from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.records import RolloutOutcome
 
@@ -70,6 +71,10 @@ class PlanHeader:
     # Secrets travel over the pipe, never the command line.
     headers: dict[str, dict[str, str]]
     health: HealthPlan | None
+    # The model agents among ``agents``, run in the dispatcher itself; their calls' timeout and bound.
+    models: dict[str, ModelPlan]
+    model_timeout: float
+    model_parallel: int
 
     @classmethod
     def of(
@@ -81,10 +86,14 @@ class PlanHeader:
         limit: int,
         paths: tuple[str, str, str] = ("", "", ""),
         shared_output: bool = False,
+        models: Mapping[str, ModelPlan] | None = None,
+        model_parallel: int | None = None,
     ) -> PlanHeader:
         """The header of a plan for ``urls``' agents (sorted by name: the ``agent`` column's order),
         with the run's bounds, retries, budget, headers and health checks from ``settings``.
-        ``paths``: the materialized inputs, the outputs and the failures sidecar (none in memory)."""
+        ``paths``: the materialized inputs, the outputs and the failures sidecar (none in memory).
+        ``models``: the model agents among them; ``model_parallel``: their calls in flight (``parallel``
+        unless given: this process's share of ``--rollouts-model-parallel``)."""
         agents = sorted(urls)
         bodies, out, failures = paths
         return cls(
@@ -106,6 +115,9 @@ class PlanHeader:
             health=None
             if settings.no_health_check
             else HealthPlan(settings.health_workers, sorted(settings.health_ignore)),
+            models={name: plan for name, plan in (models or {}).items() if name in agents},
+            model_timeout=settings.model_timeout,
+            model_parallel=model_parallel or parallel,
         )
 
 
@@ -273,19 +285,30 @@ def _differences(fields: Any, expected: frozenset[str]) -> str:
 
 
 def _nested(hint: Any) -> Builder | None:
-    """A builder for a field that holds dataclasses (one, a list of them, or one or None)."""
+    """A builder for a field that holds dataclasses (one, a list or a dict of them, or one or None)."""
     if dataclasses.is_dataclass(hint):
         return _builder(hint)  # type: ignore[arg-type]
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
     if origin is list and args and dataclasses.is_dataclass(args[0]):
         return _list_builder(_builder(args[0]))  # type: ignore[arg-type]
+    if origin is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+        return _dict_builder(_builder(args[1]))  # type: ignore[arg-type]
     if origin in (Union, types.UnionType) and type(None) in args:
         inner = [arg for arg in args if arg is not type(None)]
         if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
             one = _builder(inner[0])  # type: ignore[arg-type]
             return lambda value: None if value is None else one(value)
     return None
+
+
+def _dict_builder(item: Builder) -> Builder:
+    def build(values: Any) -> dict[str, Any]:
+        if type(values) is not dict:
+            raise _Mismatch(f"a JSON {type(values).__name__} where an object belongs")
+        return {key: item(value) for key, value in values.items()}
+
+    return build
 
 
 def _list_builder(item: Builder) -> Builder:

@@ -14,7 +14,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.model.spec import ModelPlan
     from pytest_rollouts.scoring.aggregate import OutputScan, RunScore
 
 
@@ -228,14 +229,16 @@ class RolloutRun:
         workerinput = getattr(self.config, "workerinput", None)
         try:
             urls = self._agent_urls({r.agent for r in plan.rollouts})
+            models = self._models(urls)
         except pytest.UsageError as exc:
             self._refuse_on_worker(f"{exc}{self.planning.put_back(self.paths, workerinput)}")
             return
-        parallel = self.settings.parallel
+        parallel, model_parallel = self.settings.parallel, self.settings.model_parallel
         if workerinput is not None:
             from pytest_rollouts.pytest.xdist import parallel_share
 
             parallel = parallel_share(parallel, workerinput)
+            model_parallel = model_parallel and parallel_share(model_parallel, workerinput)
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
@@ -246,6 +249,8 @@ class RolloutRun:
             parallel=parallel,
             worker=workerinput is not None,
             process=self._engine,
+            models=models,
+            model_parallel=model_parallel,
         )
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat
@@ -304,6 +309,15 @@ class RolloutRun:
 
         try:
             return self.agents.urls(names, self._recorded_datasets)
+        except AgentsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def _models(self, names: Iterable[str]) -> dict[str, ModelPlan]:
+        """The model agents among ``names``, for the dispatcher to run; a refusal is a usage error."""
+        from pytest_rollouts.config.agents import AgentsError
+
+        try:
+            return self.agents.models(names)
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -424,6 +438,8 @@ class RolloutRun:
     def _metrics_url(self, name: str) -> str | None:
         """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
         try:
+            if self.agents.is_model(name, self._recorded_datasets):
+                return None
             return self._agent_urls({name})[name]
         except pytest.UsageError:
             return None

@@ -17,7 +17,13 @@ from typing import Any, BinaryIO
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object, whole_lines
-from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, numeric_fields
+from pytest_rollouts.scoring.metrics import (
+    MetricRow,
+    compute_default_metrics,
+    numeric_fields,
+    token_rates,
+    usage_summary,
+)
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
@@ -132,8 +138,11 @@ def score_run(
                 score.metrics, score.source = server, "server"
         if score.source != "server":
             score.metrics, score.source = _local_metrics(group, added, samples), "local"
+        usage = usage_summary(group.rows)
+        if usage is not None and "usage_summary" not in score.metrics:
+            score.metrics["usage_summary"] = usage
         if perf_summary is not None and not score.metrics.get("perf_summary"):
-            score.metrics["perf_summary"] = perf_summary
+            score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary.get("seconds"))}
     result = RunScore(scores, total)
     if write_metrics:
         try:

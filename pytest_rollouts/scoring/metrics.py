@@ -32,6 +32,9 @@ from pytest_rollouts.scoring.stats import (
     written,
 )
 
+# An agent's per-rollout performance record (NeMo Gym's ``ng_perf``), and the totals taken of it.
+NG_PERF = "ng_perf"
+USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "num_turns")
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
@@ -80,6 +83,7 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     response = row.get("response")
     if isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
+    _add_leaves(row.get(NG_PERF), out)
     return out
 
 
@@ -355,4 +359,32 @@ def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float 
     """A run's ``perf_summary``: its latency, and the rollouts it sent per hour of ``seconds``.
     One shape whoever measured it (a pytest session from its reports, the Python API from its
     outcomes), added to groups whose server gives none."""
-    return {**latency_summary(durations), "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9)}
+    return {
+        **latency_summary(durations),
+        "seconds": seconds,
+        "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9),
+    }
+
+
+def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
+    """A group's token and turn totals (``ng_perf``'s names) and their means per rollout; None for
+    a group whose rows report no tokens. What a model run costs is its totals, which
+    ``agent_metrics``' means hide."""
+    with_tokens = [row.values for row in rows if any(name in row.values for name in USAGE_TOTALS[:3])]
+    if not with_tokens:
+        return None
+    summary: dict[str, float | int] = {"num_rollouts": len(with_tokens)}
+    for name in USAGE_TOTALS:
+        values = [v[name] for v in with_tokens if name in v]
+        if values:
+            summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
+            summary[f"mean/{name}"] = sum(values) / len(values)
+    return summary
+
+
+def token_rates(usage: Mapping[str, float | int] | None, seconds: float | None) -> dict[str, float]:
+    """Tokens per second of the run's dispatch ``seconds``, the throughput a model server is sized
+    by: timing, so it goes with ``perf_summary``, not with the totals."""
+    if not usage or not seconds:
+        return {}
+    return {f"{name}_per_second": usage[name] / seconds for name in ("output_tokens", "total_tokens") if name in usage}

@@ -72,11 +72,28 @@ def score_lines(
             + (f"; {passes}" if passes else "")
             + f" [{group.source} metrics]"
         )
+        usage = group.metrics.get("usage_summary")
+        if usage:
+            lines.append(f"{group.agent}: {usage_line(usage, group.metrics.get('perf_summary') or {})}")
         if group.note:
             lines.append(f"{group.agent}: {group.note}")
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out, scored))
     lines.extend(_policy_typos(count_as_zero, set(coverage.failed_by_class), count_as_zero_option))
     return lines
+
+
+def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
+    """A group's tokens and turns: totals, means per rollout, and tokens per second of the run."""
+    said = [
+        f"{usage.get('total_tokens', 0):,.0f} tokens ({usage.get('input_tokens', 0):,.0f} in, "
+        f"{usage.get('output_tokens', 0):,.0f} out; mean {usage.get('mean/total_tokens', 0):,.1f} per rollout)"
+    ]
+    if "num_turns" in usage:
+        said.append(f"{usage['num_turns']:,.0f} turns (mean {usage['mean/num_turns']:.2f})")
+    if "total_tokens_per_second" in perf:
+        total, out = perf["total_tokens_per_second"], perf.get("output_tokens_per_second", 0)
+        said.append(f"{total:,.0f} tokens/s ({out:,.0f} out)")
+    return ", ".join(said)
 
 
 def _policy_typos(count_as_zero: frozenset[str], seen: set[str], option: str) -> list[str]:

@@ -1,0 +1,146 @@
+"""The built-in model agent: one rollout is a tool-call loop against the model, then the verifier.
+
+It answers what an agent's ``/run`` answers, from the same materialized row, without an HTTP
+hop of its own: the dispatcher calls ``run`` where it would have posted the row (see
+``docs/model-agents.md`` for why). The result is NeMo Gym-shaped: ``response`` (the final
+response, Responses-shaped whatever the model's API, with every turn's output and the summed
+usage), ``reward`` and the verifier's other fields, and ``ng_perf`` (turns and token sums).
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_rollouts.model.calls import ModelCallError, ModelClient
+from pytest_rollouts.model.convert import (
+    chat_request,
+    input_items,
+    response_of_chat,
+    responses_request,
+    responses_usage,
+)
+from pytest_rollouts.model.spec import CHAT, ModelPlan
+from pytest_rollouts.model.tools import Toolbox
+from pytest_rollouts.net.auth import Redactor
+from pytest_rollouts.rows.schema import AGENT_RUN_ERROR, CREATE_PARAMS, MAX_BODY_CHARS, ROLLOUT_INDEX, TASK_INDEX
+
+Verifier = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+@dataclass(slots=True)
+class Broke:
+    """A rollout that produced no result, in the failures sidecar's terms."""
+
+    failure_class: str
+    type: str
+    message: str
+    http_status: int | None = None
+    body: str | None = None
+
+
+@dataclass(slots=True)
+class _Tokens:
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    reasoning: int = 0
+
+    def add(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.input += _count(usage.get("input_tokens"))
+        self.output += _count(usage.get("output_tokens"))
+        self.cached += _count((usage.get("input_tokens_details") or {}).get("cached_tokens"))
+        self.reasoning += _count((usage.get("output_tokens_details") or {}).get("reasoning_tokens"))
+
+
+class ModelAgent:
+    def __init__(
+        self, plan: ModelPlan, client: ModelClient, verifier: Verifier, tools: Toolbox | None, redact: Redactor
+    ) -> None:
+        self._plan = plan
+        self._client = client
+        self._verifier = verifier
+        self._tools = tools
+        self._redact = redact
+
+    async def run(self, row: dict[str, Any]) -> dict[str, Any] | Broke:
+        """One rollout of ``row``: its reply, or why it has none."""
+        params = dict(row.get(CREATE_PARAMS) or {})
+        params["model"] = self._plan.model_name
+        items = input_items(params)
+        schemas = self._tools.schemas if self._tools is not None else []
+        chat = self._plan.api == CHAT
+        rollout = f"{row.get(TASK_INDEX)}.{row.get(ROLLOUT_INDEX)}"
+        outputs: list[dict[str, Any]] = []
+        tokens = _Tokens()
+        turns = 0
+        while True:
+            body = chat_request(params, items, schemas) if chat else responses_request(params, items, schemas)
+            try:
+                reply = await self._client.create(body, rollout)
+            except ModelCallError as exc:
+                return Broke(exc.failure_class, exc.kind, str(exc), exc.status, exc.body)
+            response = response_of_chat(reply) if chat else reply
+            turns += 1
+            tokens.add(response.get("usage"))
+            new = [item for item in response.get("output") or () if isinstance(item, dict)]
+            items += new
+            outputs += new
+            calls = [item for item in new if item.get("type") == "function_call"]
+            if not calls or self._tools is None or turns >= self._plan.max_turns:
+                break
+            for call in calls:
+                text = await self._tools.call(str(call.get("name")), call.get("arguments") or "")
+                result = {"type": "function_call_output", "call_id": call.get("call_id"), "output": text}
+                items.append(result)
+                outputs.append(result)
+        usage = responses_usage(tokens.input, tokens.output, cached=tokens.cached, reasoning=tokens.reasoning)
+        final = {**response, "output": outputs, "usage": usage}
+        perf = {
+            "num_turns": turns,
+            "input_tokens": tokens.input,
+            "output_tokens": tokens.output,
+            "total_tokens": tokens.input + tokens.output,
+        }
+        return await self._verified(row, final, perf)
+
+    async def _verified(
+        self, row: dict[str, Any], final: dict[str, Any], perf: dict[str, Any]
+    ) -> dict[str, Any] | Broke:
+        """The reply: the final response scored by the suite's verifier. A verifier that raises (or
+        returns neither a number nor a dict) is a rollout that ran and broke, its traceback kept."""
+        try:
+            score = self._verifier(row, final)
+            if inspect.isawaitable(score):
+                score = await score
+        except Exception as exc:
+            return Broke(
+                AGENT_RUN_ERROR,
+                "VerifierError",
+                f"the verifier raised {type(exc).__name__}: {exc}",
+                # Its end says where it broke: the part kept when it is cut.
+                body=(self._redact(traceback.format_exc()) or "")[-MAX_BODY_CHARS:],
+            )
+        reply: dict[str, Any] = {"response": final}
+        if isinstance(score, dict):
+            reply.update(score)
+        elif isinstance(score, int | float):
+            reply["reward"] = float(score)
+        else:
+            return Broke(
+                AGENT_RUN_ERROR,
+                "VerifierError",
+                f"the verifier returned {type(score).__name__}, not a number or a dict",
+                body=self._redact.cut(repr(score), MAX_BODY_CHARS),
+            )
+        reply["ng_perf"] = perf
+        return reply
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int else 0

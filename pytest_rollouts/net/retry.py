@@ -1,0 +1,29 @@
+"""How long to wait before trying a request again: one rule for ``/run`` retries and model calls.
+
+Both back off the same way (jittered, doubling, capped, never sooner than a ``Retry-After``
+asks), so a rate-limited model and a rate-limited agent are treated alike.
+"""
+
+from __future__ import annotations
+
+import random
+
+MAX_BACKOFF_S = 60.0
+
+
+def backoff_delay(base: float, number: int, retry_after: float | None) -> float:
+    """Before try ``number + 1``: ``base`` doubled per try, jittered down to half, at least
+    ``retry_after``, at most ``MAX_BACKOFF_S``."""
+    ceiling = base * (2**number)
+    delay = random.uniform(ceiling / 2, ceiling)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return min(delay, MAX_BACKOFF_S)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds; None for none or a form not understood (an HTTP date)."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

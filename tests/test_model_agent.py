@@ -1,0 +1,164 @@
+"""The built-in model agent end to end: a suite's rows through a real pytest session against a
+fake OpenAI-compatible model on 127.0.0.1, for both APIs, with tools over several turns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from .agents import Reply
+from .conftest import write_rows
+from .helpers import Artifacts, run_rollouts
+from .models import CHAT, RESPONSES, Call, FakeModel, reply_of, tool_outputs
+
+VERIFY = """
+from pytest_rollouts import output_text
+
+def score(row, response):
+    return 1.0 if output_text(response) == row["expected_answer"] else 0.0
+"""
+
+TOOLS = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Only the first paragraph is the description."""
+    return a + b
+
+async def fail(why: str) -> str:
+    """Always raises."""
+    raise RuntimeError(why)
+
+TOOLS = [add, fail]
+'''
+
+
+def write_suite(
+    root: Path, model_url: str, *, api: str = "chat", extra: str = "", rows: list[dict[str, Any]] | None = None
+) -> None:
+    """A suite with one model agent ``math`` at ``model_url``."""
+    (root / "suite").mkdir(exist_ok=True)
+    (root / "suite" / "rollouts.toml").write_text(
+        f'datasets = ["data.jsonl"]\nagent = "math"\n[agents.math]\nmodel = "{model_url}"\n'
+        f'model_name = "fake-model"\napi = "{api}"\nverifier = "verify.py:score"\n{extra}'
+    )
+    (root / "suite" / "verify.py").write_text(VERIFY)
+    (root / "suite" / "tools.py").write_text(TOOLS)
+    write_rows(root / "suite" / "data.jsonl", rows if rows is not None else questions(4))
+
+
+def questions(n: int) -> list[dict[str, Any]]:
+    """``say <i>`` rows: the echo model answers right where the expected answer is ``i``, and
+    wrong on every fourth row."""
+    return [
+        {
+            "responses_create_params": {"input": f"say {i}", "temperature": 0.5},
+            "expected_answer": str(i if i % 4 else -1),
+        }
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def model() -> Iterator[FakeModel]:
+    with FakeModel() as server:
+        yield server
+
+
+@pytest.mark.parametrize("api", [CHAT, RESPONSES])
+def test_rows_are_scored_by_the_suites_verifier(pytester: pytest.Pytester, model: FakeModel, api: str) -> None:
+    write_suite(pytester.path, model.base_url, api=api)
+    result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
+    assert result.ret == 0, result.stdout.str()
+    rows = sorted(Artifacts(pytester.path).rows, key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))
+    assert [r["reward"] for r in rows] == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    first = rows[2]
+    assert first["response"]["object"] == "response"
+    assert first["response"]["output"][-1]["content"][0]["text"] == "1"
+    assert first["response"]["usage"]["input_tokens"] == 10
+    assert first["ng_perf"] == {"num_turns": 1, "input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    assert {c.api for c in model.calls} == {api}
+    assert model.elsewhere == []  # no /health, no /aggregate_metrics: a model has neither
+    assert sorted(c.headers["X-Rollouts-Rollout"] for c in model.calls) == [
+        f"{t}.{r}" for t in range(4) for r in range(2)
+    ]
+    assert all(c.body["model"] == "fake-model" and c.body["temperature"] == 0.5 for c in model.calls)
+
+
+def adds_then_answers(call: Call) -> Reply:
+    """Calls ``add`` (and an unknown tool, and one that raises) first, then says what ``add`` said."""
+    said = tool_outputs(call)
+    if not said:
+        return reply_of(
+            call, None, [("c1", "add", '{"a": 2, "b": 3}'), ("c2", "nope", "{}"), ("c3", "fail", '{"why": "boom"}')]
+        )
+    if len(said) == 3:
+        return reply_of(call, None, [("c4", "add", "{not json")])
+    return reply_of(call, said[0])
+
+
+@pytest.mark.parametrize("api", [CHAT, RESPONSES])
+def test_tools_run_over_several_turns(pytester: pytest.Pytester, api: str) -> None:
+    with FakeModel(adds_then_answers) as model:
+        write_suite(
+            pytester.path,
+            model.base_url,
+            api=api,
+            extra='tools = "tools.py:TOOLS"\nmax_turns = 4\n',
+            rows=[{"responses_create_params": {"input": "2 + 3?"}, "expected_answer": "5"}],
+        )
+        result = run_rollouts(pytester, "suite")
+    assert result.ret == 0, result.stdout.str()
+    (row,) = Artifacts(pytester.path).rows
+    assert row["reward"] == 1.0
+    assert row["ng_perf"]["num_turns"] == 3
+    assert row["ng_perf"]["input_tokens"] == 30
+    outputs = [i["output"] for i in row["response"]["output"] if i["type"] == "function_call_output"]
+    assert outputs[0] == "5"
+    assert "no tool named 'nope'" in outputs[1]
+    assert outputs[2] == "error: RuntimeError: boom"
+    assert "not valid JSON" in outputs[3]
+    first = model.calls[0].body
+    names = [t["function"]["name"] if api == CHAT else t["name"] for t in first["tools"]]
+    assert names == ["add", "fail"]
+    add = first["tools"][0]["function"] if api == CHAT else first["tools"][0]
+    assert add["description"] == "Add two integers."
+    assert add["parameters"]["required"] == ["a", "b"]
+
+
+def test_max_turns_ends_a_loop_that_never_stops_calling_tools(pytester: pytest.Pytester) -> None:
+    with FakeModel(lambda call: reply_of(call, None, [("c", "add", '{"a": 1, "b": 1}')])) as model:
+        write_suite(pytester.path, model.base_url, extra='tools = "tools.py:TOOLS"\nmax_turns = 3\n', rows=questions(1))
+        result = run_rollouts(pytester, "suite")
+    assert result.ret == 0, result.stdout.str()
+    (row,) = Artifacts(pytester.path).rows
+    assert row["ng_perf"]["num_turns"] == 3 and len(model.calls) == 3
+    assert row["reward"] == 0.0
+
+
+def test_tokens_and_turns_are_totalled_in_the_summary_and_the_metrics_file(
+    pytester: pytest.Pytester, model: FakeModel
+) -> None:
+    write_suite(pytester.path, model.base_url)
+    result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["math: 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"]
+    )
+    (group,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    usage = group["usage_summary"]
+    assert {k: usage[k] for k in ("num_rollouts", "input_tokens", "output_tokens", "total_tokens", "num_turns")} == {
+        "num_rollouts": 8,
+        "input_tokens": 80,
+        "output_tokens": 40,
+        "total_tokens": 120,
+        "num_turns": 8,
+    }
+    # Per second of the run's dispatch: timing, so with the rest of the timing.
+    assert group["perf_summary"]["total_tokens_per_second"] == 120 / group["perf_summary"]["seconds"]
+    assert group["agent_metrics"]["mean/num_turns"] == 1.0
+    assert group["agent_metrics"]["mean/input_tokens"] == 10.0
