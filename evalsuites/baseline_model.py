@@ -479,7 +479,7 @@ def responses_reply(body: dict[str, Any], conv: Conversation, turn: Turn, rollou
         "top_p": body.get("top_p", 1.0),
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
