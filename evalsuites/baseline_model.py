@@ -67,8 +67,20 @@ TOOL_QUESTIONS = (
     ("density", 3, re.compile(r"What is the population density of (\w+) in people per km²")),
     ("area3", 3, re.compile(r"What is the total area in km² of (\w+), (\w+) and (\w+)\?")),
 )
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 
 
 class BadRequest(ValueError):
@@ -127,9 +139,7 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(
-            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
 
 
@@ -244,7 +254,9 @@ class SeededBaseline:
 
     # tool_use
 
-    def tool_use(self, conv: Conversation, kind: str, difficulty: int, match: re.Match[str], rng: random.Random) -> Turn:
+    def tool_use(
+        self, conv: Conversation, kind: str, difficulty: int, match: re.Match[str], rng: random.Random
+    ) -> Turn:
         # Every decision is drawn on every turn, in the same order, so one rollout keeps one plan.
         guess = rng.random() < self.p_guess[difficulty]
         guess_value = rng.randint(10, 99_999)

@@ -104,9 +104,7 @@ def run_tool(tools: dict[str, Any], name: str, arguments: str) -> str:
 
 
 def user_text(row: dict[str, Any]) -> str:
-    return "\n".join(
-        part["text"] for item in row["responses_create_params"]["input"] for part in item["content"]
-    )
+    return "\n".join(part["text"] for item in row["responses_create_params"]["input"] for part in item["content"])
 
 
 def rollout(client: openai.OpenAI, suite: Suite, row: dict[str, Any], task: int, repeat: int) -> dict[str, Any]:
@@ -134,14 +132,20 @@ def rollout(client: openai.OpenAI, suite: Suite, row: dict[str, Any], task: int,
             message = completion.choices[0].message
             if not message.tool_calls:
                 text = message.content or ""
-                output.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+                output.append(
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+                )
                 break
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
                 result = run_tool(suite.tools, call.function.name, call.function.arguments)
                 output.append(
-                    {"type": "function_call", "call_id": call.id, "name": call.function.name,
-                     "arguments": call.function.arguments}
+                    {
+                        "type": "function_call",
+                        "call_id": call.id,
+                        "name": call.function.name,
+                        "arguments": call.function.arguments,
+                    }
                 )
                 output.append({"type": "function_call_output", "call_id": call.id, "output": result})
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})

@@ -204,8 +204,15 @@ def test_tools_are_documented_and_typed(tools: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("expression", "result"),
-    [("(1200 - 845) * 3", "1065"), ("7 / 2", "3.5"), ("7 // 2", "3"), ("-2 ** 3", "-8"), ("10 % 4", "2"),
-     ("1.5 * 4", "6"), (" 1 + 2 ", "3")],
+    [
+        ("(1200 - 845) * 3", "1065"),
+        ("7 / 2", "3.5"),
+        ("7 // 2", "3"),
+        ("-2 ** 3", "-8"),
+        ("10 % 4", "2"),
+        ("1.5 * 4", "6"),
+        (" 1 + 2 ", "3"),
+    ],
 )
 def test_calculator_computes(tools: dict[str, Any], expression: str, result: str) -> None:
     assert tools["calculator"](expression) == result
@@ -213,9 +220,23 @@ def test_calculator_computes(tools: dict[str, Any], expression: str, result: str
 
 @pytest.mark.parametrize(
     "expression",
-    ["__import__('os').system('echo hacked')", "open('/etc/passwd').read()", "(1).__class__", "x + 1",
-     "[1, 2]", "'a' * 3", "lambda: 1", "2 ** 10000", "9 ** 9 ** 9", "1 / 0", "(-8) ** 0.5", "1 +", "",
-     "1" * 500, "True + 1"],
+    [
+        "__import__('os').system('echo hacked')",
+        "open('/etc/passwd').read()",
+        "(1).__class__",
+        "x + 1",
+        "[1, 2]",
+        "'a' * 3",
+        "lambda: 1",
+        "2 ** 10000",
+        "9 ** 9 ** 9",
+        "1 / 0",
+        "(-8) ** 0.5",
+        "1 +",
+        "",
+        "1" * 500,
+        "True + 1",
+    ],
 )
 def test_calculator_refuses_what_is_not_arithmetic(tools: dict[str, Any], expression: str) -> None:
     assert tools["calculator"](expression).startswith("error: ")
@@ -233,7 +254,7 @@ def test_lookup(tools: dict[str, Any]) -> None:
 
 def test_the_suite_files_load_on_their_own() -> None:
     """The plugin loads them by path; nothing in them may need the repository on sys.path."""
-    for path in sorted(EVALSUITES.glob("*/verify.py")) + [EVALSUITES / "tool_use" / "tools.py"]:
+    for path in [*sorted(EVALSUITES.glob("*/verify.py")), EVALSUITES / "tool_use" / "tools.py"]:
         assert load(path)
 
 
@@ -247,8 +268,10 @@ def test_baseline_scores_spread_and_reproduce(model: BaselineModel, name: str) -
     suite = Suite(name)
     first = rewards(model.base_url, suite)
     assert 0.2 < statistics.mean(first) < 0.95, statistics.mean(first)
-    by_difficulty = {d: statistics.mean(r for r, row in zip(first, suite.rows) if row["difficulty"] == d)
-                     for d in (1, 2, 3)}
+    by_difficulty = {
+        d: statistics.mean(r for r, row in zip(first, suite.rows, strict=True) if row["difficulty"] == d)
+        for d in (1, 2, 3)
+    }
     assert by_difficulty[1] > by_difficulty[3], by_difficulty
     assert rewards(model.base_url, suite) == first
     other = rewards(model.base_url, suite, repeat=1)

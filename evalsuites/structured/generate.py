@@ -26,14 +26,66 @@ from pathlib import Path
 
 DEFAULT_SEED = 20240603
 DIFFICULTIES = (1, 2, 3)
-FIRST = ("Ada", "Bruno", "Chiara", "Dmitri", "Elin", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Keiko", "Lars",
-         "Mira", "Nils", "Odile", "Pavel", "Rosa", "Sven", "Tamar", "Ugo", "Vera", "Wim", "Yara", "Zeno")
-LAST = ("Lorne", "Okafor", "Brandt", "Silva", "Novak", "Haddad", "Lindqvist", "Moreau", "Tanaka", "Rossi",
-        "Kowalski", "Ferreira", "Dubois", "Nakamura", "Petrov", "Varga")
+FIRST = (
+    "Ada",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elin",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Keiko",
+    "Lars",
+    "Mira",
+    "Nils",
+    "Odile",
+    "Pavel",
+    "Rosa",
+    "Sven",
+    "Tamar",
+    "Ugo",
+    "Vera",
+    "Wim",
+    "Yara",
+    "Zeno",
+)
+LAST = (
+    "Lorne",
+    "Okafor",
+    "Brandt",
+    "Silva",
+    "Novak",
+    "Haddad",
+    "Lindqvist",
+    "Moreau",
+    "Tanaka",
+    "Rossi",
+    "Kowalski",
+    "Ferreira",
+    "Dubois",
+    "Nakamura",
+    "Petrov",
+    "Varga",
+)
 CITIES = ("Veltria", "Osmark", "Karnholt", "Brisa", "Dunmere", "Lowick", "Sarnport", "Tessaly")
 INTERESTS = ("chess", "sailing", "pottery", "climbing", "jazz", "astronomy", "cycling", "baking", "origami", "rowing")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 RELATIVES = ("cousin", "colleague", "flatmate")
 FIELDS = {
     1: ("name", "age", "city", "member"),

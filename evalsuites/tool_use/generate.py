@@ -121,7 +121,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=120, help="number of rows (default 120)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed")
     parser.add_argument("--out", type=Path, default=HERE / "data.jsonl", help="dataset (default: next to this script)")
-    parser.add_argument("--facts", type=Path, default=HERE / "facts.json", help="fact table (default: next to this script)")
+    parser.add_argument(
+        "--facts", type=Path, default=HERE / "facts.json", help="fact table (default: next to this script)"
+    )
     args = parser.parse_args()
     facts, rows = generate(args.n, args.seed)
     lines = [json.dumps(row, separators=(",", ":"), ensure_ascii=False) + "\n" for row in rows]

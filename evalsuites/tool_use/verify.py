@@ -56,11 +56,7 @@ def _lookup_key(arguments: Any) -> str | None:
 
 def score(row: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     items = _items(response)
-    outputs = {
-        item.get("call_id"): item.get("output")
-        for item in items
-        if item.get("type") == "function_call_output"
-    }
+    outputs = {item.get("call_id"): item.get("output") for item in items if item.get("type") == "function_call_output"}
     calls = [item for item in items if item.get("type") == "function_call"]
     looked_up = set()
     for call in calls:
