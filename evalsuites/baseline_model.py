@@ -27,9 +27,10 @@ It recognises the three shipped suites' prompts and answers them like a fallible
 
 Anything else gets a polite "I only know the shipped suites" text.
 
-Reproducibility: each rollout's randomness is seeded from the prompt, the ``X-Rollouts-Rollout``
-header the built-in agent sends on every call (``<task_index>.<rollout_index>``) and the request's
-``seed`` (when there is one), with SHA-512 string seeding, independent of ``PYTHONHASHSEED``. The
+Reproducibility: each rollout's randomness is seeded from the prompt, the rollout index of the
+``X-Rollouts-Rollout`` header the built-in agent sends on every call (``<task_index>.<rollout_index>``;
+not the task index, which depends on the suites run beside it) or else the request's ``seed``,
+with SHA-512 string seeding, independent of ``PYTHONHASHSEED``. The
 decisions of a rollout are drawn afresh in the same order on every turn, so a multi-turn rollout
 follows one consistent plan; ids and timestamps are derived, not random, so the same request gives
 a byte-identical reply.
@@ -513,8 +514,11 @@ async def _serve(request: web.Request, read: Any, write: Any) -> web.Response:
         if body.get("stream"):
             raise BadRequest("the seeded baseline does not stream; send 'stream': false", "stream")
         conv = read(body)
-        # The built-in agent names each rollout; without it, the request's seed is the next best.
-        rollout = request.headers.get(ROLLOUT_HEADER) or f"seed={body.get('seed')}"
+        # The built-in agent names each rollout ``<task>.<rollout>``; only the repeat counts, so a task
+        # scores the same whichever suites run beside it (its task index depends on them). Without
+        # the header, the request's seed is the next best.
+        header = request.headers.get(ROLLOUT_HEADER)
+        rollout = f"rollout={header.rpartition('.')[2]}" if header else f"seed={body.get('seed')}"
         return web.json_response(write(body, conv, BASELINE.reply(conv, rollout), rollout))
     except BadRequest as exc:
         return error_response(str(exc), exc.param)

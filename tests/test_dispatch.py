@@ -196,15 +196,37 @@ def test_verbose_shows_rewards(pytester: pytest.Pytester, agent: ScriptedAgent) 
     )
 
 
-def test_shipped_suite_runs_on_its_embedded_agent(pytester: pytest.Pytester) -> None:
-    out = pytester.path / "results" / "rollouts.jsonl"
-    result = pytester.runpytest("-p", "no:cacheprovider", str(REPO / "evalsuites"), f"--rollouts-out={out}")
-    result.assert_outcomes(passed=120)
-    rows = read_rows(out)
-    assert len(rows) == 120
-    rewards = [r["reward"] for r in rows]
-    assert 0 < sum(rewards) < 120, "the baseline policy gets some right and some wrong"
-    assert all(r["reward"] == float(r["extracted_answer"] == r["expected_answer"]) for r in rows)
+def test_shipped_suites_run_offline_on_the_built_in_agent_and_the_seeded_model(pytester: pytest.Pytester) -> None:
+    """The Quick start's first command: three suites, each through the built-in model agent against
+    the embedded seeded baseline model, with a spread of scores and the same scores every run."""
+    runs = []
+    for name in ("first", "second"):
+        out = pytester.path / name / "rollouts.jsonl"
+        result = pytester.runpytest("-p", "no:cacheprovider", str(REPO / "evalsuites"), f"--rollouts-out={out}")
+        result.assert_outcomes(passed=360)
+        runs.append(read_rows(out))
+    by_suite: dict[str, list[dict[str, Any]]] = {}
+    for row in runs[0]:
+        by_suite.setdefault(row["agent_ref"]["name"], []).append(row)
+    assert sorted(by_suite) == ["arithmetic", "structured", "tool_use"]
+    for suite, rows in by_suite.items():
+        mean = sum(r["reward"] for r in rows) / len(rows)
+        assert 0.2 < mean < 0.95, (suite, mean)
+        assert all(r["ng_perf"]["num_turns"] >= 1 and r["ng_perf"]["total_tokens"] > 0 for r in rows)
+    inputs = {
+        (r["_ng_task_index"], r["_ng_rollout_index"]): r
+        for r in read_rows(pytester.path / "first" / "rollouts_materialized_inputs.jsonl")
+    }
+    expected = [inputs[r["_ng_task_index"], r["_ng_rollout_index"]]["expected_answer"] for r in by_suite["arithmetic"]]
+    assert [r["reward"] for r in by_suite["arithmetic"]] == [
+        float(r["extracted_answer"] == answer) for r, answer in zip(by_suite["arithmetic"], expected, strict=True)
+    ]
+    assert max(r["ng_perf"]["num_turns"] for r in by_suite["tool_use"]) > 1, "the tool loop ran over several turns"
+
+    def scores(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return sorted((r["_ng_task_index"], r["_ng_rollout_index"], r["reward"]) for r in rows)
+
+    assert scores(runs[0]) == scores(runs[1]), "reproducible"
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

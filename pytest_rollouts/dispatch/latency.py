@@ -2,7 +2,8 @@
 finished, not only those pytest has reported (it reports in plan order, behind any slow one).
 
 Kept in log-spaced bins 2% wide, so adding one costs a logarithm and reading the quantiles a pass
-over at most a few hundred bins, however many rollouts ran; read at most once a second.
+over at most a few hundred bins, however many rollouts ran; read again once a second, or sooner
+when a tenth more rollouts finished (a short run's early rollouts are not its typical ones).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class LatencySketch:
         self._bins: Counter[int] = Counter()
         self._count = 0
         self._read_at = -math.inf
+        self._read_count = 0
         self._last: list[float] | None = None
 
     def add(self, seconds: float) -> None:
@@ -31,8 +33,9 @@ class LatencySketch:
     def p50_p90(self) -> list[float] | None:
         """[p50, p90] in seconds (each bin's upper edge), None before the first rollout."""
         now = time.monotonic()
-        if self._count and now - self._read_at >= REFRESH_S:
-            self._read_at, self._last = now, self._quantiles((0.5, 0.9))
+        grown = self._count >= self._read_count * 1.1 and self._count > self._read_count
+        if self._count and (grown or now - self._read_at >= REFRESH_S):
+            self._read_at, self._read_count, self._last = now, self._count, self._quantiles((0.5, 0.9))
         return self._last
 
     def _quantiles(self, qs: tuple[float, ...]) -> list[float]:
