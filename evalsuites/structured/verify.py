@@ -21,23 +21,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from pytest_rollouts import output_text
+
 UNORDERED = frozenset({"interests"})
-
-
-def _final_text(response: Any) -> str:
-    """The text of the last assistant message in ``response["output"]``."""
-    output = response.get("output") if isinstance(response, dict) else None
-    for item in reversed(output if isinstance(output, list) else []):
-        if isinstance(item, dict) and item.get("type") == "message":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            return "".join(
-                p["text"]
-                for p in (content if isinstance(content, list) else [])
-                if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
-            )
-    return ""
 
 
 def parse_object(text: str) -> dict[str, Any] | None:
@@ -65,7 +51,7 @@ def _same(field: str, got: Any, want: Any) -> bool:
 
 def score(row: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     schema, expected = row.get("schema") or {}, row.get("expected") or {}
-    obj = parse_object(_final_text(response))
+    obj = parse_object(output_text(response))
     if obj is None:
         credit = dict.fromkeys(expected, 0)
         return {"reward": 0.0, "valid_json": False, "schema_valid": False, "field_credit": credit}

@@ -12,7 +12,7 @@ Reward 1.0 when both hold, else 0.0:
 
 The calculator is not required: doing the arithmetic unaided is allowed if it is right. Extra
 fields in the result row say what happened: ``extracted_answer``, ``tool_calls``,
-``used_calculator`` and ``missing_lookups``. Stdlib only.
+``used_calculator`` and ``missing_lookups``.
 """
 
 from __future__ import annotations
@@ -21,29 +21,14 @@ import json
 import re
 from typing import Any
 
+from pytest_rollouts import output_text
+
 BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
 def _items(response: Any) -> list[dict[str, Any]]:
     output = response.get("output") if isinstance(response, dict) else None
     return [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
-
-
-def _final_text(items: list[dict[str, Any]]) -> str:
-    """The text of the last assistant message (its ``output_text`` parts joined)."""
-    for item in reversed(items):
-        if item.get("type") == "message" and item.get("role", "assistant") == "assistant":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return "".join(
-                    p["text"]
-                    for p in content
-                    if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
-                )
-            return ""
-    return ""
 
 
 def _lookup_key(arguments: Any) -> str | None:
@@ -66,7 +51,7 @@ def score(row: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
             if key is not None:
                 looked_up.add(key)
     missing = sorted({str(k).lower() for k in row.get("required_lookups", [])} - looked_up)
-    boxed = BOXED_RE.findall(_final_text(items))
+    boxed = BOXED_RE.findall(output_text(response))
     extracted = boxed[-1].strip().replace(",", "") if boxed else None
     correct = extracted is not None and extracted == str(row.get("expected_answer", "")).strip()
     return {

@@ -178,8 +178,11 @@ def responses_usage(input_tokens: int, output_tokens: int, *, cached: int = 0, r
 
 def output_text(response: dict[str, Any]) -> str:
     """The final assistant text of a Responses-shaped response ("" when it has none): what most
-    verifiers score. Public as ``pytest_rollouts.output_text``."""
-    for item in reversed(response.get("output") or ()):
-        if item.get("type") == "message" and item.get("role", "assistant") == "assistant":
-            return _text_of(item.get("content", ""))
+    verifiers score. Public as ``pytest_rollouts.output_text``; anything not so shaped (a verifier
+    may be handed one in its own tests) has none, rather than an error."""
+    output = response.get("output") if isinstance(response, dict) else None
+    for item in reversed(output if isinstance(output, list) else ()):
+        if isinstance(item, dict) and item.get("type") == "message" and item.get("role", "assistant") == "assistant":
+            content = item.get("content", "")
+            return _text_of(content) if isinstance(content, str | list) else ""
     return ""
