@@ -134,6 +134,8 @@ def check_url(url: str) -> str:
         raise ValueError(f"agent address {shown!r} has an empty port")
     if parts.fragment or url.endswith("#"):
         raise ValueError(f"agent address {shown!r} has a #fragment, which no request carries")
+    if any(char.isspace() for char in url):  # a stray space would end up in every request line
+        raise ValueError(f"agent address {shown!r} has a space in it")
     try:
         ascii_host(parts.hostname)
     except ValueError:

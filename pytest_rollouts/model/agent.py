@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orjson import OPT_SERIALIZE_NUMPY
+
 from pytest_rollouts.model.calls import ModelCallError, ModelClient
 from pytest_rollouts.model.convert import (
     chat_request,
@@ -27,6 +29,7 @@ from pytest_rollouts.model.spec import CHAT, ModelPlan
 from pytest_rollouts.model.tools import Toolbox
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.rows.schema import AGENT_RUN_ERROR, CREATE_PARAMS, MAX_BODY_CHARS, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.store.jsonl import dumps, loads
 
 Verifier = Callable[[dict[str, Any], dict[str, Any]], Any]
 
@@ -72,6 +75,8 @@ class ModelAgent:
         """One rollout of ``row``: its reply, or why it has none."""
         params = dict(row.get(CREATE_PARAMS) or {})
         params["model"] = self._plan.model_name
+        for key in UNANSWERED:  # forced off: the loop needs each reply whole, in one answer
+            params.pop(key, None)
         items = input_items(params)
         schemas = self._tools.schemas if self._tools is not None else []
         chat = self._plan.api == CHAT
@@ -85,6 +90,10 @@ class ModelAgent:
                 reply = await self._client.create(body, rollout)
             except ModelCallError as exc:
                 return Broke(exc.failure_class, exc.kind, str(exc), exc.status, exc.body)
+            missing = _missing_part(reply, chat)
+            if missing:  # a gateway's empty answer, scored as a wrong one, would drag the score down unseen
+                body = self._redact.cut(dumps(reply).decode(), MAX_BODY_CHARS)
+                return Broke(AGENT_RUN_ERROR, "InvalidModelReply", f"the model's reply has {missing}", 200, body)
             response = response_of_chat(reply) if chat else reply
             turns += 1
             tokens.add(response.get("usage"))
@@ -118,7 +127,10 @@ class ModelAgent:
             score = self._verifier(row, final)
             if inspect.isawaitable(score):
                 score = await score
-        except Exception as exc:
+            # What the verifier returns is written as JSON: numpy's numbers and booleans become JSON's,
+            # and anything that cannot be written is the verifier's failure, not the dispatcher's.
+            score = loads(dumps(score, option=OPT_SERIALIZE_NUMPY))
+        except (Exception, SystemExit) as exc:
             return Broke(
                 AGENT_RUN_ERROR,
                 "VerifierError",
@@ -140,6 +152,19 @@ class ModelAgent:
             )
         reply["ng_perf"] = perf
         return reply
+
+
+# Request fields that would make the model answer otherwise than with the whole reply at once: a
+# stream of events, or a background job to poll.
+UNANSWERED = ("stream", "stream_options", "background")
+
+
+def _missing_part(reply: dict[str, Any], chat: bool) -> str:
+    """What a 2xx reply lacks to be an answer at all, or ""."""
+    if chat:
+        choices = reply.get("choices")
+        return "" if isinstance(choices, list) and choices and isinstance(choices[0], dict) else "no choices"
+    return "" if isinstance(reply.get("output"), list) else "no output list"
 
 
 def _count(value: Any) -> int:

@@ -8,17 +8,28 @@ back to the model as the call's output: it is the model's turn to recover, not a
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_rollouts.store.jsonl import dumps, loads
 
+# Plain ``def`` tools run in these threads, off the event loop: one that blocks (a lookup over the
+# network, a sleep) would stall every rollout in flight, their timeouts and Ctrl-C included. Not
+# asyncio's default executor, which a closing loop waits for: a tool that never returns keeps a
+# thread, not the run.
+TOOL_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rollouts-tool")
+
 
 @dataclass(frozen=True, slots=True)
 class Tool:
     function: Callable[..., Any]
+    # A plain ``def``: run in a thread of its own, since it may block (see ``TOOL_THREADS``).
+    blocking: bool
     # Validates and converts the model's arguments (pydantic's validate_call).
     call: Callable[..., Any]
     schema: dict[str, Any]
@@ -44,9 +55,11 @@ class Toolbox:
         if not isinstance(parsed, dict):
             return "error: the arguments must be a JSON object"
         try:
-            result = tool.call(**parsed)
-            if inspect.isawaitable(result):
-                result = await result
+            if tool.blocking:
+                call = functools.partial(tool.call, **parsed)
+                result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
+            else:
+                result = await tool.call(**parsed)
         except Exception as exc:  # the tool's own failure is the model's to handle
             return f"error: {type(exc).__name__}: {exc}"
         return result if isinstance(result, str) else dumps(result, default=str).decode()
@@ -71,4 +84,4 @@ def _tool(function: Callable[..., Any]) -> Tool:
         "description": doc.split("\n\n", 1)[0].replace("\n", " ").strip(),
         "parameters": parameters,
     }
-    return Tool(function, validate_call(function), schema)
+    return Tool(function, not inspect.iscoroutinefunction(function), validate_call(function), schema)

@@ -6,6 +6,8 @@ asks), so a rate-limited model and a rate-limited agent are treated alike.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import random
 
 MAX_BACKOFF_S = 60.0
@@ -22,8 +24,18 @@ def backoff_delay(base: float, number: int, retry_after: float | None) -> float:
 
 
 def retry_after_seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds; None for none or a form not understood (an HTTP date)."""
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+    """A ``Retry-After`` header in seconds, given as seconds or as an HTTP date; None for none or a
+    form not understood."""
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT; a date without a zone is taken so
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
