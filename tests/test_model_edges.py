@@ -100,3 +100,15 @@ def test_retry_after_as_an_http_date() -> None:
     assert 25 <= (retry_after_seconds(later) or 0) <= 30
     assert retry_after_seconds(email.utils.formatdate(time.time() - 30, usegmt=True)) == 0.0
     assert retry_after_seconds("soon") is None and retry_after_seconds("2.5") == 2.5
+
+
+def test_tokens_per_second_only_when_the_session_sent_what_the_totals_count() -> None:
+    """After a resume it divided the whole run's tokens by the resuming session's seconds (3x too high)."""
+    from pytest_rollouts.scoring.metrics import token_rates
+
+    usage = {"num_rollouts": 150, "total_tokens": 2250, "output_tokens": 750}
+    assert token_rates(usage, {"count": 150, "seconds": 0.5}) == {
+        "output_tokens_per_second": 1500.0,
+        "total_tokens_per_second": 4500.0,
+    }
+    assert token_rates(usage, {"count": 50, "seconds": 0.05}) == {}

@@ -142,7 +142,7 @@ def score_run(
         if usage is not None and "usage_summary" not in score.metrics:
             score.metrics["usage_summary"] = usage
         if perf_summary is not None and not score.metrics.get("perf_summary"):
-            score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary.get("seconds"))}
+            score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
     result = RunScore(scores, total)
     if write_metrics:
         try:

@@ -382,9 +382,12 @@ def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
     return summary
 
 
-def token_rates(usage: Mapping[str, float | int] | None, seconds: float | None) -> dict[str, float]:
-    """Tokens per second of the run's dispatch ``seconds``, the throughput a model server is sized
-    by: timing, so it goes with ``perf_summary``, not with the totals."""
-    if not usage or not seconds:
+def token_rates(usage: Mapping[str, float | int] | None, perf: Mapping[str, Any]) -> dict[str, float]:
+    """Tokens per second of the session's dispatch (``perf``'s ``seconds``), the throughput a model
+    server is sized by: timing, so it goes with ``perf_summary``, not with the totals. None when the
+    session sent fewer rollouts than the totals count (a resume): the run's tokens over one
+    session's time would overstate it."""
+    seconds = perf.get("seconds")
+    if not usage or not seconds or perf.get("count", 0) < usage.get("num_rollouts", 0):
         return {}
     return {f"{name}_per_second": usage[name] / seconds for name in ("output_tokens", "total_tokens") if name in usage}
