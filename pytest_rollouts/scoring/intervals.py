@@ -44,7 +44,10 @@ def wilson(successes: int, n: int, level: float = LEVEL) -> Interval:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return Interval(max(0.0, centre - half), min(1.0, centre + half), "wilson")
+    # At 0 or n successes the bound is exactly 0 or 1; the formula leaves a rounding error there.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(low, high, "wilson")
 
 
 def t_interval(mean: float, se: float, df: int, level: float = LEVEL) -> Interval:
