@@ -94,6 +94,16 @@ class RewardRange:
     def __str__(self) -> str:
         return f"{self.low:g},{self.high:g}"
 
+    @classmethod
+    def parse(cls, text: str) -> RewardRange:
+        """``LO,HI`` as options give it; ``ValueError`` in words otherwise."""
+        parts = text.split(",")
+        try:
+            low, high = (float(part) for part in parts)
+        except ValueError:
+            raise ValueError(f"a reward range is LO,HI (two numbers), got {text!r}") from None
+        return cls(low, high)
+
 
 def manski_bounds(mean: float, scored: int, unknown: int, reward_range: RewardRange) -> tuple[float, float]:
     """The mean over all ``scored + unknown`` rollouts with each unknown one at the floor, then the
