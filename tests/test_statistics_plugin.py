@@ -60,12 +60,12 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
 
 def test_a_baseline_comparison_that_passes_prints_its_lines_and_exits_0(pytester: pytest.Pytester) -> None:
     dataset(pytester)
-    """+0.25 over 12 tasks, 95% CI [-0.145, +0.645]: a regression of 0.2 is ruled out (of 0.05 it is not)."""
+    """+0.25 over 12 tasks, 95% CI [-0.1449, +0.6449]: a regression of 0.2 is ruled out (of 0.05 it is not)."""
     assert session(pytester, WORSE, out="base/r.jsonl").ret == 0
     result = session(pytester, GOOD, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.2")
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["default: candidate - baseline +0.2500, *", "--rollouts-max-regression 0.2: default: lower bound * -0.1451 *"]
+        ["default: candidate - baseline +0.2500, *", "--rollouts-max-regression 0.2: default: lower bound * -0.1449 *"]
     )
     assert "EVAL FAILED" not in result.stdout.str()
 
