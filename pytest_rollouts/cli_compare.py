@@ -87,7 +87,11 @@ def compare_command(args: argparse.Namespace) -> int:
     gate = None if args.max_regression is None else RegressionGate(args.max_regression)
     try:
         result = compare_runs(
-            Path(args.baseline), Path(args.candidate), allow_partial=args.allow_partial, reward_range=reward_range, gate=gate
+            Path(args.baseline),
+            Path(args.candidate),
+            allow_partial=args.allow_partial,
+            reward_range=reward_range,
+            gate=gate,
         )
     except (PairingError, JsonlError) as exc:
         print(f"pytest-rollouts compare: the runs cannot be compared: {exc}", file=sys.stderr)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from scipy import stats
@@ -21,7 +20,7 @@ BASELINE = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
 BETTER = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
 
 
-def by_row(rewards: Sequence[float | None]):  # noqa: ANN201
+def by_row(rewards: Sequence[float | None]):
     """An agent whose reward for a row is ``rewards[row["n"]]``; None answers 500 (a failed rollout)."""
 
     def behaviour(row: dict, seen: int) -> Reply:
@@ -31,14 +30,20 @@ def by_row(rewards: Sequence[float | None]):  # noqa: ANN201
     return behaviour
 
 
-def collect(pytester: pytest.Pytester, out: str, rewards: Sequence[float | None], *args: str, data: str = "data.jsonl") -> None:
+def collect(
+    pytester: pytest.Pytester, out: str, rewards: Sequence[float | None], *args: str, data: str = "data.jsonl"
+) -> None:
     with ScriptedAgent(by_row(rewards)) as agent:
         result = run_rollouts(pytester, data, f"--rollouts-agent={agent.url}", "--rollouts-retries=0", *args, out=out)
     assert result.ret == 0, result.outlines[-20:]
 
 
-def dataset(pytester: pytest.Pytester, name: str = "data.jsonl", order: Sequence[int] = range(12), ids: bool = False) -> None:
-    rows = [{"n": n, "responses_create_params": {"input": f"q{n}"}, **({"task_id": f"t{n}"} if ids else {})} for n in order]
+def dataset(
+    pytester: pytest.Pytester, name: str = "data.jsonl", order: Sequence[int] = range(12), ids: bool = False
+) -> None:
+    rows = [
+        {"n": n, "responses_create_params": {"input": f"q{n}"}, **({"task_id": f"t{n}"} if ids else {})} for n in order
+    ]
     write_rows(pytester.path / name, rows)
 
 
@@ -60,10 +65,12 @@ def test_compare_pairs_by_index_and_reports_difference_interval_mcnemar_and_flip
     lines = out.splitlines()
     assert lines[0].endswith("paired by task index")
     p = stats.binomtest(4, 5, 0.5).pvalue
-    assert lines[1].startswith(f"default: candidate - baseline +0.2500, 95% CI [")
+    assert lines[1].startswith("default: candidate - baseline +0.2500, 95% CI [")
     assert f"mcnemar p={p:.4f} (fixed 4, broke 1)" in lines[1]
     assert "baseline 0.6667, candidate 0.9167; Manski bounds of the difference [+0.2500, +0.2500]" in lines[2]
-    assert lines[3].startswith("default: changed most: fixed 4: 1 (0->1), 3 (0->1), 6 (0->1), 9 (0->1); broke 1: 4 (1->0)")
+    assert lines[3].startswith(
+        "default: changed most: fixed 4: 1 (0->1), 3 (0->1), 6 (0->1), 9 (0->1); broke 1: 4 (1->0)"
+    )
     assert len(lines) == 4, "at most three lines per group"
     written = json.loads((pytester.path / "cmp.json").read_text())
     [group] = written["groups"]
@@ -139,7 +146,10 @@ def test_failed_rollouts_widen_the_manski_bounds_of_the_difference(
     # Tasks 0 and 1 failed in the candidate: at 0 and at 2, against the baseline's 1 and 0.
     low = (sum(BETTER[2:]) - sum(BASELINE)) / 12
     high = (sum(BETTER[2:]) + 4 - sum(BASELINE)) / 12
-    assert f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at 0,2); 2 paired tasks unscored" in out
+    assert (
+        f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at 0,2); 2 paired tasks unscored"
+        in out
+    )
     assert "(paired t, 10 tasks)" in out
 
 
@@ -147,7 +157,12 @@ def test_power_reports_the_minimum_detectable_difference_and_tasks_needed(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dataset(pytester)
-    collect(pytester, "base/r.jsonl", [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0, 0.5, 0.75], "--rollouts-repeats=2")
+    collect(
+        pytester,
+        "base/r.jsonl",
+        [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0, 0.5, 0.75],
+        "--rollouts-repeats=2",
+    )
     code, out, err = cli(capsys, "power", "base/r.jsonl", "--delta", "0.05")
     assert code == 0, err
     lines = out.splitlines()

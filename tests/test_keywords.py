@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from .agents import ScriptedAgent
@@ -12,8 +11,12 @@ from .helpers import run_rollouts
 
 def suite(pytester: pytest.Pytester, url: str, keywords: str) -> None:
     rows = [
-        {"task_id": f"t{n}", "difficulty": "hard" if n % 2 else "easy", "meta": {"difficulty": "hard"},
-         "responses_create_params": {"input": f"q{n}"}}
+        {
+            "task_id": f"t{n}",
+            "difficulty": "hard" if n % 2 else "easy",
+            "meta": {"difficulty": "hard"},
+            "responses_create_params": {"input": f"q{n}"},
+        }
         for n in range(4)
     ]
     write_rows(pytester.path / "suite" / "data.jsonl", rows)

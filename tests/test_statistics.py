@@ -95,7 +95,9 @@ def test_paired_difference_se_and_interval_match_scipy_ttest_rel() -> None:
     assert result.difference == pytest.approx(d.mean())
     assert result.se == pytest.approx(stats.sem(d))
     assert result.interval is not None
-    assert result.interval.as_list() == pytest.approx(list(stats.t.interval(0.95, 24, loc=d.mean(), scale=stats.sem(d))))
+    assert result.interval.as_list() == pytest.approx(
+        list(stats.t.interval(0.95, 24, loc=d.mean(), scale=stats.sem(d)))
+    )
     # The bootstrap's p-value is, to within resampling noise, the normal test's on the plug-in
     # (ddof=0) spread that its resamples have; a little below the paired t test's.
     assert result.test is not None and result.test.method == "bootstrap"
@@ -180,7 +182,9 @@ def test_variance_components_and_power_match_numpy_and_the_normal_formula() -> N
     )
     n = tasks_needed(variance, 0.05, repeats=3)
     assert n == math.ceil((z / 0.05) ** 2 * var_d)
-    assert minimum_detectable(variance, tasks=n, repeats=3) <= 0.05 < minimum_detectable(variance, tasks=n - 1, repeats=3)
+    assert (
+        minimum_detectable(variance, tasks=n, repeats=3) <= 0.05 < minimum_detectable(variance, tasks=n - 1, repeats=3)
+    )
 
 
 def test_power_with_one_rollout_per_task_puts_all_the_spread_between_tasks() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 from scipy import stats
@@ -17,7 +16,7 @@ GOOD = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
 WORSE = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
 
 
-def by_row(rewards: Sequence[float | None]):  # noqa: ANN201
+def by_row(rewards: Sequence[float | None]):
     """Reward ``rewards[row["n"]]``; None answers 500 (a failed rollout)."""
 
     def behaviour(row: dict, seen: int) -> Reply:
@@ -28,14 +27,20 @@ def by_row(rewards: Sequence[float | None]):  # noqa: ANN201
 
 
 def session(
-    pytester: pytest.Pytester, rewards: Sequence[float | None], *args: str, out: str = "out/r.jsonl", data: str = "data.jsonl"
+    pytester: pytest.Pytester,
+    rewards: Sequence[float | None],
+    *args: str,
+    out: str = "out/r.jsonl",
+    data: str = "data.jsonl",
 ) -> pytest.RunResult:
     with ScriptedAgent(by_row(rewards)) as agent:
         return run_rollouts(pytester, data, f"--rollouts-agent={agent.url}", "--rollouts-retries=0", *args, out=out)
 
 
 def dataset(pytester: pytest.Pytester, name: str = "data.jsonl", ns: Sequence[int] = range(12)) -> None:
-    rows = [{"n": n, "difficulty": "hard" if n % 2 else "easy", "responses_create_params": {"input": f"q{n}"}} for n in ns]
+    rows = [
+        {"n": n, "difficulty": "hard" if n % 2 else "easy", "responses_create_params": {"input": f"q{n}"}} for n in ns
+    ]
     write_rows(pytester.path / name, rows)
 
 
@@ -44,14 +49,17 @@ def statistics(pytester: pytest.Pytester, out: str = "out/r.jsonl") -> dict:
     return entry
 
 
-def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_numbers(pytester: pytest.Pytester) -> None:
+def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_numbers(
+    pytester: pytest.Pytester,
+) -> None:
     dataset(pytester)
     assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
     result = session(pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.05")
     assert result.ret == 10
     result.stdout.fnmatch_lines(
         [
-            "default: candidate - baseline -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); mcnemar p=0.3750 (fixed 1, broke 4)",
+            "default: candidate - baseline -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); "
+            "mcnemar p=0.3750 (fixed 1, broke 4)",
             "--rollouts-max-regression 0.05: default: lower bound of candidate - baseline -0.* (difference -0.2500, *",
             "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
         ]
@@ -74,14 +82,18 @@ def test_a_baseline_that_cannot_be_read_is_a_usage_error(pytester: pytest.Pytest
     dataset(pytester)
     result = session(pytester, GOOD, "--rollouts-baseline=nowhere/r.jsonl")
     assert result.ret == 4
-    result.stdout.fnmatch_lines(["cannot compare with --rollouts-baseline nowhere/r.jsonl: *no r_materialized_inputs.jsonl*"])
+    result.stdout.fnmatch_lines(
+        ["cannot compare with --rollouts-baseline nowhere/r.jsonl: *no r_materialized_inputs.jsonl*"]
+    )
 
 
 def test_max_regression_without_a_baseline_is_refused(pytester: pytest.Pytester) -> None:
     dataset(pytester)
     result = session(pytester, GOOD, "--rollouts-max-regression=0.05")
     assert result.ret == 4
-    assert "--rollouts-max-regression compares with a baseline run: give --rollouts-baseline PATH" in result.stderr.str()
+    assert (
+        "--rollouts-max-regression compares with a baseline run: give --rollouts-baseline PATH" in result.stderr.str()
+    )
 
 
 @pytest.mark.parametrize("value", ["1,0", "0", "a,b", "0,inf"])
@@ -125,7 +137,12 @@ def test_pass_k_takes_the_ks_asked_and_names_the_tasks_with_too_few(pytester: py
         return Reply(json={"reward": float(row["_ng_rollout_index"] % 2 == 0 or row["n"] == 0)})
 
     with ScriptedAgent(flaky) as agent:
-        args = (f"--rollouts-agent={agent.url}", "--rollouts-retries=0", "--rollouts-repeats=3", "--rollouts-pass-k=3,1")
+        args = (
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-retries=0",
+            "--rollouts-repeats=3",
+            "--rollouts-pass-k=3,1",
+        )
         assert run_rollouts(pytester, "data.jsonl", *args).ret == 0
     agent_metrics = statistics(pytester)["agent_metrics"]
     assert {k for k in agent_metrics if k.startswith("pass")} == {
@@ -144,7 +161,9 @@ def test_group_by_splits_the_statistics_by_field_and_by_dataset(pytester: pytest
     dataset(pytester, "a.jsonl", range(6))
     dataset(pytester, "b.jsonl", range(6, 12))
     with ScriptedAgent(by_row(WORSE)) as agent:
-        result = run_rollouts(pytester, "a.jsonl", "b.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=difficulty")
+        result = run_rollouts(
+            pytester, "a.jsonl", "b.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=difficulty"
+        )
     assert result.ret == 0
     entry = statistics(pytester)["statistics"]
     assert entry["group_by"] == "difficulty"

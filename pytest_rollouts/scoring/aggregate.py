@@ -19,7 +19,13 @@ from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object, whole_lines
 from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, numeric_fields
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
-from pytest_rollouts.scoring.run_statistics import STATISTICS, StatisticsOptions, group_statistics, task_labels
+from pytest_rollouts.scoring.run_statistics import (
+    DEFAULT_STATISTICS,
+    STATISTICS,
+    StatisticsOptions,
+    group_statistics,
+    task_labels,
+)
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
@@ -93,7 +99,7 @@ def score_run(
     perf_summary: dict[str, Any] | None = None,
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
-    statistics: StatisticsOptions = StatisticsOptions(),
+    statistics: StatisticsOptions = DEFAULT_STATISTICS,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.scoring.comparison_lines import comparison_lines
-from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
 from pytest_rollouts.scoring.paired import Comparison, compare
 from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
 from pytest_rollouts.scoring.regression import RegressionGate
@@ -57,7 +57,7 @@ def compare_runs(
     candidate: Path,
     *,
     allow_partial: bool = False,
-    reward_range: RewardRange = RewardRange(),
+    reward_range: RewardRange = UNIT_RANGE,
     gate: RegressionGate | None = None,
 ) -> RunComparison:
     """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file."""

@@ -18,7 +18,9 @@ FLIPS_SHOWN = 5
 
 def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
     c = comparison
-    head = f"{c.group}: candidate - baseline {c.difference:+.4f}" if c.tasks else f"{c.group}: no task scored in both runs"
+    head = (
+        f"{c.group}: candidate - baseline {c.difference:+.4f}" if c.tasks else f"{c.group}: no task scored in both runs"
+    )
     if c.interval is not None:
         head += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     elif c.tasks:
@@ -29,7 +31,8 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
             head += f" (fixed {c.test.discordant[0]}, broke {c.test.discordant[1]})"
     low, high = c.manski
     means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
-    second = f"{c.group}: {means}Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at {reward_range})"
+    bounds = f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at {reward_range})"
+    second = f"{c.group}: {means}{bounds}"
     if c.unscored:
         second += f"; {c.unscored} paired tasks unscored in a run"
     lines = [head, second]

@@ -93,4 +93,3 @@ def binomial_two_sided_half(successes: int, n: int) -> float:
     low = min(successes, n - successes)
     # Integers throughout: Python divides them exactly rounded, however large 2**n grows.
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(low + 1)) / 2**n)
-

@@ -105,6 +105,10 @@ class RewardRange:
         return cls(low, high)
 
 
+# NeMo Gym's rewards: 0 (fail) to 1 (pass).
+UNIT_RANGE = RewardRange()
+
+
 def manski_bounds(mean: float, scored: int, unknown: int, reward_range: RewardRange) -> tuple[float, float]:
     """The mean over all ``scored + unknown`` rollouts with each unknown one at the floor, then the
     ceiling, of the range: the narrowest bounds that assume nothing about why rollouts went missing."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pytest_rollouts.scoring.distributions import binomial_two_sided_half
-from pytest_rollouts.scoring.intervals import LEVEL, Interval, RewardRange, is_binary, t_interval
+from pytest_rollouts.scoring.intervals import LEVEL, UNIT_RANGE, Interval, RewardRange, is_binary, t_interval
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240
@@ -114,7 +114,9 @@ class Comparison:
             "ci_method": None if self.interval is None else self.interval.method,
             "test": None if self.test is None else self.test.method,
             "p_value": None if self.test is None else self.test.p_value,
-            "discordant_fixed_broke": None if self.test is None or self.test.discordant is None else list(self.test.discordant),
+            "discordant_fixed_broke": None
+            if self.test is None or self.test.discordant is None
+            else list(self.test.discordant),
             "bootstrap_ci_95/difference": None
             if self.test is None or self.test.interval is None
             else self.test.interval.as_list(),
@@ -127,7 +129,7 @@ class Comparison:
 def compare(
     group: str,
     pairs: Sequence[tuple[TaskRewards, TaskRewards]],
-    reward_range: RewardRange = RewardRange(),
+    reward_range: RewardRange = UNIT_RANGE,
     seed: int = BOOTSTRAP_SEED,
 ) -> Comparison:
     """The paired comparison of (baseline, candidate) tasks; ``pairs`` must not be empty."""
@@ -180,7 +182,9 @@ def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
     return Test("bootstrap", min(1.0, 2 * min(below, above)), interval=Interval(low, high, "bootstrap"))
 
 
-def _manski_difference(pairs: Sequence[tuple[TaskRewards, TaskRewards]], reward_range: RewardRange) -> tuple[float, float]:
+def _manski_difference(
+    pairs: Sequence[tuple[TaskRewards, TaskRewards]], reward_range: RewardRange
+) -> tuple[float, float]:
     """The difference of the task-weighted means over every paired task's expected rollouts, with the
     unknown ones at the range's floor and ceiling: the candidate at its worst against the baseline
     at its best, then the other way round."""

@@ -57,9 +57,7 @@ def variance_components(rewards_by_task: Sequence[Sequence[float]]) -> Variance:
     means = [statistics.fmean(ys) for ys in tasks]
     repeats = statistics.fmean(len(ys) for ys in tasks)
     dof = sum(len(ys) - 1 for ys in tasks)
-    within = (
-        math.fsum((y - m) ** 2 for ys, m in zip(tasks, means, strict=True) for y in ys) / dof if dof else None
-    )
+    within = math.fsum((y - m) ** 2 for ys, m in zip(tasks, means, strict=True) for y in ys) / dof if dof else None
     spread = statistics.variance(means)
     between = max(0.0, spread - (within or 0.0) / repeats)
     return Variance(len(tasks), repeats, between, within)

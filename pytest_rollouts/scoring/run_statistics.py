@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.resume import key_of
-from pytest_rollouts.scoring.intervals import RewardRange, manski_bounds, mean_interval
+from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
 from pytest_rollouts.store.artifacts import read_rows
 
 if TYPE_CHECKING:
@@ -29,11 +29,15 @@ STATISTICS = "statistics"
 
 @dataclass(frozen=True)
 class StatisticsOptions:
-    """What the statistics are asked for (``--rollouts-reward-range``, ``--rollouts-pass-k``, ``--rollouts-group-by``)."""
+    """What the statistics are asked for: ``--rollouts-reward-range``, ``--rollouts-pass-k``,
+    ``--rollouts-group-by``."""
 
-    reward_range: RewardRange = RewardRange()
+    reward_range: RewardRange = UNIT_RANGE
     pass_ks: tuple[int, ...] | None = None
     group_by: str | None = None
+
+
+DEFAULT_STATISTICS = StatisticsOptions()
 
 
 def statistics_entry(
@@ -67,7 +71,7 @@ def group_statistics(
     labels: Mapping[int, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """One group's entry; with ``labels`` (task -> (field value, dataset file)) also split by both."""
-    entry = {"reward_range": [options.reward_range.low, options.reward_range.high]}
+    entry: dict[str, Any] = {"reward_range": [options.reward_range.low, options.reward_range.high]}
     entry.update(statistics_entry(rewards_by_task, unknown_by_task, options.reward_range))
     if labels is not None and options.group_by is not None:
         for name, place in (("by_field", 0), ("by_dataset", 1)):
@@ -114,6 +118,8 @@ def run_lower_bound(score: RunScore) -> float | None:
     for group in score.groups:
         entry = group.metrics.get(STATISTICS)
         if isinstance(entry, dict) and entry.get("manski_bounds/reward") is not None:
-            pairs.append((entry["manski_bounds/reward"][0], entry["num_rollouts_scored"] + entry["num_rollouts_unknown"]))
+            pairs.append(
+                (entry["manski_bounds/reward"][0], entry["num_rollouts_scored"] + entry["num_rollouts_unknown"])
+            )
     weight = sum(n for _, n in pairs)
     return sum(low * n for low, n in pairs) / weight if weight else None
