@@ -37,7 +37,7 @@ from pytest_rollouts.plan.numbering import Numbering, number_run
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
-from pytest_rollouts.scoring.configured import compare_with_baseline, score_configured
+from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
@@ -145,8 +145,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
         end = replace(end, dispatch_failure=dispatched.stopped)
-        verdict = judge_run(score, end, Gate.of(settings), compare_with_baseline(settings))
-        return RunResult(score, verdict, paths, settings.count_as_zero)
+        return RunResult(score, judge_run(score, end, Gate.of(settings)), paths, settings.count_as_zero)
     finally:
         agents.close()
         lock.release()

@@ -64,6 +64,11 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
             "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
         ]
     )
+    written = statistics(pytester)["statistics"]["baseline_comparison"]
+    assert (written["baseline"], written["paired_by"], written["max_regression"]) == ("base/r.jsonl", "task index", 0.05)
+    assert written["difference/reward"] == pytest.approx(-0.25)
+    assert written["p_value"] == pytest.approx(stats.binomtest(1, 5, 0.5).pvalue)
+    assert [task for task, _, _ in written["broke"]] == ["1", "3", "6", "9"]
 
 
 def test_a_baseline_comparison_that_passes_prints_its_lines_and_exits_0(pytester: pytest.Pytester) -> None:
@@ -174,3 +179,22 @@ def test_group_by_splits_the_statistics_by_field_and_by_dataset(pytester: pytest
     assert set(entry["by_dataset"]) == {"a.jsonl", "b.jsonl"}
     assert entry["by_dataset"]["b.jsonl"]["mean/reward"] == pytest.approx(sum(WORSE[6:]) / 6)
     assert entry["by_dataset"]["a.jsonl"]["ci_method"] == "wilson"
+
+
+def test_the_python_api_judges_a_regression_as_the_plugin_does(pytester: pytest.Pytester) -> None:
+    from pytest_rollouts import CollectionConfig, run
+
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    with ScriptedAgent(by_row(WORSE)) as agent:
+        config = CollectionConfig(
+            input="data.jsonl",
+            out="api/r.jsonl",
+            agents={"default": agent.url},
+            baseline="base/r.jsonl",
+            max_regression=0.05,
+            reward_range="0,1",
+        )
+        result = run(config)
+    assert result.exit_status == 10
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in result.summary()

@@ -15,7 +15,6 @@ import pytest
 
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.configured import compare_with_baseline
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 
 if TYPE_CHECKING:
@@ -90,8 +89,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
-    baseline = None if end.interrupted else compare_with_baseline(run.settings)
-    return Ending(judge_run(score, end, Gate.of(run.settings), baseline), score, put_back)
+    return Ending(judge_run(score, end, Gate.of(run.settings)), score, put_back)
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:

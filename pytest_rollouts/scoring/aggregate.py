@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
@@ -30,6 +30,9 @@ from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_in
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.compare_runs import RunComparison
 
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
@@ -66,6 +69,8 @@ class RunScore:
     metrics_path: Path | None = None
     # Why the metrics file could not be written (a full disk at the very end), or "".
     metrics_error: str = ""
+    # The comparison with --rollouts-baseline, why it could not be made, or None without one.
+    baseline: RunComparison | str | None = None
 
     @property
     def mean_reward(self) -> float | None:
@@ -100,6 +105,7 @@ def score_run(
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
     statistics: StatisticsOptions = DEFAULT_STATISTICS,
+    baseline: RunComparison | str | None = None,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
@@ -107,6 +113,7 @@ def score_run(
     while it waited on the dispatcher; otherwise both files are read from the start.
     ``drained``: the keys this session's dispatch budget did not start (see ``account``).
     ``statistics``: the reward range, pass@k's k and the grouping field of each group's ``statistics``.
+    ``baseline``: the comparison with ``--rollouts-baseline``, written into each group's ``statistics``.
     """
     scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
@@ -145,9 +152,11 @@ def score_run(
         if score.source != "server":
             score.metrics, score.source = _local_metrics(group, added, samples, statistics.pass_ks), "local"
         score.metrics[STATISTICS] = _statistics(group, added, statistics, labels)
+        if not isinstance(baseline, str) and baseline is not None:
+            score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = perf_summary
-    result = RunScore(scores, total)
+    result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:
             result.metrics_path = write_metrics_file(paths.metrics, scores)

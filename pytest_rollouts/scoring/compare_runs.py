@@ -39,6 +39,14 @@ class RunComparison:
         """The gate's ``EVAL FAILED`` line, or None (also without a gate)."""
         return None if self.gate is None else self.gate.failure(self.comparisons)
 
+    def group_entry(self, group: str) -> dict[str, Any] | None:
+        """One group's comparison with the run-level facts, for its metrics entry; None when the
+        group had no task paired."""
+        entry = next((c.as_dict() for c in self.comparisons if c.group == group), None)
+        if entry is None:
+            return None
+        return {**{k: v for k, v in self.as_dict().items() if k not in ("groups", "candidate")}, **entry}
+
     def as_dict(self) -> dict[str, Any]:
         """The comparison under the keys docs/statistics.md documents."""
         return {

@@ -46,6 +46,7 @@ def score_configured(
             outputs=outputs,
             drained=drained,
             statistics=statistics_options(settings),
+            baseline=None if coverage_only else compare_with_baseline(settings),
         )
 
 

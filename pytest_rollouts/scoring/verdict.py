@@ -22,7 +22,6 @@ from pytest_rollouts.scoring.run_statistics import run_lower_bound
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
-    from pytest_rollouts.scoring.compare_runs import RunComparison
 
 OK = 0
 FAILED = 1
@@ -107,9 +106,7 @@ class Verdict:
     measures: tuple[str, ...] = ()
 
 
-def judge_run(
-    score: RunScore | None, end: RunEnd, gate: Gate, baseline: RunComparison | str | None = None
-) -> Verdict:
+def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
     """The verdict on a run that ended as ``end`` says, with ``score`` its score (None when it was
     not scored: its status alone decides).
 
@@ -117,8 +114,8 @@ def judge_run(
     is the more specific one (6, 7, 9), so it replaces any other status. An interrupted run is not
     gated: it keeps its status (2) and says what is left to do.
 
-    ``baseline``: the comparison with ``--rollouts-baseline`` (its lines join the measures, its
-    regression gate exits 10 when no other gate failed), or why it could not be made (exit 4).
+    The score's comparison with ``--rollouts-baseline`` adds its lines to the measures, and its
+    regression gate exits 10 when no other gate failed; one that could not be made exits 4.
     """
     status = end.exit_status
     problems = [end.dispatch_failure] if end.dispatch_failure else []
@@ -137,6 +134,7 @@ def judge_run(
         problems.append(failure.message)
         status = failure.exit_code
     measures = gate.measures(score.coverage, mean)
+    baseline = score.baseline
     if isinstance(baseline, str):
         problems.append(baseline)
         status = status if failure is not None else USAGE
