@@ -183,3 +183,23 @@ def test_a_mistyped_compare_option_names_the_one_meant(capsys: pytest.CaptureFix
         main(["compare", "a.jsonl", "b.jsonl", "--allow-partal"])
     assert exc.value.code == 4
     assert "did you mean --allow-partial?" in capsys.readouterr().err
+
+
+def test_pairing_by_index_needs_both_manifests(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    (pytester.path / "cand" / "r_run_manifest.json").unlink()
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 8
+    assert "no run manifest for cand/r.jsonl: task indices cannot be shown to name the same tasks" in err
+
+
+def test_a_task_id_on_two_tasks_is_refused(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = ["same", "same", "t2", "t3"]
+    rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl")
+    assert code == 8
+    assert "task id 'same' names two tasks of agent 'default'; task ids must be unique" in err

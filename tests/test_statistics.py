@@ -14,6 +14,7 @@ from pytest_rollouts.scoring.intervals import RewardRange, manski_bounds, mean_i
 from pytest_rollouts.scoring.metrics import pass_at_k, pass_hat_k
 from pytest_rollouts.scoring.paired import TaskRewards, compare
 from pytest_rollouts.scoring.power import minimum_detectable, tasks_needed, variance_components
+from pytest_rollouts.scoring.run_statistics import statistics_entry
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 19, 59, 250, 5000])
@@ -193,3 +194,15 @@ def test_power_with_one_rollout_per_task_puts_all_the_spread_between_tasks() -> 
     assert variance.between == pytest.approx(np.var([1, 0, 1, 1], ddof=1))
     with pytest.raises(ValueError, match="two tasks"):
         variance_components([[1.0, 0.0]])
+
+
+def test_an_infinite_reward_leaves_no_interval_nor_bounds() -> None:
+    entry = statistics_entry({0: [1.0, math.inf], 1: [0.0]}, {1: 1}, RewardRange())
+    assert (entry["ci_95/reward"], entry["manski_bounds/reward"]) == (None, None)
+    assert entry["mean/reward"] == math.inf
+    entry = statistics_entry({0: [math.inf], 1: [-math.inf]}, {}, RewardRange())
+    assert entry["mean/reward"] is None, "infinities of both signs: no mean"
+
+
+def test_a_task_with_every_rollout_masked_is_bounded_by_the_whole_range() -> None:
+    assert TaskRewards("0", (), 0).bounds(RewardRange(-1.0, 2.0)) == (-1.0, 2.0)

@@ -65,7 +65,8 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
         ]
     )
     written = statistics(pytester)["statistics"]["baseline_comparison"]
-    assert (written["baseline"], written["paired_by"], written["max_regression"]) == ("base/r.jsonl", "task index", 0.05)
+    shown = (written["baseline"], written["paired_by"], written["max_regression"])
+    assert shown == ("base/r.jsonl", "task index", 0.05)
     assert written["difference/reward"] == pytest.approx(-0.25)
     assert written["p_value"] == pytest.approx(stats.binomtest(1, 5, 0.5).pvalue)
     assert [task for task, _, _ in written["broke"]] == ["1", "3", "6", "9"]

@@ -52,6 +52,8 @@ class TaskRewards:
         """Manski's bounds on this task's mean over its expected rollouts."""
         known = math.fsum(self.rewards)
         total = max(self.expected, len(self.rewards))
+        if total == 0:  # every rollout masked: nothing known either way
+            return reward_range.low, reward_range.high
         return (known + reward_range.low * self.unknown) / total, (known + reward_range.high * self.unknown) / total
 
 

@@ -10,6 +10,7 @@ must say so, never pass for the whole set.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,8 @@ def read_run(out: Path) -> RunTasks:
         place = (group_of[key], key[0])
         if is_masked(row):
             expected[place] -= 1
-        elif (reward := reward_of(row)) is not None:
+        elif (reward := reward_of(row)) is not None and math.isfinite(reward):
+            # An infinite reward has no difference to take: it counts as unknown, as a failure does.
             rewards[place].append(reward)
     groups: defaultdict[str, dict[str, TaskRewards]] = defaultdict(dict)
     for (group, task), count in expected.items():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
+from pytest_rollouts.scoring.stats import nan_mean, written
 from pytest_rollouts.store.artifacts import read_rows
 
 if TYPE_CHECKING:
@@ -51,13 +52,15 @@ def statistics_entry(
     scored = sum(map(len, tasks))
     unknown = sum(unknown_by_task.values())
     interval = mean_interval(tasks)
-    mean = math.fsum(y for ys in tasks for y in ys) / scored if scored else 0.0
-    bounds = manski_bounds(mean, scored, unknown, reward_range) if scored + unknown else None
+    # An infinite reward (a value, as NeMo Gym takes it) leaves an infinite or undefined mean: no bounds.
+    mean = nan_mean(y for ys in tasks for y in ys) if scored else 0.0
+    finite = math.isfinite(mean)
+    bounds = manski_bounds(mean, scored, unknown, reward_range) if finite and scored + unknown else None
     return {
         "num_tasks": len(tasks),
         "num_rollouts_scored": scored,
         "num_rollouts_unknown": unknown,
-        "mean/reward": mean if scored else None,
+        "mean/reward": written(mean) if scored else None,
         "ci_95/reward": None if interval is None else interval.as_list(),
         "ci_method": None if interval is None else interval.method,
         "manski_bounds/reward": None if bounds is None else list(bounds),
