@@ -4,6 +4,8 @@ One unsharded run merges as itself, to be rescored. An earlier output is moved a
 moves its earlier results (``--overwrite`` deletes it). Shards without a manifest (NeMo Gym's)
 cannot be proven complete: ``--require-complete`` then fails unless ``--trust-shards``.
 
+The ``compare`` and ``power`` commands are ``cli_compare.py``'s; this module adds them to its parser.
+
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
 rules, or another session is writing its output or an input), 6 incomplete, 7 below

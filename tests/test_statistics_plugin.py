@@ -102,6 +102,13 @@ def test_max_regression_without_a_baseline_is_refused(pytester: pytest.Pytester)
     )
 
 
+def test_a_baseline_that_is_the_runs_own_output_is_refused(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    result = session(pytester, GOOD, "--rollouts-baseline=out/r.jsonl")
+    assert result.ret == 4
+    assert "--rollouts-baseline is this run's own output; name the earlier run's file" in result.stderr.str()
+
+
 @pytest.mark.parametrize("value", ["1,0", "0", "a,b", "0,inf"])
 def test_a_bad_reward_range_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
     dataset(pytester)

@@ -280,6 +280,9 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:
+        same = self.baseline is not None and self.out is not None and self.baseline.resolve() == self.out.resolve()
+        if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
+            raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
         if self.max_regression is not None and self.baseline is None:
             raise ValueError(
                 f"{self.source_of('max_regression')} compares with a baseline run: give --rollouts-baseline PATH"
