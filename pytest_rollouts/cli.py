@@ -4,6 +4,8 @@ One unsharded run merges as itself, to be rescored. An earlier output is moved a
 moves its earlier results (``--overwrite`` deletes it). Shards without a manifest (NeMo Gym's)
 cannot be proven complete: ``--require-complete`` then fails unless ``--trust-shards``.
 
+The ``compare`` and ``power`` commands are ``cli_compare.py``'s; this module adds them to its parser.
+
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
 rules, or another session is writing its output or an input), 6 incomplete, 7 below
@@ -24,6 +26,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from pytest_rollouts.cli_compare import add_comparison_commands, compare_command, power_command
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.scoring.aggregate import score_run
@@ -74,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = sys.argv[1:] if argv is None else argv
     _refuse_unknown(args)
-    return aggregate(parser.parse_args(args))
+    parsed = parser.parse_args(args)
+    if parsed.command == "compare":
+        return compare_command(parsed)
+    if parsed.command == "power":
+        return power_command(parsed)
+    return aggregate(parsed)
 
 
 def _refuse_unknown(args: list[str]) -> None:
@@ -164,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {OPTION['timeout'].shown_default}), "
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
+    add_comparison_commands(commands)
+    COMMANDS.update(commands.choices)
     return parser
 
 

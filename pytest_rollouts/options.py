@@ -307,6 +307,49 @@ OPTIONS: tuple[Option, ...] = (
         "--rollouts-fail-under is refused (gate the merge).",
         flag=True,
     ),
+    # Issue 20: statistics beyond the mean (docs/statistics.md).
+    Option(
+        "baseline",
+        "A baseline run's <stem>.jsonl: compare this run with it task by task at the end (paired difference, "
+        "95% CI, test, the tasks that flipped), as pytest-rollouts compare does.",
+        "PATH",
+        details="Tasks pair by a `task_id` field, else by index over the same datasets (their manifests' sha256). "
+        "Tasks only one run has are left out, and the comparison says how many.",
+    ),
+    Option(
+        "max_regression",
+        "Exit 10 when the lower end of the 95% CI of this run minus --rollouts-baseline is below -DELTA.",
+        "DELTA",
+        details="Needs `--rollouts-baseline`. Fewer than two tasks scored in both runs give no interval and fail.",
+    ),
+    Option(
+        "reward_range",
+        "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI.",
+        "LO,HI",
+        default=(0.0, 1.0),
+        computed_default="0,1",
+    ),
+    Option(
+        "gate_on",
+        "What --rollouts-fail-under compares: the mean reward, or the lower-bound (Manski's, failed and missing "
+        "rollouts at the floor of --rollouts-reward-range).",
+        "mean|lower-bound",
+        default="mean",
+    ),
+    Option(
+        "pass_k",
+        "The k of pass@k and pass^k in the local metrics (comma-separated).",
+        "K[,K...]",
+        computed_default="1,2,4,... up to the most rollouts of a task",
+        details="A task with fewer than k scored rollouts is left out of that k and counted in "
+        "`pass@k/num_tasks_excluded`.",
+    ),
+    Option(
+        "group_by",
+        "Also report the mean reward, its CI and Manski's bounds by this row field (and by dataset file).",
+        "FIELD",
+        details="Written under `statistics.by_field` and `statistics.by_dataset` of each group's metrics entry.",
+    ),
 )
 
 OPTION: dict[str, Option] = {option.name: option for option in OPTIONS}

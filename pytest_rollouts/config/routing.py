@@ -93,6 +93,8 @@ class Routing:
     agent_hint: str = "--rollouts-agent URL"
     map_option: str = "--rollouts-agent-map"
     fan_out_option: str = "--rollouts-fan-out"
+    # The suite's ``keywords``: row fields whose values -k matches on the row's items.
+    keywords: tuple[str, ...] = ()
 
     def _typo_hint(self, key: str) -> str:
         """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
@@ -212,6 +214,7 @@ class AgentRegistry:
             agent_hint=self._settings.agent_hint,
             map_option=self._settings.source_of("agent_map"),
             fan_out_option=self._settings.source_of("fan_out"),
+            keywords=suite.config.keywords if suite else (),
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:

@@ -8,9 +8,10 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -111,6 +112,12 @@ class Settings(BaseModel):
         "dispatch_budget", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False
     )
     drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    baseline: Path | None = option_field("baseline")
+    max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
+    reward_range: tuple[float, float] = option_field("reward_range")
+    gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
+    pass_k: tuple[int, ...] | None = option_field("pass_k")
+    group_by: str | None = option_field("group_by")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -255,6 +262,39 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{self.source_of('fail_under')} needs the metrics that {skip} skips: gate the merge instead "
                 f"(pytest-rollouts aggregate ... --fail-under X) or drop {skip}"
+            )
+        return self
+
+    @field_validator("reward_range", "pass_k", mode="before")
+    @classmethod
+    def _split_numbers(cls, value: Any) -> Any:
+        """``LO,HI`` and ``K[,K...]`` as text (an option, an ini line) become tuples to check."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("reward_range")
+    @classmethod
+    def _range_in_order(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(map(math.isfinite, value)) or value[0] >= value[1]:
+            raise ValueError(f"must be LO,HI with LO < HI, got {value[0]:g},{value[1]:g}")
+        return value
+
+    @field_validator("pass_k")
+    @classmethod
+    def _positive_ks(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and (not value or min(value) < 1):
+            raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
+        return None if value is None else tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _regression_needs_baseline(self) -> Settings:
+        same = self.baseline is not None and self.out is not None and self.baseline.resolve() == self.out.resolve()
+        if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
+            raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
+        if self.max_regression is not None and self.baseline is None:
+            raise ValueError(
+                f"{self.source_of('max_regression')} compares with a baseline run: give --rollouts-baseline PATH"
             )
         return self
 

@@ -91,6 +91,8 @@ class SuiteConfig(BaseModel):
     task_sources: dict[str, str] = {}
     # Episode rows (``task_id.taskset`` + ``task_input``) go to the environment server named here.
     tasksets: dict[str, str] = {}
+    # Row fields whose values ``-k`` matches (``keywords = ["difficulty", "task_id"]``: ``-k hard``).
+    keywords: tuple[str, ...] = ()
 
     @field_validator("datasets", mode="before")
     @classmethod

@@ -40,6 +40,8 @@ class TaskRow:
     repeats: int
     episode: bool
     fanned: bool
+    # The values of the suite's ``keywords`` fields this row has (scalars only), for -k.
+    keywords: tuple[str, ...] = ()
 
 
 class DatasetScan:
@@ -83,9 +85,12 @@ class DatasetScan:
                 given = "null" if params is None else type(params).__name__
                 raise DatasetError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
             fanned = len(agents) > 1
+            keywords = tuple(
+                str(row[name]) for name in self._routing.keywords if isinstance(row.get(name), str | int | float)
+            )
             for agent in agents:
                 repeats = settings.repeats_for(agent)
-                yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned)
+                yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned, keywords)
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows
 

@@ -108,6 +108,7 @@ class DatasetFile(pytest.File):
                     first_rollout=task.first_rollout,
                     repeats=task.repeats,
                     episode=task.episode,
+                    keywords=task.keywords,
                 )
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
@@ -172,6 +173,7 @@ class RolloutItem(pytest.Item):
         first_rollout: int,
         repeats: int,
         episode: bool,
+        keywords: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -183,6 +185,8 @@ class RolloutItem(pytest.Item):
         self.episode = episode
         # ``-k AGENT`` selects an agent's items, fanned out or not.
         self.extra_keyword_matches.add(agent)
+        # ``-k hard`` selects the rows whose suite-listed keyword fields hold ``hard``.
+        self.extra_keyword_matches.update(keywords)
         self.task_index = -1
         self.slot = -1
 

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
@@ -25,10 +25,20 @@ from pytest_rollouts.scoring.metrics import (
     usage_summary,
 )
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
+from pytest_rollouts.scoring.run_statistics import (
+    DEFAULT_STATISTICS,
+    STATISTICS,
+    StatisticsOptions,
+    group_statistics,
+    task_labels,
+)
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.compare_runs import RunComparison
 
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
@@ -65,6 +75,8 @@ class RunScore:
     metrics_path: Path | None = None
     # Why the metrics file could not be written (a full disk at the very end), or "".
     metrics_error: str = ""
+    # The comparison with --rollouts-baseline, why it could not be made, or None without one.
+    baseline: RunComparison | str | None = None
 
     @property
     def mean_reward(self) -> float | None:
@@ -98,12 +110,16 @@ def score_run(
     perf_summary: dict[str, Any] | None = None,
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
+    statistics: StatisticsOptions = DEFAULT_STATISTICS,
+    baseline: RunComparison | str | None = None,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
     ``outputs``: the dispatching session's scan of the output file, already part-read
     while it waited on the dispatcher; otherwise both files are read from the start.
     ``drained``: the keys this session's dispatch budget did not start (see ``account``).
+    ``statistics``: the reward range, pass@k's k and the grouping field of each group's ``statistics``.
+    ``baseline``: the comparison with ``--rollouts-baseline``, written into each group's ``statistics``.
     """
     scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
@@ -112,6 +128,9 @@ def score_run(
     scores = []
     total = Coverage()
     samples = _Samples(paths.materialized)
+    labels = None
+    if write_metrics and statistics.group_by is not None:
+        labels = task_labels(paths.materialized, paths.manifest, statistics.group_by)
     for name, group in sorted(groups.items()):
         accounting = account(
             group.expected,
@@ -137,13 +156,16 @@ def score_run(
             if server is not None:
                 score.metrics, score.source = server, "server"
         if score.source != "server":
-            score.metrics, score.source = _local_metrics(group, added, samples), "local"
+            score.metrics, score.source = _local_metrics(group, added, samples, statistics.pass_ks), "local"
+        score.metrics[STATISTICS] = _statistics(group, added, statistics, labels)
+        if not isinstance(baseline, str) and baseline is not None:
+            score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
         usage = usage_summary(group.rows)
         if usage is not None and "usage_summary" not in score.metrics:
             score.metrics["usage_summary"] = usage
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
-    result = RunScore(scores, total)
+    result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:
             result.metrics_path = write_metrics_file(paths.metrics, scores)
@@ -154,14 +176,32 @@ def score_run(
     return result
 
 
-def _local_metrics(group: _Group, added: list[dict[str, Any]], samples: _Samples) -> dict[str, Any]:
+def _statistics(
+    group: _Group, added: list[dict[str, Any]], options: StatisticsOptions, labels: dict[int, tuple[str, str]] | None
+) -> dict[str, Any]:
+    """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
+    rewards: defaultdict[int, list[float]] = defaultdict(list)
+    scored: set[Key] = set()
+    for task, rollout, reward in [(r.task, r.rollout, r.values.get("reward")) for r in group.rows] + [
+        (*key_of(row), reward_of(row)) for row in added
+    ]:
+        if reward is not None:
+            rewards[task].append(reward)
+            scored.add((task, rollout))
+    unknown = Counter(key[0] for key in group.expected if key not in scored and key not in group.masked)
+    return group_statistics(rewards, unknown, options, labels)
+
+
+def _local_metrics(
+    group: _Group, added: list[dict[str, Any]], samples: _Samples, pass_ks: tuple[int, ...] | None = None
+) -> dict[str, Any]:
     """NeMo Gym's default metrics over the group's real rows and the zeros the policies added."""
     rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
     ranks = _repeat_ranks(group.expected)
     if ranks is not None:
         rows = [MetricRow(r.task, r.rollout, r.values, ranks.get((r.task, r.rollout))) for r in rows]
     expected = Counter(task for task, _ in group.expected)
-    return compute_default_metrics(rows, expected=expected, sample=samples.of(group.expected))
+    return compute_default_metrics(rows, expected=expected, sample=samples.of(group.expected), pass_ks=pass_ks)
 
 
 class _Samples:

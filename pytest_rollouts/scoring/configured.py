@@ -12,7 +12,13 @@ from pytest_rollouts.pacing import paced
 from pytest_rollouts.rows.plan import Key
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.scoring.aggregate import OutputScan, RunScore, score_run
+from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
+from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.pairing import PairingError
+from pytest_rollouts.scoring.regression import RegressionGate
+from pytest_rollouts.scoring.run_statistics import StatisticsOptions
 from pytest_rollouts.store.artifacts import ArtifactPaths
+from pytest_rollouts.store.jsonl import JsonlError
 
 
 def score_configured(
@@ -39,4 +45,31 @@ def score_configured(
             perf_summary=perf_summary,
             outputs=outputs,
             drained=drained,
+            statistics=statistics_options(settings),
+            baseline=None if coverage_only else compare_with_baseline(settings),
         )
+
+
+def statistics_options(settings: Settings) -> StatisticsOptions:
+    """The statistics a run's settings ask for."""
+    return StatisticsOptions(RewardRange(*settings.reward_range), settings.pass_k, settings.group_by)
+
+
+def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
+    """This run against ``--rollouts-baseline``, gated by ``--rollouts-max-regression``: the
+    comparison, the reason it cannot be made, or None without a baseline."""
+    if settings.baseline is None or settings.out is None:
+        return None
+    gate = None
+    if settings.max_regression is not None:
+        gate = RegressionGate(settings.max_regression, settings.source_of("max_regression"))
+    try:
+        return compare_runs(
+            settings.baseline,
+            settings.out,
+            allow_partial=True,
+            reward_range=RewardRange(*settings.reward_range),
+            gate=gate,
+        )
+    except (PairingError, JsonlError) as exc:
+        return f"cannot compare with {settings.source_of('baseline')} {settings.baseline}: {exc}"

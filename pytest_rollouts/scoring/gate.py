@@ -44,6 +44,8 @@ class Gate:
     fail_under_option: str = "--rollouts-fail-under"
     max_failures: FailureLimit | None = None
     max_failures_option: str = "--rollouts-max-failures"
+    # What the threshold compares (--rollouts-gate-on): the mean, or its Manski lower bound.
+    gate_on: str = "mean"
 
     @classmethod
     def of(cls, settings: Settings) -> Gate:
@@ -55,6 +57,7 @@ class Gate:
             settings.source_of("fail_under"),
             settings.max_failures,
             settings.source_of("max_failures"),
+            gate_on=settings.gate_on,
         )
 
     def check(self, coverage: Coverage, mean_reward: float | None, *, passing: bool = True) -> GateFailure | None:
@@ -79,7 +82,7 @@ class Gate:
         if mean_reward is None:
             why = "no mean/reward in the metrics to compare with"
         elif mean_reward < self.fail_under:
-            why = f"mean reward {mean_reward:.4f} is below"
+            why = f"{self.compared} {mean_reward:.4f} is below"
         else:
             return None
         return GateFailure(EXIT_FAIL_UNDER, f"EVAL FAILED: {why} {self.fail_under_option} {self.fail_under:g}.")
@@ -91,9 +94,14 @@ class Gate:
         if self.max_failures is not None:
             lines.append(f"{self.max_failures_option} {self.max_failures}: {_failed(coverage)}")
         if self.fail_under is not None:
-            mean = "no mean reward" if mean_reward is None else f"mean reward {mean_reward:.4f}"
+            mean = f"no {self.compared}" if mean_reward is None else f"{self.compared} {mean_reward:.4f}"
             lines.append(f"{self.fail_under_option} {self.fail_under:g}: {mean} over {coverage.scored} rollouts")
         return lines
+
+    @property
+    def compared(self) -> str:
+        """The number the threshold is compared with, as the lines name it."""
+        return "mean reward" if self.gate_on == "mean" else "Manski lower bound of the mean reward"
 
     def _failures(self, coverage: Coverage, passing: bool) -> str | None:
         """Why the run failed on its failures, or None."""

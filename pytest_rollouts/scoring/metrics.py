@@ -141,11 +141,25 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / j for j in range(n - c + 1, n + 1))
 
 
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Probability that all k samples drawn from n (c of them correct) are correct: pass^k
+    (Yao et al. 2024, tau-bench), ``C(c, k) / C(n, k)``, unbiased as pass@k is.
+
+    The reliability a user sees who asks k times, where pass@k is the chance one try in k works.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    return math.comb(c, k) / math.comb(n, k)
+
+
 def compute_default_metrics(
     rows: Sequence[MetricRow],
     *,
     expected: Mapping[int, int],
     sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
+    pass_ks: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
 
@@ -156,6 +170,7 @@ def compute_default_metrics(
     rollout index beyond its count) is still counted, with nothing expected of it: no row is lost.
     ``sample`` gives a task's ``sample`` (None when unknown); it is called as each task's entry
     is built, so the caller can read it from disk then instead of holding every task's row.
+    ``pass_ks``: the k of pass@k and pass^k (``--rollouts-pass-k``); None for 1, 2, 4, ...
     """
     rows = sorted(rows, key=lambda r: (r.task, r.rollout))
     # group_level_metrics is a lazy sequence: each task's entry is built when it is read
@@ -181,7 +196,7 @@ def compute_default_metrics(
     rewards = [ys for group in by_task.values() if (ys := [r.values["reward"] for r in group if "reward" in r.values])]
     if rewards:
         agent["sem_clustered/reward"] = clustered_sem(rewards)
-        agent.update(_pass_at_ks(rewards, len(tasks)))
+        agent.update(_pass_at_ks(rewards, len(tasks), pass_ks))
     key = {
         name: value
         for name, value in agent.items()
@@ -254,24 +269,31 @@ def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
     return columns
 
 
-def _pass_at_ks(rewards_by_task: Sequence[Sequence[float]], num_tasks: int) -> dict[str, float | int]:
-    """pass@k for k = 1, 2, 4, ... up to the most scored rollouts of any task.
+def _pass_at_ks(
+    rewards_by_task: Sequence[Sequence[float]], num_tasks: int, ks: Sequence[int] | None = None
+) -> dict[str, float | int | None]:
+    """pass@k and pass^k for each k of ``ks``, by default k = 1, 2, 4, ... up to the most scored
+    rollouts of any task.
 
     A task enters pass@k only with at least k scored rollouts (the estimator needs k <= n); the
     others, tasks without any score included, are counted as excluded, so a pass@8 over a handful
-    of tasks does not pass for the whole set. Every task weighs the same, whatever its n.
+    of tasks does not pass for the whole set. Every task weighs the same, whatever its n. A k
+    asked for that no task reaches gives a null reward over 0 tasks.
     """
     counts = [(len(ys), sum(map(is_correct, ys))) for ys in rewards_by_task]
-    largest = max(n for n, _ in counts)
-    out: dict[str, float | int] = {}
-    k = 1
-    while k <= largest:
-        scores = [pass_at_k(n, c, k) for n, c in counts if n >= k]
-        out[f"pass@{k}/reward"] = statistics.fmean(scores)
-        out[f"pass@{k}/num_tasks"] = len(scores)
-        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(scores)
-        k *= 2
+    out: dict[str, float | int | None] = {}
+    for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
+        enough = [(n, c) for n, c in counts if n >= k]
+        at = [pass_at_k(n, c, k) for n, c in enough]
+        out[f"pass@{k}/reward"] = statistics.fmean(at) if at else None
+        out[f"pass@{k}/num_tasks"] = len(at)
+        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(at)
+        out[f"pass^{k}/reward"] = statistics.fmean(pass_hat_k(n, c, k) for n, c in enough) if enough else None
     return out
+
+
+def _powers_of_two(largest: int) -> list[int]:
+    return [1 << i for i in range(largest.bit_length())]
 
 
 def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from pytest_rollouts.rows.schema import (
     ENVIRONMENT_SERVER_FAILED,
 )
 
+from pytest_rollouts.scoring.run_statistics import STATISTICS
+
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
@@ -72,6 +74,7 @@ def score_lines(
             + (f"; {passes}" if passes else "")
             + f" [{group.source} metrics]"
         )
+        lines.extend(interval_line(group.agent, group.metrics.get(STATISTICS)))
         usage = group.metrics.get("usage_summary")
         if usage:
             lines.append(f"{group.agent}: {usage_line(usage, group.metrics.get('perf_summary') or {})}")
@@ -94,6 +97,21 @@ def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
         total, out = perf["total_tokens_per_second"], perf.get("output_tokens_per_second", 0)
         said.append(f"{total:,.0f} tokens/s ({out:,.0f} out)")
     return ", ".join(said)
+
+
+def interval_line(agent: str, entry: object) -> list[str]:
+    """``agent: 95% CI [lo, hi] (wilson); Manski bounds [lo, hi] (2 unknown rollouts at 0,1)``: the
+    group's ``statistics``, one line, none without them."""
+    if not isinstance(entry, dict) or entry.get("manski_bounds/reward") is None:
+        return []
+    ci = entry.get("ci_95/reward")
+    shown = f"95% CI [{ci[0]:.4f}, {ci[1]:.4f}] ({entry['ci_method']}); " if ci else ""
+    low, high = entry["manski_bounds/reward"]
+    floor, ceiling = entry["reward_range"]
+    return [
+        f"{agent}: {shown}Manski bounds [{low:.4f}, {high:.4f}] "
+        f"({entry['num_rollouts_unknown']} unknown rollouts at {floor:g},{ceiling:g})"
+    ]
 
 
 def _policy_typos(count_as_zero: frozenset[str], seen: set[str], option: str) -> list[str]:

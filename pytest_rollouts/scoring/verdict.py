@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.regression import EXIT_REGRESSION
+from pytest_rollouts.scoring.run_statistics import run_lower_bound
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -25,6 +27,7 @@ OK = 0
 FAILED = 1
 INTERRUPTED = 2
 NO_TESTS_COLLECTED = 5
+USAGE = 4  # a baseline that cannot be compared: the run was asked for what it cannot do
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
     Metrics that could not be written fail a run that otherwise passed (1); the gate's verdict
     is the more specific one (6, 7, 9), so it replaces any other status. An interrupted run is not
     gated: it keeps its status (2) and says what is left to do.
+
+    The score's comparison with ``--rollouts-baseline`` adds its lines to the measures, and its
+    regression gate exits 10 when no other gate failed; one that could not be made exits 4.
     """
     status = end.exit_status
     problems = [end.dispatch_failure] if end.dispatch_failure else []
@@ -121,11 +127,23 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
         problems.append(score.metrics_error)
         if status == OK:
             status = FAILED  # a run whose metrics are lost is no success
-    failure = gate.check(score.coverage, score.mean_reward, passing=status == OK)
+    # --rollouts-gate-on lower-bound: the mean with every failed or missing rollout at the floor.
+    mean = score.mean_reward if gate.gate_on == "mean" else run_lower_bound(score)
+    failure = gate.check(score.coverage, mean, passing=status == OK)
     if failure is not None:
         problems.append(failure.message)
         status = failure.exit_code
-    return Verdict(status, tuple(problems), measures=tuple(gate.measures(score.coverage, score.mean_reward)))
+    measures = gate.measures(score.coverage, mean)
+    baseline = score.baseline
+    if isinstance(baseline, str):
+        problems.append(baseline)
+        status = status if failure is not None else USAGE
+    elif baseline is not None:
+        measures += baseline.lines()
+        if failure is None and baseline.failure is not None:
+            problems.append(baseline.failure)
+            status = EXIT_REGRESSION
+    return Verdict(status, tuple(problems), measures=tuple(measures))
 
 
 def _resume_line(score: RunScore | None) -> str:

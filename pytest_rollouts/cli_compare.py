@@ -1,0 +1,135 @@
+"""``pytest-rollouts compare`` and ``pytest-rollouts power``: two runs side by side, and one run's power.
+
+Kept apart from ``cli.py`` (the merge) so each command's module does one job; ``cli.py`` adds
+these commands to its parser and dispatches to them. Exit codes follow the README's table: 0 the
+comparison ran (and its gate passed), 4 a usage error, 8 the runs cannot be paired task by task
+(as the merge's inputs that do not form one run), 10 the candidate may be worse than
+``--max-regression`` allows, 1 when ``--json`` cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from pytest_rollouts.options import OPTION
+from pytest_rollouts.scoring.compare_runs import compare_runs
+from pytest_rollouts.scoring.comparison_lines import power_lines
+from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.pairing import PairingError, read_run
+from pytest_rollouts.scoring.power import CORRELATION, variance_components
+from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
+from pytest_rollouts.store.jsonl import JsonlError
+
+EXIT_USAGE = 4  # cli.py's: every usage error of every command
+EXIT_NOT_PAIRED = 8  # the runs do not form one comparison, as the merge's inputs one run
+EXIT_UNWRITABLE = 1
+
+
+def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """The ``compare`` and ``power`` commands and their options, each with its help."""
+    compare = commands.add_parser(
+        "compare",
+        help="compare a candidate run with a baseline run task by task (paired difference, CI, test, flips)",
+    )
+    compare.add_argument("baseline", metavar="BASELINE", help="the baseline run's <stem>.jsonl")
+    compare.add_argument("candidate", metavar="CANDIDATE", help="the candidate run's <stem>.jsonl")
+    compare.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="compare only the tasks both runs have (and say how many were left out) instead of refusing (exit 8)",
+    )
+    compare.add_argument(
+        "--max-regression",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help=f"exit {EXIT_REGRESSION} when the lower end of the 95%% CI of candidate - baseline is below -DELTA "
+        "(the candidate may be more than DELTA worse)",
+    )
+    _reward_range_argument(compare)
+    compare.add_argument("--json", metavar="PATH", help="also write the comparison to PATH as JSON")
+    power = commands.add_parser(
+        "power", help="the smallest difference a run of this size detects, and the tasks needed to detect --delta"
+    )
+    power.add_argument("run", metavar="RUN", help="a run's <stem>.jsonl")
+    power.add_argument(
+        "--delta", type=float, default=None, metavar="D", help="also say how many tasks (by repeats) would detect D"
+    )
+    power.add_argument(
+        "--correlation",
+        type=float,
+        default=CORRELATION,
+        metavar="R",
+        help=f"assumed correlation of two models' true task scores, 0 <= R < 1 (default {CORRELATION:g})",
+    )
+
+
+def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reward-range",
+        default="0,1",
+        metavar=OPTION["reward_range"].metavar,
+        help=OPTION["reward_range"].help + " Default: 0,1.",
+    )
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    try:
+        reward_range = RewardRange.parse(args.reward_range)
+        if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
+            raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+    except ValueError as exc:
+        return _usage("compare", exc)
+    gate = None if args.max_regression is None else RegressionGate(args.max_regression)
+    try:
+        result = compare_runs(
+            Path(args.baseline),
+            Path(args.candidate),
+            allow_partial=args.allow_partial,
+            reward_range=reward_range,
+            gate=gate,
+        )
+    except (PairingError, JsonlError) as exc:
+        print(f"pytest-rollouts compare: the runs cannot be compared: {exc}", file=sys.stderr)
+        return EXIT_NOT_PAIRED
+    for line in result.lines():
+        print(line)
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+        except OSError as exc:
+            print(f"pytest-rollouts compare: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_UNWRITABLE
+    if result.failure is not None:
+        print(result.failure, file=sys.stderr)
+        return EXIT_REGRESSION
+    return 0
+
+
+def power_command(args: argparse.Namespace) -> int:
+    if args.delta is not None and not (math.isfinite(args.delta) and args.delta > 0):
+        return _usage("power", ValueError(f"--delta: must be a number above 0, got {args.delta:g}"))
+    if not 0 <= args.correlation < 1:
+        return _usage("power", ValueError(f"--correlation: must be at least 0 and below 1, got {args.correlation:g}"))
+    try:
+        run = read_run(Path(args.run))
+    except (PairingError, JsonlError) as exc:
+        return _usage("power", exc)
+    for group, tasks in sorted(run.groups.items()):
+        try:
+            variance = variance_components([task.rewards for task in tasks.values()])
+        except ValueError as exc:
+            print(f"{group}: {exc}")
+            continue
+        for line in power_lines(group, variance, args.delta, args.correlation):
+            print(line)
+    return 0
+
+
+def _usage(command: str, exc: Exception) -> int:
+    print(f"pytest-rollouts {command}: {exc}", file=sys.stderr)
+    return EXIT_USAGE

@@ -1,0 +1,74 @@
+"""Compare a candidate run with a baseline run from their files: the one entry point of the CLI's
+``compare`` and the plugin's ``--rollouts-baseline``, so both pair, test and gate alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_rollouts.scoring.comparison_lines import comparison_lines
+from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
+from pytest_rollouts.scoring.paired import Comparison, compare
+from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
+from pytest_rollouts.scoring.regression import RegressionGate
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    baseline: Path
+    candidate: Path
+    pairing: Pairing
+    comparisons: tuple[Comparison, ...]
+    reward_range: RewardRange
+    gate: RegressionGate | None
+
+    def lines(self) -> list[str]:
+        """The report: at most three lines per group, the partial pairing's note, and what the gate compared."""
+        out = [f"compared {self.candidate} (candidate) with {self.baseline} (baseline), paired by {self.pairing.how}"]
+        for comparison in self.comparisons:
+            out.extend(comparison_lines(comparison, self.reward_range))
+        if self.pairing.note:
+            out.append(self.pairing.note)
+        if self.gate is not None:
+            out.extend(self.gate.measures(self.comparisons))
+        return out
+
+    @property
+    def failure(self) -> str | None:
+        """The gate's ``EVAL FAILED`` line, or None (also without a gate)."""
+        return None if self.gate is None else self.gate.failure(self.comparisons)
+
+    def group_entry(self, group: str) -> dict[str, Any] | None:
+        """One group's comparison with the run-level facts, for its metrics entry; None when the
+        group had no task paired."""
+        entry = next((c.as_dict() for c in self.comparisons if c.group == group), None)
+        if entry is None:
+            return None
+        return {**{k: v for k, v in self.as_dict().items() if k not in ("groups", "candidate")}, **entry}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The comparison under the keys docs/statistics.md documents."""
+        return {
+            "baseline": str(self.baseline),
+            "candidate": str(self.candidate),
+            "paired_by": self.pairing.how,
+            "num_tasks_left_out": self.pairing.left_out,
+            "reward_range": [self.reward_range.low, self.reward_range.high],
+            "max_regression": None if self.gate is None else self.gate.max_regression,
+            "groups": [c.as_dict() for c in self.comparisons],
+        }
+
+
+def compare_runs(
+    baseline: Path,
+    candidate: Path,
+    *,
+    allow_partial: bool = False,
+    reward_range: RewardRange = UNIT_RANGE,
+    gate: RegressionGate | None = None,
+) -> RunComparison:
+    """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file."""
+    pairing = pair_runs(read_run(baseline), read_run(candidate), allow_partial)
+    comparisons = tuple(compare(group, pairs, reward_range) for group, pairs in pairing.groups.items())
+    return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate)

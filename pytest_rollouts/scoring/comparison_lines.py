@@ -1,0 +1,66 @@
+"""What ``pytest-rollouts compare`` and ``power`` print: at most three lines per group.
+
+The first line is the answer (the difference, its interval, the test), the second what could move
+it (each run's mean, Manski's bounds), the third which tasks changed most. Numbers are signed
+where they are differences, so a regression reads as one at a glance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.paired import Comparison, Flip
+from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
+
+FLIPS_SHOWN = 5
+
+
+def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
+    c = comparison
+    head = (
+        f"{c.group}: candidate - baseline {c.difference:+.4f}" if c.tasks else f"{c.group}: no task scored in both runs"
+    )
+    if c.interval is not None:
+        head += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
+    elif c.tasks:
+        head += f" over {c.tasks} task (no interval from one task)"
+    if c.test is not None:
+        head += f"; {c.test.method} p={c.test.p_value:.4f}"
+        if c.test.discordant is not None:
+            head += f" (fixed {c.test.discordant[0]}, broke {c.test.discordant[1]})"
+    low, high = c.manski
+    means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
+    bounds = f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at {reward_range})"
+    second = f"{c.group}: {means}{bounds}"
+    if c.unscored:
+        second += f"; {c.unscored} paired tasks unscored in a run"
+    lines = [head, second]
+    if c.flips:
+        fixed = [f for f in c.flips if f.difference > 0]
+        broke = [f for f in c.flips if f.difference < 0]
+        lines.append(f"{c.group}: changed most: {_flips('fixed', fixed)}; {_flips('broke', broke)}")
+    return lines
+
+
+def _flips(word: str, flips: Sequence[Flip]) -> str:
+    if not flips:
+        return f"{word} none"
+    shown = ", ".join(f"{f.label} ({f.baseline:.2g}->{f.candidate:.2g})" for f in flips[:FLIPS_SHOWN])
+    more = f" and {len(flips) - FLIPS_SHOWN} more" if len(flips) > FLIPS_SHOWN else ""
+    return f"{word} {len(flips)}: {shown}{more}"
+
+
+def power_lines(group: str, variance: Variance, delta: float | None, correlation: float) -> list[str]:
+    within = "unknown (one rollout per task)" if variance.within is None else f"{variance.within:.4f}"
+    lines = [
+        f"{group}: {variance.tasks} tasks x {variance.repeats:g} repeats; between-task variance "
+        f"{variance.between:.4f}, within-task {within}",
+        f"{group}: minimum detectable difference {minimum_detectable(variance, correlation=correlation):.4f} "
+        f"(80% power, 5% level, paired, correlation {correlation:g})",
+    ]
+    if delta is not None:
+        choices = (round(variance.repeats),) if variance.within is None else REPEAT_CHOICES
+        needed = ", ".join(f"{tasks_needed(variance, delta, k, correlation)} tasks x {k}" for k in choices)
+        lines.append(f"{group}: to detect {delta:g}: {needed}")
+    return lines

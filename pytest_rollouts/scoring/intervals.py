@@ -1,0 +1,119 @@
+"""Intervals beside a mean reward: small-sample confidence intervals and Manski's bounds for the missing.
+
+The normal interval NeMo Gym reports (mean +/- 1.96 se) is too narrow on a few dozen tasks, and it
+runs past [0, 1] for a pass rate near 0 or 1. Here a binary reward with one rollout per task gets
+the Wilson score interval, anything else Student's t with (tasks - 1) degrees of freedom on the
+task-clustered standard error (Miller 2024, "Adding Error Bars to Evals").
+
+Neither says anything about rollouts that never produced a reward. Manski's bounds do: score every
+one of them at the floor, then at the ceiling, of the reward range, and the true mean over the whole
+materialized input lies between the two whatever the failures hid (Manski 1989, "Anatomy of the
+Selection Problem"). See docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
+from pytest_rollouts.scoring.stats import clustered_sem
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A two-sided interval and how it was made (``wilson`` or ``t``)."""
+
+    low: float
+    high: float
+    method: str
+
+    def as_list(self) -> list[float]:
+        return [self.low, self.high]
+
+
+def wilson(successes: int, n: int, level: float = LEVEL) -> Interval:
+    """Wilson's score interval for a proportion (Wilson 1927): never outside [0, 1], and near its
+    nominal coverage down to a handful of trials, where p +/- z se is not."""
+    if n <= 0:
+        raise ValueError("need at least one trial")
+    z = normal_ppf(0.5 + level / 2.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    # At 0 or n successes the bound is exactly 0 or 1; the formula leaves a rounding error there.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(low, high, "wilson")
+
+
+def t_interval(mean: float, se: float, df: int, level: float = LEVEL) -> Interval:
+    """mean +/- t(df) se: the small-sample interval of a mean over ``df + 1`` independent clusters."""
+    half = t_ppf(0.5 + level / 2.0, df) * se
+    return Interval(mean - half, mean + half, "t")
+
+
+def is_binary(rewards: Sequence[float]) -> bool:
+    """Every reward is 0 or 1: pass/fail, where a proportion's interval and McNemar's test apply."""
+    return all(r == 0.0 or r == 1.0 for r in rewards)
+
+
+def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEVEL) -> Interval | None:
+    """The confidence interval of the mean reward over these tasks' scored rollouts.
+
+    Wilson when the rewards are binary with one rollout per task (independent trials); otherwise t
+    with (tasks - 1) df on the task-clustered standard error, as repeats of one task are correlated.
+    None with fewer than two tasks (no spread between tasks to measure) or an infinite reward.
+    """
+    tasks = [ys for ys in rewards_by_task if ys]
+    flat = [y for ys in tasks for y in ys]
+    if not flat:
+        return None
+    if is_binary(flat) and all(len(ys) == 1 for ys in tasks):
+        return wilson(int(sum(flat)), len(flat), level)
+    se = clustered_sem(tasks)
+    if se is None or not math.isfinite(se):
+        return None
+    return t_interval(math.fsum(flat) / len(flat), se, len(tasks) - 1, level)
+
+
+@dataclass(frozen=True)
+class RewardRange:
+    """The rewards an agent can give: Manski's bounds score an unknown rollout at ``low`` and ``high``."""
+
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ValueError(f"a reward range needs finite LO < HI, got {self.low:g},{self.high:g}")
+
+    def __str__(self) -> str:
+        return f"{self.low:g},{self.high:g}"
+
+    @classmethod
+    def parse(cls, text: str) -> RewardRange:
+        """``LO,HI`` as options give it; ``ValueError`` in words otherwise."""
+        parts = text.split(",")
+        try:
+            low, high = (float(part) for part in parts)
+        except ValueError:
+            raise ValueError(f"a reward range is LO,HI (two numbers), got {text!r}") from None
+        return cls(low, high)
+
+
+# NeMo Gym's rewards: 0 (fail) to 1 (pass).
+UNIT_RANGE = RewardRange()
+
+
+def manski_bounds(mean: float, scored: int, unknown: int, reward_range: RewardRange) -> tuple[float, float]:
+    """The mean over all ``scored + unknown`` rollouts with each unknown one at the floor, then the
+    ceiling, of the range: the narrowest bounds that assume nothing about why rollouts went missing."""
+    total = scored + unknown
+    if total == 0:
+        raise ValueError("no rollouts to bound")
+    known = mean * scored if scored else 0.0
+    return (known + reward_range.low * unknown) / total, (known + reward_range.high * unknown) / total

@@ -1,0 +1,199 @@
+"""A paired comparison of two runs on the same tasks: is the candidate better, worse, or no different?
+
+Comparing two means with their own intervals wastes most of the information: the same tasks are
+easy or hard for both runs, so the per-task differences vary far less than either run's rewards.
+Following Miller 2024 ("Adding Error Bars to Evals", section 4), the difference is the mean of
+the per-task differences d_i = candidate_i - baseline_i (each a task's mean over its scored
+rollouts), its standard error sd(d) / sqrt(n), and its interval Student's t with n - 1 df.
+
+A p-value comes beside it: McNemar's exact test when every reward is 0 or 1 (tasks as the unit, a
+task solved when at least half its scored rollouts are; with one rollout per task this is the
+textbook test), otherwise a seeded paired bootstrap over tasks. Manski's bounds on the
+difference say how far the unknown rollouts (failed, missing) could move it. Pure functions:
+paired tasks in, a ``Comparison`` out (pairing the files is ``pairing.py``'s job).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pytest_rollouts.scoring.distributions import binomial_two_sided_half
+from pytest_rollouts.scoring.intervals import LEVEL, UNIT_RANGE, Interval, RewardRange, is_binary, t_interval
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240
+
+
+@dataclass(frozen=True)
+class TaskRewards:
+    """One task in one run: its name in the report and the rewards of its scored rollouts.
+
+    ``expected``: the rollouts it was meant to have (masked ones left out, as the agent asked), so
+    ``expected - len(rewards)`` rollouts are unknown: failed, without a reward, or never written.
+    """
+
+    label: str
+    rewards: tuple[float, ...]
+    expected: int
+
+    @property
+    def mean(self) -> float | None:
+        return math.fsum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    @property
+    def unknown(self) -> int:
+        return max(0, self.expected - len(self.rewards))
+
+    def bounds(self, reward_range: RewardRange) -> tuple[float, float]:
+        """Manski's bounds on this task's mean over its expected rollouts."""
+        known = math.fsum(self.rewards)
+        total = max(self.expected, len(self.rewards))
+        if total == 0:  # every rollout masked: nothing known either way
+            return reward_range.low, reward_range.high
+        return (known + reward_range.low * self.unknown) / total, (known + reward_range.high * self.unknown) / total
+
+
+@dataclass(frozen=True)
+class Flip:
+    """A task whose mean reward changed: ``fixed`` when the candidate does better."""
+
+    label: str
+    baseline: float
+    candidate: float
+
+    @property
+    def difference(self) -> float:
+        return self.candidate - self.baseline
+
+
+@dataclass(frozen=True)
+class Test:
+    """The p-value of "no difference", and how it was found."""
+
+    method: str  # "mcnemar" or "bootstrap"
+    p_value: float
+    # McNemar: tasks solved only by the candidate, only by the baseline. Bootstrap: none.
+    discordant: tuple[int, int] | None = None
+    # Bootstrap: its percentile interval of the difference, beside the t interval.
+    interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """candidate - baseline for one group, over the tasks both runs scored."""
+
+    group: str
+    tasks: int
+    baseline_mean: float
+    candidate_mean: float
+    se: float | None
+    interval: Interval | None
+    test: Test | None
+    manski: tuple[float, float]
+    # Paired tasks one run never scored at all: no difference to take, only Manski's bounds.
+    unscored: int = 0
+    flips: tuple[Flip, ...] = field(default=())
+
+    @property
+    def difference(self) -> float:
+        return self.candidate_mean - self.baseline_mean
+
+    def as_dict(self) -> dict[str, object]:
+        """The comparison under the keys docs/statistics.md names."""
+        return {
+            "group": self.group,
+            "num_tasks": self.tasks,
+            "num_tasks_unscored": self.unscored,
+            "baseline_mean/reward": self.baseline_mean,
+            "candidate_mean/reward": self.candidate_mean,
+            "difference/reward": self.difference,
+            "se_paired/reward": self.se,
+            "ci_95/difference": None if self.interval is None else self.interval.as_list(),
+            "ci_method": None if self.interval is None else self.interval.method,
+            "test": None if self.test is None else self.test.method,
+            "p_value": None if self.test is None else self.test.p_value,
+            "discordant_fixed_broke": None
+            if self.test is None or self.test.discordant is None
+            else list(self.test.discordant),
+            "bootstrap_ci_95/difference": None
+            if self.test is None or self.test.interval is None
+            else self.test.interval.as_list(),
+            "manski_bounds/difference": list(self.manski),
+            "fixed": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference > 0],
+            "broke": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference < 0],
+        }
+
+
+def compare(
+    group: str,
+    pairs: Sequence[tuple[TaskRewards, TaskRewards]],
+    reward_range: RewardRange = UNIT_RANGE,
+    seed: int = BOOTSTRAP_SEED,
+) -> Comparison:
+    """The paired comparison of (baseline, candidate) tasks; ``pairs`` must not be empty."""
+    if not pairs:
+        raise ValueError("no paired tasks to compare")
+    # (label, baseline mean, candidate mean) of the tasks both runs scored.
+    means = [(b.label, mb, mc) for b, c in pairs if (mb := b.mean) is not None and (mc := c.mean) is not None]
+    diffs = [mc - mb for _, mb, mc in means]
+    n = len(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(n) if n >= 2 else None
+    test = None
+    if n:
+        rewards = [r for b, c in pairs if b.rewards and c.rewards for r in (*b.rewards, *c.rewards)]
+        binary = is_binary(rewards)
+        test = _mcnemar(means) if binary else _bootstrap(diffs, random.Random(seed))
+    flips = sorted((Flip(*m) for m in means if m[1] != m[2]), key=lambda f: (-abs(f.difference), f.label))
+    return Comparison(
+        group,
+        n,
+        math.fsum(mb for _, mb, _ in means) / n if n else math.nan,
+        math.fsum(mc for _, _, mc in means) / n if n else math.nan,
+        se,
+        None if se is None else t_interval(math.fsum(diffs) / n, se, n - 1),
+        test,
+        _manski_difference(pairs, reward_range),
+        unscored=len(pairs) - n,
+        flips=tuple(flips),
+    )
+
+
+def _mcnemar(means: Sequence[tuple[str, float, float]]) -> Test:
+    """McNemar's exact test on tasks: of the tasks exactly one run solved (a task is solved when at
+    least half its scored rollouts are), is the split between the runs 50:50? Binomial, p = 1/2."""
+    fixed = sum(1 for _, b, c in means if c >= 0.5 > b)
+    broke = sum(1 for _, b, c in means if b >= 0.5 > c)
+    return Test("mcnemar", binomial_two_sided_half(fixed, fixed + broke), (fixed, broke))
+
+
+def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
+    """The paired bootstrap over tasks (Efron and Tibshirani 1993, ch. 16): resample the per-task
+    differences with replacement, seeded so a rerun prints the same numbers. The p-value is twice
+    the smaller share of resampled means on either side of 0; the interval their 2.5 and 97.5
+    percentiles."""
+    n = len(diffs)
+    means = sorted(math.fsum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    below = sum(1 for m in means if m <= 0) / len(means)
+    above = sum(1 for m in means if m >= 0) / len(means)
+    cuts = statistics.quantiles(means, n=round(2 / (1 - LEVEL)), method="inclusive")  # every 2.5% at 95%
+    low, high = cuts[0], cuts[-1]
+    return Test("bootstrap", min(1.0, 2 * min(below, above)), interval=Interval(low, high, "bootstrap"))
+
+
+def _manski_difference(
+    pairs: Sequence[tuple[TaskRewards, TaskRewards]], reward_range: RewardRange
+) -> tuple[float, float]:
+    """The difference of the task-weighted means over every paired task's expected rollouts, with the
+    unknown ones at the range's floor and ceiling: the candidate at its worst against the baseline
+    at its best, then the other way round."""
+    base = [b.bounds(reward_range) for b, _ in pairs]
+    cand = [c.bounds(reward_range) for _, c in pairs]
+    n = len(pairs)
+    return (
+        (math.fsum(lo for lo, _ in cand) - math.fsum(hi for _, hi in base)) / n,
+        (math.fsum(hi for _, hi in cand) - math.fsum(lo for lo, _ in base)) / n,
+    )

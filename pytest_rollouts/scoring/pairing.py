@@ -1,0 +1,147 @@
+"""Two runs' tasks, read from their files and paired: the input of ``paired.compare``.
+
+A task is named by its ``task_id`` (or ``_ng_task_id``, an episode's) when every materialized row
+of the run has one, and otherwise by its ``_ng_task_index``. An index names the same task in two
+runs only when they read the same datasets in the same order, so pairing by index first checks the
+run manifests' fingerprints (sha256 of each dataset file) and refuses runs over other data. Tasks
+only one run has are refused too, unless ``allow_partial``: a comparison over part of the tasks
+must say so, never pass for the whole set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.rows.schema import TASK_ID
+from pytest_rollouts.scoring.paired import TaskRewards
+from pytest_rollouts.store.artifacts import ArtifactPaths, read_rows
+
+# The row fields that name a task across runs, in the order they are looked for.
+TASK_ID_FIELDS = ("task_id", TASK_ID)
+
+
+class PairingError(ValueError):
+    """The two runs cannot be compared task by task; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class RunTasks:
+    """One run's scored rewards per group and task, keyed by the task's name across runs."""
+
+    out: Path
+    groups: dict[str, dict[str, TaskRewards]]
+    by_id: bool  # tasks are named by a task id field, not by index
+    fingerprint: tuple[str, ...] | None  # the datasets' sha256 in task order; None without a manifest
+
+
+def read_run(out: Path) -> RunTasks:
+    """A run's tasks from ``<stem>.jsonl`` and ``<stem>_materialized_inputs.jsonl`` (the denominator:
+    a task's expected rollouts are its materialized ones, masked results left out)."""
+    paths = ArtifactPaths(out)
+    if not paths.materialized.exists():
+        raise PairingError(f"{out}: no {paths.materialized.name} beside it; is it a run's <stem>.jsonl?")
+    labels: dict[tuple[str, int], str] = {}
+    expected: defaultdict[tuple[str, int], int] = defaultdict(int)
+    group_of: dict[tuple[int, int], str] = {}
+    by_id = True
+    for row in read_rows(paths.materialized):
+        key = key_of(row)
+        group = routing_identity(row)
+        group_of[key] = group
+        expected[group, key[0]] += 1
+        name = next((row[f] for f in TASK_ID_FIELDS if row.get(f) is not None), None)
+        by_id = by_id and name is not None
+        labels[group, key[0]] = str(name) if name is not None else str(key[0])
+    rewards: defaultdict[tuple[str, int], list[float]] = defaultdict(list)
+    for row in read_rows(paths.out):
+        key = key_of(row)
+        if key not in group_of:
+            continue
+        place = (group_of[key], key[0])
+        if is_masked(row):
+            expected[place] -= 1
+        elif (reward := reward_of(row)) is not None and math.isfinite(reward):
+            # An infinite reward has no difference to take: it counts as unknown, as a failure does.
+            rewards[place].append(reward)
+    groups: defaultdict[str, dict[str, TaskRewards]] = defaultdict(dict)
+    for (group, task), count in expected.items():
+        label = labels[group, task] if by_id else str(task)
+        if label in groups[group]:
+            raise PairingError(f"{out}: task id {label!r} names two tasks of agent {group!r}; task ids must be unique")
+        groups[group][label] = TaskRewards(label, tuple(rewards[group, task]), count)
+    return RunTasks(out, dict(groups), by_id, _fingerprint(paths))
+
+
+def _fingerprint(paths: ArtifactPaths) -> tuple[str, ...] | None:
+    try:
+        manifest = read_manifest(paths.manifest)
+    except ManifestError as exc:
+        raise PairingError(str(exc)) from None
+    if manifest is None:
+        return None
+    return tuple(d.sha256 for d in sorted(manifest.datasets, key=lambda d: d.first_task))
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Each group's (baseline, candidate) tasks, and how many tasks had no partner."""
+
+    groups: dict[str, list[tuple[TaskRewards, TaskRewards]]]
+    left_out: int
+    how: str  # "task id" or "task index"
+
+    @property
+    def note(self) -> str:
+        """What a partial comparison says of itself; "" when every task was paired."""
+        if not self.left_out:
+            return ""
+        return f"--allow-partial: {self.left_out} tasks without a partner in the other run left out"
+
+
+def pair_runs(baseline: RunTasks, candidate: RunTasks, allow_partial: bool = False) -> Pairing:
+    """Pair the two runs' tasks by group and name; ``PairingError`` when they cannot be."""
+    by_id = baseline.by_id and candidate.by_id
+    if not by_id:
+        _check_same_inputs(baseline, candidate)
+    groups: dict[str, list[tuple[TaskRewards, TaskRewards]]] = {}
+    left_out = 0
+    for group in sorted(baseline.groups.keys() | candidate.groups.keys()):
+        base, cand = baseline.groups.get(group, {}), candidate.groups.get(group, {})
+        shared = sorted(base.keys() & cand.keys(), key=_natural)
+        left_out += len(base) + len(cand) - 2 * len(shared)
+        if shared:
+            groups[group] = [(base[name], cand[name]) for name in shared]
+    if left_out and not allow_partial:
+        raise PairingError(
+            f"{left_out} tasks have no partner in the other run (by {'task id' if by_id else 'task index'}, "
+            "per agent); --allow-partial compares only the tasks both runs have"
+        )
+    if not groups:
+        raise PairingError("the runs have no task in common (by agent and task); nothing to compare")
+    return Pairing(groups, left_out, "task id" if by_id else "task index")
+
+
+def _check_same_inputs(baseline: RunTasks, candidate: RunTasks) -> None:
+    """Task indices pair only runs over the same datasets: the manifests' fingerprints must agree."""
+    missing = [str(run.out) for run in (baseline, candidate) if run.fingerprint is None]
+    if missing:
+        raise PairingError(
+            f"no run manifest for {', '.join(missing)}: task indices cannot be shown to name the same tasks "
+            "in both runs; give the dataset rows a task_id field to pair by"
+        )
+    if baseline.fingerprint != candidate.fingerprint:
+        raise PairingError(
+            "the runs read different datasets (their manifests' sha256 differ), so task indices name different "
+            "tasks; give the dataset rows a task_id field to pair by"
+        )
+
+
+def _natural(label: str) -> tuple[int, int | str]:
+    """Task indices in number order, ids in text order."""
+    return (0, int(label)) if label.isdigit() else (1, label)

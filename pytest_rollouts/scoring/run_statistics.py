@@ -1,0 +1,128 @@
+"""Each group's ``statistics`` entry in the metrics file: the interval and Manski's bounds beside its mean.
+
+Computed from the run's own rows (the metric input: real rewards and the policies' zeros), whoever
+computed the metrics, so the interval and bounds a gate uses are the plugin's, never a server's
+unchecked numbers. With ``--rollouts-group-by FIELD`` the same numbers come per value of that row
+field and per dataset file. Keys are documented in docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_rollouts.rows.manifest import read_manifest
+from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
+from pytest_rollouts.scoring.stats import nan_mean, written
+from pytest_rollouts.store.artifacts import read_rows
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.accounting import Coverage
+    from pytest_rollouts.scoring.aggregate import RunScore
+
+STATISTICS = "statistics"
+
+
+@dataclass(frozen=True)
+class StatisticsOptions:
+    """What the statistics are asked for: ``--rollouts-reward-range``, ``--rollouts-pass-k``,
+    ``--rollouts-group-by``."""
+
+    reward_range: RewardRange = UNIT_RANGE
+    pass_ks: tuple[int, ...] | None = None
+    group_by: str | None = None
+
+
+DEFAULT_STATISTICS = StatisticsOptions()
+
+
+def statistics_entry(
+    rewards_by_task: Mapping[int, Sequence[float]],
+    unknown_by_task: Mapping[int, int],
+    reward_range: RewardRange,
+) -> dict[str, Any]:
+    """The interval of the mean reward and Manski's bounds over these tasks (``unknown_by_task``:
+    rollouts without a score in the mean, neither masked nor counted as zero)."""
+    tasks = [list(ys) for ys in rewards_by_task.values() if ys]
+    scored = sum(map(len, tasks))
+    unknown = sum(unknown_by_task.values())
+    interval = mean_interval(tasks)
+    # An infinite reward (a value, as NeMo Gym takes it) leaves an infinite or undefined mean: no bounds.
+    mean = nan_mean(y for ys in tasks for y in ys) if scored else 0.0
+    finite = math.isfinite(mean)
+    bounds = manski_bounds(mean, scored, unknown, reward_range) if finite and scored + unknown else None
+    return {
+        "num_tasks": len(tasks),
+        "num_rollouts_scored": scored,
+        "num_rollouts_unknown": unknown,
+        "mean/reward": written(mean) if scored else None,
+        "ci_95/reward": None if interval is None else interval.as_list(),
+        "ci_method": None if interval is None else interval.method,
+        "manski_bounds/reward": None if bounds is None else list(bounds),
+    }
+
+
+def group_statistics(
+    rewards_by_task: Mapping[int, Sequence[float]],
+    unknown_by_task: Mapping[int, int],
+    options: StatisticsOptions,
+    labels: Mapping[int, tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """One group's entry; with ``labels`` (task -> (field value, dataset file)) also split by both."""
+    entry: dict[str, Any] = {"reward_range": [options.reward_range.low, options.reward_range.high]}
+    entry.update(statistics_entry(rewards_by_task, unknown_by_task, options.reward_range))
+    if labels is not None and options.group_by is not None:
+        for name, place in (("by_field", 0), ("by_dataset", 1)):
+            split: defaultdict[str, list[int]] = defaultdict(list)
+            for task in rewards_by_task.keys() | unknown_by_task.keys():
+                split[labels.get(task, ("", ""))[place]].append(task)
+            entry[name] = {
+                value: statistics_entry(
+                    {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
+                    {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
+                    options.reward_range,
+                )
+                for value, tasks in sorted(split.items())
+            }
+        entry["group_by"] = options.group_by
+    return entry
+
+
+def task_labels(materialized: Path, manifest: Path, field: str) -> dict[int, tuple[str, str]]:
+    """Each task's value of ``field`` (JSON text for a non-string, ``(none)`` when absent) and its
+    dataset file (by the manifest's task ranges; ``(unknown)`` without one)."""
+    recorded = read_manifest(manifest)
+    ranges = [] if recorded is None else [(d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets]
+    labels = {}
+    for row in read_rows(materialized):
+        task = key_of(row)[0]
+        if task in labels:
+            continue
+        value = row.get(field)
+        shown = "(none)" if value is None else value if isinstance(value, str) else repr(value)
+        dataset = next((path for first, end, path in ranges if first <= task < end), "(unknown)")
+        labels[task] = (shown, dataset)
+    return labels
+
+
+def unknown_rollouts(coverage: Coverage) -> int:
+    """Rollouts the mean does not cover and the agent did not mask: failed, without a reward, no row."""
+    return coverage.expected - coverage.masked - coverage.scored
+
+
+def run_lower_bound(score: RunScore) -> float | None:
+    """The run's Manski lower bound: each group's, weighted by the rollouts it bounds, as the mean is."""
+    pairs = []
+    for group in score.groups:
+        entry = group.metrics.get(STATISTICS)
+        if isinstance(entry, dict) and entry.get("manski_bounds/reward") is not None:
+            pairs.append(
+                (entry["manski_bounds/reward"][0], entry["num_rollouts_scored"] + entry["num_rollouts_unknown"])
+            )
+    weight = sum(n for _, n in pairs)
+    return sum(low * n for low, n in pairs) / weight if weight else None

@@ -1,0 +1,205 @@
+"""``pytest-rollouts compare`` and ``power`` on real runs: two pytest sessions against a real agent."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+
+import pytest
+from scipy import stats
+
+from pytest_rollouts.cli import main
+
+from .agents import Reply, ScriptedAgent
+from .conftest import write_rows
+from .helpers import run_rollouts
+
+BASELINE = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+# Fixes tasks 1, 3, 6 and 9; breaks task 4.
+BETTER = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def by_row(rewards: Sequence[float | None]):
+    """An agent whose reward for a row is ``rewards[row["n"]]``; None answers 500 (a failed rollout)."""
+
+    def behaviour(row: dict, seen: int) -> Reply:
+        reward = rewards[row["n"]]
+        return Reply(status=500, json={}) if reward is None else Reply(json={"reward": reward})
+
+    return behaviour
+
+
+def collect(
+    pytester: pytest.Pytester, out: str, rewards: Sequence[float | None], *args: str, data: str = "data.jsonl"
+) -> None:
+    with ScriptedAgent(by_row(rewards)) as agent:
+        result = run_rollouts(pytester, data, f"--rollouts-agent={agent.url}", "--rollouts-retries=0", *args, out=out)
+    assert result.ret == 0, result.outlines[-20:]
+
+
+def dataset(
+    pytester: pytest.Pytester, name: str = "data.jsonl", order: Sequence[int] = range(12), ids: bool = False
+) -> None:
+    rows = [
+        {"n": n, "responses_create_params": {"input": f"q{n}"}, **({"task_id": f"t{n}"} if ids else {})} for n in order
+    ]
+    write_rows(pytester.path / name, rows)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()  # the sessions' own output
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_compare_pairs_by_index_and_reports_difference_interval_mcnemar_and_flips(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "cmp.json")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith("paired by task index")
+    p = stats.binomtest(4, 5, 0.5).pvalue
+    assert lines[1].startswith("default: candidate - baseline +0.2500, 95% CI [")
+    assert f"mcnemar p={p:.4f} (fixed 4, broke 1)" in lines[1]
+    assert "baseline 0.6667, candidate 0.9167; Manski bounds of the difference [+0.2500, +0.2500]" in lines[2]
+    assert lines[3].startswith(
+        "default: changed most: fixed 4: 1 (0->1), 3 (0->1), 6 (0->1), 9 (0->1); broke 1: 4 (1->0)"
+    )
+    assert len(lines) == 4, "at most three lines per group"
+    written = json.loads((pytester.path / "cmp.json").read_text())
+    [group] = written["groups"]
+    assert group["difference/reward"] == pytest.approx(0.25)
+    assert group["p_value"] == pytest.approx(p)
+    assert group["test"] == "mcnemar" and group["discordant_fixed_broke"] == [4, 1]
+    assert [t[0] for t in group["broke"]] == ["4"]
+
+
+def test_max_regression_fails_with_its_own_exit_code_and_the_numbers(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BETTER)
+    collect(pytester, "cand/r.jsonl", BASELINE)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05")
+    assert code == 10
+    assert "--max-regression 0.05: default: lower bound of candidate - baseline -" in out, "the number is printed"
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in err
+    assert "(difference -0.2500, 95% CI over 12 tasks)" in err
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl", "--max-regression", "0.05")
+    assert code == 0, "a run compared with itself is no regression"
+    assert "lower bound of candidate - baseline +0.0000" in out
+
+
+def test_runs_over_other_data_are_refused_by_index_and_paired_by_task_id(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester)
+    shuffled = list(range(12))
+    random.Random(3).shuffle(shuffled)
+    dataset(pytester, "other.jsonl", shuffled)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER, data="other.jsonl")
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 8
+    assert "the runs read different datasets (their manifests' sha256 differ)" in err
+    assert "task_id field to pair by" in err
+    dataset(pytester, ids=True)
+    dataset(pytester, "other.jsonl", shuffled, ids=True)
+    collect(pytester, "base2/r.jsonl", BASELINE)
+    collect(pytester, "cand2/r.jsonl", BETTER, data="other.jsonl")
+    code, out, err = cli(capsys, "compare", "base2/r.jsonl", "cand2/r.jsonl")
+    assert code == 0, err
+    assert "paired by task id" in out and "candidate - baseline +0.2500" in out
+    assert "broke 1: t4 (1->0)" in out
+
+
+def test_unpaired_tasks_are_refused_unless_allow_partial_says_how_many(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By task id: a run limited to fewer rows has another fingerprint, so indices could not pair it."""
+    dataset(pytester, ids=True)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER, "--rollouts-limit=8")
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 8
+    assert "4 tasks have no partner in the other run (by task id, per agent); --allow-partial" in err
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--allow-partial")
+    assert code == 0, err
+    assert "--allow-partial: 4 tasks without a partner in the other run left out" in out
+    assert "(paired t, 8 tasks)" in out
+
+
+def test_failed_rollouts_widen_the_manski_bounds_of_the_difference(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", [None, None, *BETTER[2:]])
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range", "0,2")
+    assert code == 0, err
+    # Tasks 0 and 1 failed in the candidate: at 0 and at 2, against the baseline's 1 and 0.
+    low = (sum(BETTER[2:]) - sum(BASELINE)) / 12
+    high = (sum(BETTER[2:]) + 4 - sum(BASELINE)) / 12
+    assert (
+        f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at 0,2); 2 paired tasks unscored"
+        in out
+    )
+    assert "(paired t, 10 tasks)" in out
+
+
+def test_power_reports_the_minimum_detectable_difference_and_tasks_needed(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester)
+    collect(
+        pytester,
+        "base/r.jsonl",
+        [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0, 0.5, 0.75],
+        "--rollouts-repeats=2",
+    )
+    code, out, err = cli(capsys, "power", "base/r.jsonl", "--delta", "0.05")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("default: 12 tasks x 2 repeats; between-task variance ")
+    assert "within-task 0.0000" in lines[0], "repeats of one task agree: no within-task variance"
+    means = [0.0, 0.25, 0.5, 0.75, 1.0, 1.0, 0.5, 0.0, 0.25, 1.0, 0.5, 0.75]
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    variance = stats.tvar(means)
+    assert f"minimum detectable difference {z * (variance / 12) ** 0.5:.4f} (80% power" in lines[1]
+    needed = int(-(-((z / 0.05) ** 2 * variance) // 1))
+    assert lines[2].startswith(f"default: to detect 0.05: {needed} tasks x 1, {needed} tasks x 2")
+    assert cli(capsys, "power", "base/r.jsonl", "--delta", "0")[0] == 4
+    assert cli(capsys, "power", "nowhere/r.jsonl")[0] == 4
+
+
+def test_a_mistyped_compare_option_names_the_one_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "a.jsonl", "b.jsonl", "--allow-partal"])
+    assert exc.value.code == 4
+    assert "did you mean --allow-partial?" in capsys.readouterr().err
+
+
+def test_pairing_by_index_needs_both_manifests(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    (pytester.path / "cand" / "r_run_manifest.json").unlink()
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 8
+    assert "no run manifest for cand/r.jsonl: task indices cannot be shown to name the same tasks" in err
+
+
+def test_a_task_id_on_two_tasks_is_refused(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = ["same", "same", "t2", "t3"]
+    rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl")
+    assert code == 8
+    assert "task id 'same' names two tasks of agent 'default'; task ids must be unique" in err

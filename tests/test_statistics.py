@@ -1,0 +1,208 @@
+"""Every statistic of issue 20 against scipy/numpy on fixed data (the package itself imports neither)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from pytest_rollouts.scoring.distributions import beta_inc, binomial_two_sided_half, t_cdf, t_ppf
+from pytest_rollouts.scoring.intervals import RewardRange, manski_bounds, mean_interval, t_interval, wilson
+from pytest_rollouts.scoring.metrics import pass_at_k, pass_hat_k
+from pytest_rollouts.scoring.paired import TaskRewards, compare
+from pytest_rollouts.scoring.power import minimum_detectable, tasks_needed, variance_components
+from pytest_rollouts.scoring.run_statistics import statistics_entry
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 19, 59, 250, 5000])
+def test_t_quantiles_and_cdf_match_scipy(df: int) -> None:
+    for q in (0.001, 0.025, 0.05, 0.3, 0.5, 0.8, 0.9, 0.975, 0.995, 0.9995):
+        assert t_ppf(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-9, abs=1e-12)
+    for t in (-40.0, -3.2, -1.0, 0.0, 0.4, 2.1, 12.0):
+        assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-15)
+
+
+def test_incomplete_beta_matches_scipy() -> None:
+    for a, b, x in [(0.5, 0.5, 0.3), (2, 3, 0.9), (30, 0.5, 0.99), (0.7, 12, 0.01), (100, 100, 0.5)]:
+        assert beta_inc(a, b, x) == pytest.approx(special.betainc(a, b, x), rel=1e-10)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 30, 101, 2500])
+def test_mcnemar_exact_p_value_is_scipys_binomtest(n: int) -> None:
+    for k in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+        assert binomial_two_sided_half(k, n) == pytest.approx(stats.binomtest(k, n, 0.5).pvalue, rel=1e-12)
+    assert binomial_two_sided_half(0, 0) == 1.0
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 10), (3, 10), (10, 10), (1, 1), (47, 120), (119, 120)])
+def test_wilson_interval_is_the_score_formula(k: int, n: int) -> None:
+    z = stats.norm.ppf(0.975)
+    p = k / n
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
+    interval = wilson(k, n)
+    assert (interval.low, interval.high) == pytest.approx((max(0, centre - half), min(1, centre + half)), abs=1e-12)
+    assert 0.0 <= interval.low <= p <= interval.high <= 1.0
+
+
+def test_t_interval_is_scipys() -> None:
+    assert t_interval(0.4, 0.05, 11).as_list() == pytest.approx(list(stats.t.interval(0.95, 11, loc=0.4, scale=0.05)))
+
+
+def test_mean_interval_wilson_for_binary_one_rollout_per_task_else_t_on_clustered_se() -> None:
+    binary = [[1.0], [0.0], [1.0], [1.0], [0.0], [1.0]]
+    interval = mean_interval(binary)
+    assert interval is not None and interval.method == "wilson"
+    assert interval.as_list() == pytest.approx(wilson(4, 6).as_list())
+    repeats = [[1.0, 0.5, 1.0], [0.0, 0.0], [0.25, 1.0, 0.75], [0.5]]
+    flat = np.concatenate([np.array(ys) for ys in repeats])
+    g, mean = len(repeats), flat.mean()
+    se = np.sqrt(g / (g - 1) * sum(np.sum(np.array(ys) - mean) ** 2 for ys in repeats)) / flat.size
+    interval = mean_interval(repeats)
+    assert interval is not None and interval.method == "t"
+    assert interval.as_list() == pytest.approx(list(stats.t.interval(0.95, g - 1, loc=mean, scale=se)))
+    assert mean_interval([[1.0, 0.0]]) is None, "one task: no spread between tasks"
+
+
+def test_manski_bounds_fill_the_unknown_at_floor_and_ceiling() -> None:
+    scored = np.array([1.0, 0.0, 0.5, 1.0])
+    low, high = manski_bounds(float(scored.mean()), 4, 3, RewardRange(-1.0, 2.0))
+    assert low == pytest.approx(np.mean(np.concatenate([scored, [-1.0] * 3])))
+    assert high == pytest.approx(np.mean(np.concatenate([scored, [2.0] * 3])))
+    with pytest.raises(ValueError, match="LO < HI"):
+        RewardRange(1.0, 1.0)
+
+
+@pytest.mark.parametrize(("n", "c"), [(10, 0), (10, 3), (10, 10), (5, 4), (50, 17)])
+def test_pass_at_k_and_pass_hat_k_are_the_binomial_ratios(n: int, c: int) -> None:
+    for k in range(1, n + 1):
+        assert pass_at_k(n, c, k) == pytest.approx(1 - special.comb(n - c, k) / special.comb(n, k), abs=1e-12)
+        assert pass_hat_k(n, c, k) == pytest.approx(special.comb(c, k) / special.comb(n, k), abs=1e-12)
+
+
+def _tasks(values: list[list[float]], expected: int | None = None) -> list[TaskRewards]:
+    return [TaskRewards(str(i), tuple(ys), expected or len(ys)) for i, ys in enumerate(values)]
+
+
+def test_paired_difference_se_and_interval_match_scipy_ttest_rel() -> None:
+    rng = np.random.default_rng(7)
+    base = rng.uniform(0, 1, size=(25, 3))
+    cand = np.clip(base + rng.normal(0.05, 0.2, size=(25, 3)), 0, 1)
+    result = compare("a", list(zip(_tasks(base.tolist()), _tasks(cand.tolist()), strict=True)))
+    d = cand.mean(axis=1) - base.mean(axis=1)
+    assert result.difference == pytest.approx(d.mean())
+    assert result.se == pytest.approx(stats.sem(d))
+    assert result.interval is not None
+    assert result.interval.as_list() == pytest.approx(
+        list(stats.t.interval(0.95, 24, loc=d.mean(), scale=stats.sem(d)))
+    )
+    # The bootstrap's p-value is, to within resampling noise, the normal test's on the plug-in
+    # (ddof=0) spread that its resamples have; a little below the paired t test's.
+    assert result.test is not None and result.test.method == "bootstrap"
+    plug_in = 2 * stats.norm.sf(abs(d.mean()) / (d.std(ddof=0) / np.sqrt(d.size)))
+    assert result.test.p_value == pytest.approx(plug_in, abs=0.02)
+    assert result.test.p_value < stats.ttest_rel(cand.mean(axis=1), base.mean(axis=1)).pvalue
+    reference = stats.bootstrap((d,), np.mean, method="percentile", n_resamples=4000, random_state=1)
+    assert result.test.interval is not None
+    low, high = result.test.interval.as_list()
+    assert low == pytest.approx(reference.confidence_interval.low, abs=0.01)
+    assert high == pytest.approx(reference.confidence_interval.high, abs=0.01)
+
+
+def test_binary_rewards_get_mcnemars_exact_test_and_the_flips_largest_first() -> None:
+    base = [[1.0], [0.0], [0.0], [1.0], [1.0], [0.0], [0.0], [1.0], [0.0], [0.0]]
+    cand = [[1.0], [1.0], [1.0], [0.0], [1.0], [1.0], [0.0], [1.0], [1.0], [0.0]]
+    result = compare("a", list(zip(_tasks(base), _tasks(cand), strict=True)))
+    assert result.test is not None and result.test.method == "mcnemar"
+    assert result.test.discordant == (4, 1)
+    assert result.test.p_value == pytest.approx(stats.binomtest(4, 5, 0.5).pvalue)
+    assert [f.label for f in result.flips] == ["1", "2", "3", "5", "8"]
+    assert [f.difference for f in result.flips] == [1.0, 1.0, -1.0, 1.0, 1.0]
+    assert result.difference == pytest.approx(0.3)
+
+
+def test_the_flips_are_ordered_by_effect_size() -> None:
+    base = _tasks([[0.5], [0.5], [0.5]])
+    cand = _tasks([[0.6], [0.0], [0.9]])
+    result = compare("a", list(zip(base, cand, strict=True)))
+    assert [(f.label, round(f.difference, 2)) for f in result.flips] == [("1", -0.5), ("2", 0.4), ("0", 0.1)]
+
+
+def test_manski_bounds_of_the_difference_and_unscored_tasks() -> None:
+    # Task 1 of the candidate never scored; task 0 of the baseline lost one of its two rollouts.
+    base = [TaskRewards("0", (1.0,), 2), TaskRewards("1", (0.0, 1.0), 2), TaskRewards("2", (0.0, 0.0), 2)]
+    cand = [TaskRewards("0", (1.0, 1.0), 2), TaskRewards("1", (), 2), TaskRewards("2", (1.0, 0.0), 2)]
+    result = compare("a", list(zip(base, cand, strict=True)))
+    assert (result.tasks, result.unscored) == (2, 1)
+    base_low = np.mean([np.mean([1, 0]), np.mean([0, 1]), 0.0])
+    base_high = np.mean([1.0, np.mean([0, 1]), 0.0])
+    cand_low = np.mean([1.0, 0.0, 0.5])
+    cand_high = np.mean([1.0, 1.0, 0.5])
+    assert result.manski == pytest.approx((cand_low - base_high, cand_high - base_low))
+
+
+def test_a_seeded_bootstrap_gives_the_same_numbers_twice() -> None:
+    base = _tasks([[0.1], [0.4], [0.3], [0.9]])
+    cand = _tasks([[0.2], [0.6], [0.3], [0.7]])
+    assert compare("a", list(zip(base, cand, strict=True))) == compare("a", list(zip(base, cand, strict=True)))
+
+
+def test_the_paired_interval_covers_the_true_difference_about_95_percent_of_the_time() -> None:
+    """400 simulated paired evals (30 tasks, 2 repeats, tasks of random difficulty, a true effect of
+    0.05): the t interval must contain 0.05 in 92% to 98% of them. Seeded, so deterministic."""
+    rng = random.Random(2024)
+    covered = 0
+    for _ in range(400):
+        pairs = []
+        for i in range(30):
+            p = rng.random() * 0.9
+            base = tuple(float(rng.random() < p) for _ in range(2))
+            cand = tuple(float(rng.random() < p + 0.05) for _ in range(2))
+            pairs.append((TaskRewards(str(i), base, 2), TaskRewards(str(i), cand, 2)))
+        interval = compare("a", pairs).interval
+        assert interval is not None
+        covered += interval.low <= 0.05 <= interval.high
+    assert 0.92 <= covered / 400 <= 0.98
+
+
+def test_variance_components_and_power_match_numpy_and_the_normal_formula() -> None:
+    rewards = [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.5, 1.0, 0.0], [0.25, 0.75, 0.5]]
+    array = np.array(rewards)
+    within = array.var(axis=1, ddof=1).mean()  # equal repeats: the pooled variance is their mean
+    between = max(0.0, array.mean(axis=1).var(ddof=1) - within / 3)
+    variance = variance_components(rewards)
+    assert (variance.within, variance.between) == pytest.approx((within, between))
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    var_d = 2 * 0.5 * between + 2 * within / 3
+    assert minimum_detectable(variance) == pytest.approx(z * np.sqrt(var_d / 5))
+    assert minimum_detectable(variance, tasks=500, repeats=8) == pytest.approx(
+        z * np.sqrt((between + 2 * within / 8) / 500)
+    )
+    n = tasks_needed(variance, 0.05, repeats=3)
+    assert n == math.ceil((z / 0.05) ** 2 * var_d)
+    assert (
+        minimum_detectable(variance, tasks=n, repeats=3) <= 0.05 < minimum_detectable(variance, tasks=n - 1, repeats=3)
+    )
+
+
+def test_power_with_one_rollout_per_task_puts_all_the_spread_between_tasks() -> None:
+    variance = variance_components([[1.0], [0.0], [1.0], [1.0]])
+    assert variance.within is None
+    assert variance.between == pytest.approx(np.var([1, 0, 1, 1], ddof=1))
+    with pytest.raises(ValueError, match="two tasks"):
+        variance_components([[1.0, 0.0]])
+
+
+def test_an_infinite_reward_leaves_no_interval_nor_bounds() -> None:
+    entry = statistics_entry({0: [1.0, math.inf], 1: [0.0]}, {1: 1}, RewardRange())
+    assert (entry["ci_95/reward"], entry["manski_bounds/reward"]) == (None, None)
+    assert entry["mean/reward"] == math.inf
+    entry = statistics_entry({0: [math.inf], 1: [-math.inf]}, {}, RewardRange())
+    assert entry["mean/reward"] is None, "infinities of both signs: no mean"
+
+
+def test_a_task_with_every_rollout_masked_is_bounded_by_the_whole_range() -> None:
+    assert TaskRewards("0", (), 0).bounds(RewardRange(-1.0, 2.0)) == (-1.0, 2.0)

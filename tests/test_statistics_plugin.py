@@ -1,0 +1,208 @@
+"""The statistics options in real pytest sessions: baseline and regression gate, Manski gate, pass@k, group-by."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+from scipy import stats
+
+from .agents import Reply, ScriptedAgent
+from .conftest import write_rows
+from .helpers import run_rollouts
+
+GOOD = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+WORSE = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+
+
+def by_row(rewards: Sequence[float | None]):
+    """Reward ``rewards[row["n"]]``; None answers 500 (a failed rollout)."""
+
+    def behaviour(row: dict, seen: int) -> Reply:
+        reward = rewards[row["n"]]
+        return Reply(status=500, json={}) if reward is None else Reply(json={"reward": reward})
+
+    return behaviour
+
+
+def session(
+    pytester: pytest.Pytester,
+    rewards: Sequence[float | None],
+    *args: str,
+    out: str = "out/r.jsonl",
+    data: str = "data.jsonl",
+) -> pytest.RunResult:
+    with ScriptedAgent(by_row(rewards)) as agent:
+        return run_rollouts(pytester, data, f"--rollouts-agent={agent.url}", "--rollouts-retries=0", *args, out=out)
+
+
+def dataset(pytester: pytest.Pytester, name: str = "data.jsonl", ns: Sequence[int] = range(12)) -> None:
+    rows = [
+        {"n": n, "difficulty": "hard" if n % 2 else "easy", "responses_create_params": {"input": f"q{n}"}} for n in ns
+    ]
+    write_rows(pytester.path / name, rows)
+
+
+def statistics(pytester: pytest.Pytester, out: str = "out/r.jsonl") -> dict:
+    [entry] = json.loads((pytester.path / out.replace(".jsonl", "_aggregate_metrics.json")).read_text())
+    return entry
+
+
+def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_numbers(
+    pytester: pytest.Pytester,
+) -> None:
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    result = session(pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.05")
+    assert result.ret == 10
+    result.stdout.fnmatch_lines(
+        [
+            "default: candidate - baseline -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); "
+            "mcnemar p=0.3750 (fixed 1, broke 4)",
+            "--rollouts-max-regression 0.05: default: lower bound of candidate - baseline -0.* (difference -0.2500, *",
+            "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
+        ]
+    )
+    written = statistics(pytester)["statistics"]["baseline_comparison"]
+    shown = (written["baseline"], written["paired_by"], written["max_regression"])
+    assert shown == ("base/r.jsonl", "task index", 0.05)
+    assert written["difference/reward"] == pytest.approx(-0.25)
+    assert written["p_value"] == pytest.approx(stats.binomtest(1, 5, 0.5).pvalue)
+    assert [task for task, _, _ in written["broke"]] == ["1", "3", "6", "9"]
+
+
+def test_a_baseline_comparison_that_passes_prints_its_lines_and_exits_0(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    """+0.25 over 12 tasks, 95% CI [-0.1449, +0.6449]: a regression of 0.2 is ruled out (of 0.05 it is not)."""
+    assert session(pytester, WORSE, out="base/r.jsonl").ret == 0
+    result = session(pytester, GOOD, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.2")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["default: candidate - baseline +0.2500, *", "--rollouts-max-regression 0.2: default: lower bound * -0.1449 *"]
+    )
+    assert "EVAL FAILED" not in result.stdout.str()
+
+
+def test_a_baseline_that_cannot_be_read_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    result = session(pytester, GOOD, "--rollouts-baseline=nowhere/r.jsonl")
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(
+        ["cannot compare with --rollouts-baseline nowhere/r.jsonl: *no r_materialized_inputs.jsonl*"]
+    )
+
+
+def test_max_regression_without_a_baseline_is_refused(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    result = session(pytester, GOOD, "--rollouts-max-regression=0.05")
+    assert result.ret == 4
+    assert (
+        "--rollouts-max-regression compares with a baseline run: give --rollouts-baseline PATH" in result.stderr.str()
+    )
+
+
+def test_a_baseline_that_is_the_runs_own_output_is_refused(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    result = session(pytester, GOOD, "--rollouts-baseline=out/r.jsonl")
+    assert result.ret == 4
+    assert "--rollouts-baseline is this run's own output; name the earlier run's file" in result.stderr.str()
+
+
+@pytest.mark.parametrize("value", ["1,0", "0", "a,b", "0,inf"])
+def test_a_bad_reward_range_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    dataset(pytester)
+    result = session(pytester, GOOD, f"--rollouts-reward-range={value}")
+    assert result.ret == 4
+    assert "--rollouts-reward-range" in result.stderr.str()
+
+
+def test_gate_on_lower_bound_compares_the_manski_lower_bound(pytester: pytest.Pytester) -> None:
+    """Two of 12 rollouts fail: the mean of the other ten is 0.9, its lower bound 9/12 = 0.75."""
+    dataset(pytester)
+    rewards = [None, None, *GOOD[2:]]
+    assert session(pytester, rewards, "--rollouts-fail-under=0.8").ret == 0
+    result = session(pytester, rewards, "--rollouts-fail-under=0.8", "--rollouts-gate-on=lower-bound")
+    assert result.ret == 7
+    result.stdout.fnmatch_lines(
+        [
+            "default: 95% CI [[]*] (wilson); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)",
+            "--rollouts-fail-under 0.8: Manski lower bound of the mean reward 0.7500 over 10 rollouts",
+            "EVAL FAILED: Manski lower bound of the mean reward 0.7500 is below --rollouts-fail-under 0.8.",
+        ]
+    )
+    entry = statistics(pytester)["statistics"]
+    assert entry["manski_bounds/reward"] == pytest.approx([0.75, 11 / 12])
+    z = stats.norm.ppf(0.975)
+    p, n = 0.9, 10
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * (p * (1 - p) / n + z**2 / (4 * n**2)) ** 0.5 / (1 + z**2 / n)
+    assert entry["ci_95/reward"] == pytest.approx([centre - half, centre + half])
+    assert (entry["ci_method"], entry["num_rollouts_unknown"], entry["reward_range"]) == ("wilson", 2, [0.0, 1.0])
+
+
+def test_pass_k_takes_the_ks_asked_and_names_the_tasks_with_too_few(pytester: pytest.Pytester) -> None:
+    dataset(pytester, ns=range(3))
+
+    def flaky(row: dict, seen: int) -> Reply:  # task 2's third rollout fails
+        if row["n"] == 2 and row["_ng_rollout_index"] == 2:
+            return Reply(status=500, json={})
+        return Reply(json={"reward": float(row["_ng_rollout_index"] % 2 == 0 or row["n"] == 0)})
+
+    with ScriptedAgent(flaky) as agent:
+        args = (
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-retries=0",
+            "--rollouts-repeats=3",
+            "--rollouts-pass-k=3,1",
+        )
+        assert run_rollouts(pytester, "data.jsonl", *args).ret == 0
+    agent_metrics = statistics(pytester)["agent_metrics"]
+    assert {k for k in agent_metrics if k.startswith("pass")} == {
+        *(f"pass@{k}/{what}" for k in (1, 3) for what in ("reward", "num_tasks", "num_tasks_excluded")),
+        "pass^1/reward",
+        "pass^3/reward",
+    }
+    # Task 0: 3 of 3; task 1: 2 of 3 (rollouts 0, 2); task 2: 1 of 2 scored, too few for k=3.
+    assert (agent_metrics["pass@3/num_tasks"], agent_metrics["pass@3/num_tasks_excluded"]) == (2, 1)
+    assert agent_metrics["pass^3/reward"] == pytest.approx((1 + 0) / 2)
+    assert agent_metrics["pass^1/reward"] == pytest.approx((1 + 2 / 3 + 1 / 2) / 3)
+    assert agent_metrics["pass@3/reward"] == pytest.approx(1.0)
+
+
+def test_group_by_splits_the_statistics_by_field_and_by_dataset(pytester: pytest.Pytester) -> None:
+    dataset(pytester, "a.jsonl", range(6))
+    dataset(pytester, "b.jsonl", range(6, 12))
+    with ScriptedAgent(by_row(WORSE)) as agent:
+        result = run_rollouts(
+            pytester, "a.jsonl", "b.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=difficulty"
+        )
+    assert result.ret == 0
+    entry = statistics(pytester)["statistics"]
+    assert entry["group_by"] == "difficulty"
+    by_field = entry["by_field"]
+    assert set(by_field) == {"easy", "hard"}
+    assert by_field["easy"]["mean/reward"] == pytest.approx(sum(WORSE[0::2]) / 6)
+    assert by_field["hard"]["mean/reward"] == pytest.approx(sum(WORSE[1::2]) / 6)
+    assert set(entry["by_dataset"]) == {"a.jsonl", "b.jsonl"}
+    assert entry["by_dataset"]["b.jsonl"]["mean/reward"] == pytest.approx(sum(WORSE[6:]) / 6)
+    assert entry["by_dataset"]["a.jsonl"]["ci_method"] == "wilson"
+
+
+def test_the_python_api_judges_a_regression_as_the_plugin_does(pytester: pytest.Pytester) -> None:
+    from pytest_rollouts import CollectionConfig, run
+
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    with ScriptedAgent(by_row(WORSE)) as agent:
+        config = CollectionConfig(
+            input="data.jsonl",
+            out="api/r.jsonl",
+            agents={"default": agent.url},
+            baseline="base/r.jsonl",
+            max_regression=0.05,
+            reward_range="0,1",
+        )
+        result = run(config)
+    assert result.exit_status == 10
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in result.summary()
