@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -206,3 +207,17 @@ def test_the_python_api_judges_a_regression_as_the_plugin_does(pytester: pytest.
         result = run(config)
     assert result.exit_status == 10
     assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in result.summary()
+
+
+def test_the_summary_says_the_smallest_change_the_run_detects(pytester: pytest.Pytester) -> None:
+    """Issue 20's power advice, one line in the summary: it was only in `pytest-rollouts power`.
+    Checked against the normal-quantile formula with scipy: z(0.975) + z(0.8), paired with
+    correlation 0.5, one rollout per task (all the spread is between tasks)."""
+    dataset(pytester)
+    result = session(pytester, WORSE)
+    entry = statistics(pytester)["statistics"]
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    between = float(np.var(WORSE, ddof=1))
+    expected = z * (2 * (1 - 0.5) * between / len(WORSE)) ** 0.5
+    assert entry["minimum_detectable_difference"] == pytest.approx(expected, rel=1e-9)
+    result.stdout.fnmatch_lines([f"default: 95% CI *; detects a change of {expected:.4f} (80% power)"])

@@ -76,6 +76,7 @@ def group_statistics(
     """One group's entry; with ``labels`` (task -> (field value, dataset file)) also split by both."""
     entry: dict[str, Any] = {"reward_range": [options.reward_range.low, options.reward_range.high]}
     entry.update(statistics_entry(rewards_by_task, unknown_by_task, options.reward_range))
+    entry["minimum_detectable_difference"] = _detectable(rewards_by_task)
     if labels is not None and options.group_by is not None:
         for name, place in (("by_field", 0), ("by_dataset", 1)):
             split: defaultdict[str, list[int]] = defaultdict(list)
@@ -91,6 +92,19 @@ def group_statistics(
             }
         entry["group_by"] = options.group_by
     return entry
+
+
+def _detectable(rewards_by_task: Mapping[int, Sequence[float]]) -> float | None:
+    """The smallest difference a paired comparison of this run with another of its size detects
+    (80% power, 5% level, ``power.CORRELATION`` between the two runs' task scores); None with fewer
+    than two tasks or a non-finite reward."""
+    from pytest_rollouts.scoring.power import minimum_detectable, variance_components
+
+    try:
+        found = minimum_detectable(variance_components(list(rewards_by_task.values())))
+    except (ValueError, OverflowError):
+        return None
+    return found if math.isfinite(found) else None
 
 
 def task_labels(materialized: Path, manifest: Path, field: str) -> dict[int, tuple[str, str]]:

@@ -108,9 +108,11 @@ def interval_line(agent: str, entry: object) -> list[str]:
     shown = f"95% CI [{ci[0]:.4f}, {ci[1]:.4f}] ({entry['ci_method']}); " if ci else ""
     low, high = entry["manski_bounds/reward"]
     floor, ceiling = entry["reward_range"]
+    detectable = entry.get("minimum_detectable_difference")
+    power = f"; detects a change of {detectable:.4f} (80% power)" if isinstance(detectable, float) else ""
     return [
         f"{agent}: {shown}Manski bounds [{low:.4f}, {high:.4f}] "
-        f"({entry['num_rollouts_unknown']} unknown rollouts at {floor:g},{ceiling:g})"
+        f"({entry['num_rollouts_unknown']} unknown rollouts at {floor:g},{ceiling:g}){power}"
     ]
 
 
