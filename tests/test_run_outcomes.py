@@ -295,3 +295,19 @@ def test_failures_counted_as_zero_are_scored_in_the_first_line_as_in_the_coverag
     )
     metrics = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     assert [group["coverage"]["scored"] for group in metrics if "coverage" in group] == [4]
+
+
+def test_an_infinite_reward_is_no_reward_everywhere_and_cannot_pass_a_gate(pytester: pytest.Pytester) -> None:
+    """Its item said no_reward while the metrics scored it: 'mean reward inf' passed
+    --rollouts-fail-under 0.99 (found by a black-box review)."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+
+    def infinite_first(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(raw=b'{"reward": Infinity}') if row["_ng_task_index"] == 0 else Reply(json={"reward": 0.5})
+
+    with ScriptedAgent(infinite_first) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.99")
+    assert result.ret == 7, result.stdout.str()
+    result.stdout.fnmatch_lines(["3 of 4 rollouts scored; no_reward 1", "default: mean reward 0.5000 *over 3 rollouts*"])
+    metrics = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    assert metrics[0]["coverage"]["unrewarded"] == 1

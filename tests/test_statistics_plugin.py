@@ -127,7 +127,7 @@ def test_gate_on_lower_bound_compares_the_manski_lower_bound(pytester: pytest.Py
     assert result.ret == 7
     result.stdout.fnmatch_lines(
         [
-            "default: 95% CI [[]*] (wilson); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)",
+            "default: 95% CI [[]*] (wilson); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)*",
             "--rollouts-fail-under 0.8: Manski lower bound of the mean reward 0.7500 over 10 rollouts",
             "EVAL FAILED: Manski lower bound of the mean reward 0.7500 is below --rollouts-fail-under 0.8.",
         ]
@@ -221,3 +221,14 @@ def test_the_summary_says_the_smallest_change_the_run_detects(pytester: pytest.P
     expected = z * (2 * (1 - 0.5) * between / len(WORSE)) ** 0.5
     assert entry["minimum_detectable_difference"] == pytest.approx(expected, rel=1e-9)
     result.stdout.fnmatch_lines([f"default: 95% CI *; detects a change of {expected:.4f} (80% power)"])
+
+
+def test_rewards_outside_the_range_give_no_bounds_but_say_so(pytester: pytest.Pytester) -> None:
+    """The upper 'bound' fell under the scored mean: no bound at all (found by a black-box review)."""
+    dataset(pytester)
+    result = session(pytester, [None, *GOOD[1:]], "--rollouts-reward-range=0,0.5")
+    entry = statistics(pytester)["statistics"]
+    assert entry["manski_bounds/reward"] is None and entry["rewards_outside_range"] == [0.0, 1.0]
+    result.stdout.fnmatch_lines(
+        ["default: no Manski bounds: rewards from 0 to 1 fall outside the reward range 0,0.5 (--rollouts-reward-range)"]
+    )

@@ -93,8 +93,9 @@ def dominant_class(counts: Mapping[str, int]) -> str:
 
 
 def reward_of(reply: Mapping[str, Any]) -> float | None:
-    """The reply's reward, None when it has no numeric one: NaN (a missing value to the metrics, as
-    to NeMo Gym's pandas) and an integer beyond float range included."""
+    """The reply's reward, None when it has no finite numeric one: NaN (a missing value to the
+    metrics, as to NeMo Gym's pandas), an infinity (a mean of inf passed every gate) and an
+    integer beyond float range included."""
     value = reply.get("reward")
     if not isinstance(value, (int, float)):
         return None
@@ -102,4 +103,4 @@ def reward_of(reply: Mapping[str, Any]) -> float | None:
         reward = float(value)
     except OverflowError:
         return None
-    return None if math.isnan(reward) else reward
+    return reward if math.isfinite(reward) else None

@@ -336,7 +336,8 @@ class OutputScan:
             group.masked.add(key)
             return
         values = numeric_fields(row)
-        if "reward" not in values:
+        if reward_of(row) is None:  # none, or not finite: kept, not scored (the item says no_reward too)
+            values.pop("reward", None)
             group.unrewarded.add(key)
         group.rows.append(MetricRow(key[0], key[1], values))
         group.fields.update(row)

@@ -55,7 +55,12 @@ def statistics_entry(
     # An infinite reward (a value, as NeMo Gym takes it) leaves an infinite or undefined mean: no bounds.
     mean = nan_mean(y for ys in tasks for y in ys) if scored else 0.0
     finite = math.isfinite(mean)
-    bounds = manski_bounds(mean, scored, unknown, reward_range) if finite and scored + unknown else None
+    seen = [y for ys in tasks for y in ys]
+    # A reward outside the range makes "every unknown at the floor, then the ceiling" no bound at all
+    # (an upper bound under the scored mean): none, and the range seen is said instead.
+    outside = bool(seen) and (min(seen) < reward_range.low or max(seen) > reward_range.high)
+    fits = finite and scored + unknown and not outside
+    bounds = manski_bounds(mean, scored, unknown, reward_range) if fits else None
     return {
         "num_tasks": len(tasks),
         "num_rollouts_scored": scored,
@@ -64,6 +69,7 @@ def statistics_entry(
         "ci_95/reward": None if interval is None else interval.as_list(),
         "ci_method": None if interval is None else interval.method,
         "manski_bounds/reward": None if bounds is None else list(bounds),
+        **({"rewards_outside_range": [min(seen), max(seen)]} if outside else {}),
     }
 
 

@@ -69,9 +69,18 @@ def score_lines(
             for name, value in key.items()
             if name.startswith("pass@") and value is not None
         )
+        # pass^k (every one of k rollouts right) beside pass@k (at least one), where k > 1 tells them apart.
+        agent_metrics = group.metrics.get("agent_metrics") or {}
+        hats = ", ".join(
+            f"pass^{k} {value:.4f}"
+            for name in key
+            if name.startswith("pass@") and (k := name.split("/")[0][5:]) != "1"
+            and isinstance(value := agent_metrics.get(f"pass^{k}/reward"), int | float)
+        )
         lines.append(
             f"{group.agent}: mean reward {shown} over {group.coverage.scored} rollouts"
             + (f"; {passes}" if passes else "")
+            + (f"; {hats}" if hats else "")
             + f" [{group.source} metrics]"
         )
         lines.extend(interval_line(group.agent, group.metrics.get(STATISTICS)))
@@ -102,14 +111,24 @@ def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
 def interval_line(agent: str, entry: object) -> list[str]:
     """``agent: 95% CI [lo, hi] (wilson); Manski bounds [lo, hi] (2 unknown rollouts at 0,1)``: the
     group's ``statistics``, one line, none without them."""
-    if not isinstance(entry, dict) or entry.get("manski_bounds/reward") is None:
+    if not isinstance(entry, dict):
+        return []
+    outside = entry.get("rewards_outside_range")
+    if outside:
+        floor, ceiling = entry["reward_range"]
+        return [
+            f"{agent}: no Manski bounds: rewards from {outside[0]:g} to {outside[1]:g} fall outside the reward range "
+            f"{floor:g},{ceiling:g} (--rollouts-reward-range)"
+        ]
+    if entry.get("manski_bounds/reward") is None:
         return []
     ci = entry.get("ci_95/reward")
     shown = f"95% CI [{ci[0]:.4f}, {ci[1]:.4f}] ({entry['ci_method']}); " if ci else ""
     low, high = entry["manski_bounds/reward"]
     floor, ceiling = entry["reward_range"]
     detectable = entry.get("minimum_detectable_difference")
-    power = f"; detects a change of {detectable:.4f} (80% power)" if isinstance(detectable, float) else ""
+    shows = isinstance(detectable, float) and detectable > 0  # no spread at all: nothing to size
+    power = f"; detects a change of {detectable:.4f} (80% power)" if shows else ""
     return [
         f"{agent}: {shown}Manski bounds [{low:.4f}, {high:.4f}] "
         f"({entry['num_rollouts_unknown']} unknown rollouts at {floor:g},{ceiling:g}){power}"
