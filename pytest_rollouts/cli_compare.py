@@ -22,6 +22,7 @@ from pytest_rollouts.scoring.intervals import RewardRange
 from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
+from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError
 
 EXIT_USAGE = 4  # cli.py's: every usage error of every command
@@ -85,6 +86,10 @@ def compare_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _usage("compare", exc)
     gate = None if args.max_regression is None else RegressionGate(args.max_regression)
+    for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
+        missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
+        if missing:
+            return _usage("compare", ValueError(f"{missing[0]} is not there; name a run's <stem>.jsonl"))
     try:
         result = compare_runs(
             Path(args.baseline),
@@ -93,7 +98,9 @@ def compare_command(args: argparse.Namespace) -> int:
             reward_range=reward_range,
             gate=gate,
         )
-    except (PairingError, JsonlError) as exc:
+    except JsonlError as exc:  # a line that is no JSON object: bad input, named by file and line
+        return _usage("compare", exc)
+    except PairingError as exc:
         print(f"pytest-rollouts compare: the runs cannot be compared: {exc}", file=sys.stderr)
         return EXIT_NOT_PAIRED
     for line in result.lines():

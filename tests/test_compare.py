@@ -203,3 +203,12 @@ def test_a_task_id_on_two_tasks_is_refused(pytester: pytest.Pytester, capsys: py
     code, _, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl")
     assert code == 8
     assert "task id 'same' names two tasks of agent 'default'; task ids must be unique" in err
+
+
+def test_a_path_that_is_no_run_is_a_usage_error(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was exit 8, 'the runs cannot be paired' (found by a black-box review)."""
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "nope/r.jsonl")
+    assert code == 4
+    assert "nope/r.jsonl is not there; name a run's <stem>.jsonl" in err

@@ -296,6 +296,18 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{self.source_of('max_regression')} compares with a baseline run: give --rollouts-baseline PATH"
             )
+        if self.baseline is not None:  # before a run that would end refusing it
+            from pytest_rollouts.store.artifacts import ArtifactPaths
+
+            missing = [p for p in (self.baseline, ArtifactPaths(self.baseline).materialized) if not p.is_file()]
+            if missing:
+                raise ValueError(f"{self.source_of('baseline')}: {missing[0]} is not there; name an earlier run's output")
+        if self.no_aggregate:
+            # They read or write the metrics, which there are none of: they would do nothing, unsaid.
+            given = [self.source_of(name) for name in ("baseline", "pass_k", "group_by") if getattr(self, name)]
+            given += [self.source_of("gate_on")] if self.gate_on != "mean" else []
+            if given:
+                raise ValueError(f"{', '.join(given)} need the metrics that {self.source_of('no_aggregate')} skips")
         return self
 
     @property
