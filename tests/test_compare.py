@@ -66,7 +66,7 @@ def test_compare_pairs_by_index_and_reports_difference_interval_mcnemar_and_flip
     assert lines[0].endswith("paired by task index")
     p = stats.binomtest(4, 5, 0.5).pvalue
     assert lines[1].startswith("default: candidate - baseline +0.2500, 95% CI [")
-    assert f"mcnemar p={p:.4f} (fixed 4, broke 1)" in lines[1]
+    assert f"mcnemar p={p:.4f} (solved in one run only: 4 the candidate, 1 the baseline)" in lines[1]
     assert "baseline 0.6667, candidate 0.9167; Manski bounds of the difference [+0.2500, +0.2500]" in lines[2]
     assert lines[3].startswith(
         "default: changed most: fixed 4: 1 (0->1), 3 (0->1), 6 (0->1), 9 (0->1); broke 1: 4 (1->0)"

@@ -60,7 +60,7 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
     result.stdout.fnmatch_lines(
         [
             "default: candidate - baseline -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); "
-            "mcnemar p=0.3750 (fixed 1, broke 4)",
+            "mcnemar p=0.3750 (solved in one run only: 1 the candidate, 4 the baseline)",
             "--rollouts-max-regression 0.05: default: lower bound of candidate - baseline -0.* (difference -0.2500, *",
             "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
         ]

@@ -28,7 +28,8 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
     if c.test is not None:
         head += f"; {c.test.method} p={c.test.p_value:.4f}"
         if c.test.discordant is not None:
-            head += f" (fixed {c.test.discordant[0]}, broke {c.test.discordant[1]})"
+            only_candidate, only_baseline = c.test.discordant  # not the flips below: any change of a task's mean
+            head += f" (solved in one run only: {only_candidate} the candidate, {only_baseline} the baseline)"
     low, high = c.manski
     means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
     bounds = f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at {reward_range})"
