@@ -148,7 +148,12 @@ def test_pass_k_takes_the_ks_asked_and_names_the_tasks_with_too_few(pytester: py
             "--rollouts-repeats=3",
             "--rollouts-pass-k=3,1",
         )
-        assert run_rollouts(pytester, "data.jsonl", *args).ret == 0
+        result = run_rollouts(pytester, "data.jsonl", *args)
+        assert result.ret == 0
+        # pass^k beside pass@k in the summary (it was only in the metrics file).
+        result.stdout.fnmatch_lines(["default: mean reward *; pass@1 *, pass@3 1.0000; pass^3 0.5000 [[]local metrics[]]"])
+        asked_too_many = run_rollouts(pytester, "data.jsonl", *args[:-1], "--rollouts-pass-k=1,5", out="more/r.jsonl")
+        asked_too_many.stdout.fnmatch_lines(["default: mean reward *; pass@1 *, pass@5 - (too few rollouts) *"])
     agent_metrics = statistics(pytester)["agent_metrics"]
     assert {k for k in agent_metrics if k.startswith("pass")} == {
         *(f"pass@{k}/{what}" for k in (1, 3) for what in ("reward", "num_tasks", "num_tasks_excluded")),

@@ -64,10 +64,11 @@ def score_lines(
             )
             continue
         shown = f"{mean:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if isinstance(se, (int, float)) else "")
+        # A k no task has enough rollouts for is said, not dropped (--rollouts-pass-k 5 with 4 repeats).
         passes = ", ".join(
-            f"{name.split('/')[0]} {value:.4f}"
+            f"{name.split('/')[0]} {value:.4f}" if value is not None else f"{name.split('/')[0]} - (too few rollouts)"
             for name, value in key.items()
-            if name.startswith("pass@") and value is not None
+            if name.startswith("pass@")
         )
         # pass^k (every one of k rollouts right) beside pass@k (at least one), where k > 1 tells them apart.
         agent_metrics = group.metrics.get("agent_metrics") or {}
