@@ -131,7 +131,7 @@ def test_unpaired_tasks_are_refused_unless_allow_partial_says_how_many(
     assert "4 tasks have no partner in the other run (by task id, per agent); --allow-partial" in err
     code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--allow-partial")
     assert code == 0, err
-    assert "--allow-partial: 4 tasks without a partner in the other run left out" in out
+    assert "4 tasks without a partner in the other run left out of the comparison" in out
     assert "(paired t, 8 tasks)" in out
 
 

@@ -119,7 +119,7 @@ def test_gate_on_lower_bound_compares_the_manski_lower_bound(pytester: pytest.Py
     result.stdout.fnmatch_lines(
         [
             "default: 95% CI [[]*] (wilson); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)*",
-            "--rollouts-fail-under 0.8: Manski lower bound of the mean reward 0.7500 over 10 rollouts",
+            "--rollouts-fail-under 0.8: Manski lower bound of the mean reward 0.7500 over 12 rollouts",
             "EVAL FAILED: Manski lower bound of the mean reward 0.7500 is below --rollouts-fail-under 0.8.",
         ]
     )

@@ -95,7 +95,9 @@ class Gate:
             lines.append(f"{self.max_failures_option} {self.max_failures}: {_failed(coverage)}")
         if self.fail_under is not None:
             mean = f"no {self.compared}" if mean_reward is None else f"{self.compared} {mean_reward:.4f}"
-            lines.append(f"{self.fail_under_option} {self.fail_under:g}: {mean} over {coverage.scored} rollouts")
+            # The bound counts every rollout but the masked ones: the unknown ones at the floor.
+            over = coverage.scored if self.gate_on == "mean" else coverage.expected - coverage.masked
+            lines.append(f"{self.fail_under_option} {self.fail_under:g}: {mean} over {over} rollouts")
         return lines
 
     @property

@@ -101,7 +101,7 @@ class Pairing:
         """What a partial comparison says of itself; "" when every task was paired."""
         if not self.left_out:
             return ""
-        return f"--allow-partial: {self.left_out} tasks without a partner in the other run left out"
+        return f"{self.left_out} tasks without a partner in the other run left out of the comparison"
 
 
 def pair_runs(baseline: RunTasks, candidate: RunTasks, allow_partial: bool = False) -> Pairing:
