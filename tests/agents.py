@@ -76,7 +76,26 @@ class LoopServer:
         raise NotImplementedError
 
 
-class ScriptedAgent(LoopServer):
+class AppServer(LoopServer):
+    """An aiohttp app (``_app``) served on 127.0.0.1, on a free port."""
+
+    _runner: web.AppRunner | None = None
+
+    def _app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def _stop(self) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+class ScriptedAgent(AppServer):
     def __init__(
         self,
         behaviour: Behaviour = verifier,
@@ -99,25 +118,16 @@ class ScriptedAgent(LoopServer):
         self.peak_in_flight = 0
         self.completed = 0
         self._seen: Counter[tuple[Any, Any]] = Counter()
-        self._runner: web.AppRunner | None = None
         super().__init__()
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/run", self._run)
         if self.health is not None:
             app.router.add_get("/health", self._health)
         if self.aggregate is not None:
             app.router.add_post("/aggregate_metrics", self._aggregate)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def _stop(self) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+        return app
 
     async def _health(self, request: web.Request) -> web.Response:
         self.health_checks += 1

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .agents import LoopServer, Reply
+from .agents import AppServer, Reply
 
 CHAT = "chat"
 RESPONSES = "responses"
@@ -127,7 +127,7 @@ def echo(call: Call) -> Reply:
     return reply_of(call, last_user_text(call).removeprefix("say "))
 
 
-class FakeModel(LoopServer):
+class FakeModel(AppServer):
     def __init__(self, behaviour: ModelBehaviour = echo) -> None:
         self.behaviour = behaviour
         self.calls: list[Call] = []
@@ -135,28 +135,19 @@ class FakeModel(LoopServer):
         self.elsewhere: list[str] = []
         self.in_flight = 0
         self.peak_in_flight = 0
-        self._runner: web.AppRunner | None = None
         super().__init__()
 
     @property
     def base_url(self) -> str:
         return self.url + "/v1"
 
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._elsewhere)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def _stop(self) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+        return app
 
     async def _elsewhere(self, request: web.Request) -> web.Response:
         self.elsewhere.append(f"{request.method} {request.path}")

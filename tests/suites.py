@@ -21,7 +21,7 @@ from typing import Any
 import openai
 from aiohttp import web
 
-from .agents import LoopServer
+from .agents import AppServer
 
 REPO = Path(__file__).resolve().parent.parent
 EVALSUITES = REPO / "evalsuites"
@@ -40,27 +40,19 @@ def load(path: Path) -> ModuleType:
     return module
 
 
-class BaselineModel(LoopServer):
+class BaselineModel(AppServer):
     """``evalsuites/baseline_model.py``'s app on 127.0.0.1, an ephemeral port, its own thread."""
 
     def __init__(self) -> None:
         self.app = load(EVALSUITES / "baseline_model.py").make_app()
-        self._runner: web.AppRunner | None = None
         super().__init__()
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def _stop(self) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
+    def _app(self) -> web.Application:
+        return self.app
 
 
 class Suite:
