@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, write_all
 from pytest_rollouts.dispatch.messages import (
     COLUMN_TYPES,
@@ -40,6 +39,7 @@ from pytest_rollouts.dispatch.messages import (
     encode,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
+from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:

@@ -17,24 +17,12 @@ from typing import Any
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Reply, Target
 from pytest_rollouts.net.retry import retry_after_seconds
-from pytest_rollouts.store.jsonl import loads
+from pytest_rollouts.rows.records import Failure
 from pytest_rollouts.rows.schema import AGENT_REQUEST_FAILED, AGENT_RUN_ERROR, MAX_BODY_CHARS
+from pytest_rollouts.store.jsonl import loads
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
-
-
-@dataclass(slots=True)
-class Failure:
-    """Why an attempt produced no score, in the sidecar's vocabulary."""
-
-    failure_class: str
-    type: str
-    message: str
-    http_status: int | None = None
-    body: str | None = None
-    retryable: bool = False
-    retry_after: float | None = None
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_rollouts.dispatch.client import Attempt, Failure
-from pytest_rollouts.model.agent import Broke, ModelAgent
+from pytest_rollouts.model.agent import ModelAgent
 from pytest_rollouts.model.calls import CallBounds, ModelClient
 from pytest_rollouts.model.loading import load_named
 from pytest_rollouts.model.spec import ModelPlan
@@ -58,9 +58,8 @@ class ModelRuns:
             failure = Failure(AGENT_RUN_ERROR, type(exc).__name__, f"the model agent failed: {exc!r}", None, tail)
             return Attempt(None, failure, time.perf_counter() - started)
         elapsed = time.perf_counter() - started
-        if isinstance(outcome, Broke):
-            failure = Failure(outcome.failure_class, outcome.type, outcome.message, outcome.http_status, outcome.body)
-            return Attempt(None, failure, elapsed, outcome.http_status)
+        if isinstance(outcome, Failure):
+            return Attempt(None, outcome, elapsed, outcome.http_status)
         return Attempt(outcome, None, elapsed)
 
 

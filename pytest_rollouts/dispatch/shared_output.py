@@ -13,6 +13,7 @@ from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.store.jsonl import loads, whole_lines
 
+
 class SharedOutput:
     """The keys (and their outcomes) in an output file other processes append to, read as it grows."""
 

@@ -28,21 +28,11 @@ from pytest_rollouts.model.convert import (
 from pytest_rollouts.model.spec import CHAT, ModelPlan
 from pytest_rollouts.model.tools import Toolbox
 from pytest_rollouts.net.auth import Redactor
+from pytest_rollouts.rows.records import Failure
 from pytest_rollouts.rows.schema import AGENT_RUN_ERROR, CREATE_PARAMS, MAX_BODY_CHARS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.store.jsonl import dumps, loads
 
 Verifier = Callable[[dict[str, Any], dict[str, Any]], Any]
-
-
-@dataclass(slots=True)
-class Broke:
-    """A rollout that produced no result, in the failures sidecar's terms."""
-
-    failure_class: str
-    type: str
-    message: str
-    http_status: int | None = None
-    body: str | None = None
 
 
 @dataclass(slots=True)
@@ -71,7 +61,7 @@ class ModelAgent:
         self._tools = tools
         self._redact = redact
 
-    async def run(self, row: dict[str, Any]) -> dict[str, Any] | Broke:
+    async def run(self, row: dict[str, Any]) -> dict[str, Any] | Failure:
         """One rollout of ``row``: its reply, or why it has none."""
         params = dict(row.get(CREATE_PARAMS) or {})
         params["model"] = self._plan.model_name
@@ -89,11 +79,11 @@ class ModelAgent:
             try:
                 reply = await self._client.create(body, rollout)
             except ModelCallError as exc:
-                return Broke(exc.failure_class, exc.kind, str(exc), exc.status, exc.body)
+                return Failure(exc.failure_class, exc.kind, str(exc), exc.status, exc.body)
             missing = _missing_part(reply, chat)
             if missing:  # a gateway's empty answer, scored as a wrong one, would drag the score down unseen
                 body = self._redact.cut(dumps(reply).decode(), MAX_BODY_CHARS)
-                return Broke(AGENT_RUN_ERROR, "InvalidModelReply", f"the model's reply has {missing}", 200, body)
+                return Failure(AGENT_RUN_ERROR, "InvalidModelReply", f"the model's reply has {missing}", 200, body)
             response = response_of_chat(reply) if chat else reply
             turns += 1
             tokens.add(response.get("usage"))
@@ -120,7 +110,7 @@ class ModelAgent:
 
     async def _verified(
         self, row: dict[str, Any], final: dict[str, Any], perf: dict[str, Any]
-    ) -> dict[str, Any] | Broke:
+    ) -> dict[str, Any] | Failure:
         """The reply: the final response scored by the suite's verifier. A verifier that raises (or
         returns neither a number nor a dict) is a rollout that ran and broke, its traceback kept."""
         try:
@@ -131,7 +121,7 @@ class ModelAgent:
             # and anything that cannot be written is the verifier's failure, not the dispatcher's.
             score = loads(dumps(score, option=OPT_SERIALIZE_NUMPY))
         except (Exception, SystemExit) as exc:
-            return Broke(
+            return Failure(
                 AGENT_RUN_ERROR,
                 "VerifierError",
                 f"the verifier raised {type(exc).__name__}: {exc}",
@@ -144,7 +134,7 @@ class ModelAgent:
         elif isinstance(score, int | float):
             reply["reward"] = float(score)
         else:
-            return Broke(
+            return Failure(
                 AGENT_RUN_ERROR,
                 "VerifierError",
                 f"the verifier returned {type(score).__name__}, not a number or a dict",

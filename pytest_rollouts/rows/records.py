@@ -33,6 +33,20 @@ def routing_identity(row: Mapping[str, Any]) -> str:
 
 
 @dataclass(slots=True)
+class Failure:
+    """Why an attempt produced no score, in the sidecar's vocabulary: a transport's, an agent's, or
+    the built-in model agent's (``model/agent.py``), which the dispatcher writes alike."""
+
+    failure_class: str
+    type: str
+    message: str
+    http_status: int | None = None
+    body: str | None = None
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+@dataclass(slots=True)
 class RolloutOutcome:
     """What pytest keeps of one rollout: a result (its reward, or ``masked``) or a failure class."""
 
