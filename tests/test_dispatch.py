@@ -94,7 +94,7 @@ def test_artifact_shapes(pytester: pytest.Pytester, agent: ScriptedAgent) -> Non
             "4 of 4 rollouts scored",
             "4 rollouts ran in *s, */[sh]",
             "default: mean reward 0.5000 ± 0.5000 (se, tasks as clusters) over 4 rollouts; "
-            "pass@1 0.5000, pass@2 0.5000 [[]local metrics[]]",
+            "pass@1 0.5000, pass@2 0.5000; pass^2 0.5000 [[]local metrics[]]",
             "artifacts: out/r.jsonl, out/r_failures.jsonl, out/r_materialized_inputs.jsonl, "
             "out/r_aggregate_metrics.json",
         ]

@@ -252,3 +252,11 @@ def test_statistics_options_that_cannot_work_are_refused_before_the_run(
         assert agent.requests == []
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert words in result.stderr.str()
+
+
+def test_the_interval_stays_inside_the_reward_range(pytester: pytest.Pytester) -> None:
+    """t on two tasks read 95% CI [-5.8531, 6.8531] for rewards in [0, 1]."""
+    dataset(pytester, ns=range(2))
+    assert session(pytester, [1.0, 0.0], "--rollouts-repeats=2").ret == 0
+    entry = statistics(pytester)["statistics"]
+    assert entry["ci_method"] == "t" and entry["ci_95/reward"] == [0.0, 1.0]

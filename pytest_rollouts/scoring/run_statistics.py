@@ -66,11 +66,18 @@ def statistics_entry(
         "num_rollouts_scored": scored,
         "num_rollouts_unknown": unknown,
         "mean/reward": written(mean) if scored else None,
-        "ci_95/reward": None if interval is None else interval.as_list(),
+        # Clipped to the reward range, where every reward lies: t on two tasks reached [-5.85, 6.85].
+        "ci_95/reward": None if interval is None else _within(interval.as_list(), reward_range, outside),
         "ci_method": None if interval is None else interval.method,
         "manski_bounds/reward": None if bounds is None else list(bounds),
         **({"rewards_outside_range": [min(seen), max(seen)]} if outside else {}),
     }
+
+
+def _within(bounds: list[float], reward_range: RewardRange, outside: bool) -> list[float]:
+    if outside:
+        return bounds
+    return [max(bounds[0], reward_range.low), min(bounds[1], reward_range.high)]
 
 
 def group_statistics(
