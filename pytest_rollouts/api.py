@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from pytest_rollouts.config.routing import Routing, RoutingError, routing_key
-from pytest_rollouts.config.settings import Settings, describe_errors
+from pytest_rollouts.config.errors import describe_errors
+from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.materialize import materialize_row

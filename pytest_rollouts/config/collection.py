@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from pytest_rollouts.config.settings import Settings, describe_errors
+from pytest_rollouts.config.errors import describe_errors
+from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.options import OPTION
 
 # How the Python API names each setting in messages: its own field names (``agents`` for the

@@ -16,10 +16,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
-from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION, OPTIONS
 
 DEFAULT_KEY = "_default"
@@ -435,50 +435,3 @@ def _parse_alone(name: str, value: Any, where: str) -> Any:
         return getattr(Settings.model_validate({name: value}, context={"sources": {name: where}}), name)
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc, {name: where})) from None
-
-
-def describe_errors(exc: ValidationError, source: Mapping[str, str]) -> str:
-    lines = ["invalid rollouts settings:"]
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        where = source.get(field, field) or "options"
-        # A missing field's "input" is every other value given: nothing of it says what is missing.
-        shown = field not in ("agent_header", "") and error["type"] != "missing"
-        message = _in_words(error)
-        value = repr(shown_value(error.get("input")))
-        given = f" (got {value})" if shown and value not in message else ""
-        lines.append(f"  {where}: {message}{given}")
-    return "\n".join(lines)
-
-
-# pydantic's words for a bound or a type, as an option's user reads them.
-BOUND_WORDS = {
-    "greater_than_equal": "must be at least {ge}",
-    "greater_than": "must be more than {gt}",
-    "less_than_equal": "must be at most {le}",
-    "less_than": "must be less than {lt}",
-    "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_parsing": "must be a number",
-    "bool_parsing": "must be true or false",
-    "finite_number": "must be a finite number",
-}
-
-
-def _in_words(error: Any) -> str:
-    words = BOUND_WORDS.get(error["type"])
-    if words is not None:
-        return words.format(**error.get("ctx", {}))
-    return str(error["msg"]).removeprefix("Value error, ")
-
-
-def shown_value(value: Any) -> Any:
-    """A value given, fit for a message: a header's value is a secret and never shown, nor a URL's
-    password, wherever either sits (``judge=http://u:pw@host``, inside a mapping or a list)."""
-    if isinstance(value, str):
-        return without_password(value)
-    if isinstance(value, Mapping):
-        return {k: "(not shown)" if k == "agent_header" else shown_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [shown_value(v) for v in value]
-    return value
