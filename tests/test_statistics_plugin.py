@@ -65,6 +65,14 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
             "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
         ]
     )
+    both = session(
+        pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.05",
+        "--rollouts-fail-under=0.9", out="both/r.jsonl",
+    )
+    assert both.ret == 7, "the fail-under gate's code stands, as documented"
+    both.stdout.fnmatch_lines(
+        ["EVAL FAILED: mean reward * is below --rollouts-fail-under 0.9.", "EVAL FAILED: the candidate may be more *"]
+    )  # the regression's line was left out when another gate failed too
     written = statistics(pytester)["statistics"]["baseline_comparison"]
     shown = (written["baseline"], written["paired_by"], written["max_regression"])
     assert shown == ("base/r.jsonl", "task index", 0.05)

@@ -115,7 +115,8 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
     gated: it keeps its status (2) and says what is left to do.
 
     The score's comparison with ``--rollouts-baseline`` adds its lines to the measures, and its
-    regression gate exits 10 when no other gate failed; one that could not be made exits 4.
+    regression gate exits 10 when no other gate failed (its EVAL FAILED line is there either way);
+    one that could not be made exits 4.
     """
     status = end.exit_status
     problems = [end.dispatch_failure] if end.dispatch_failure else []
@@ -140,9 +141,9 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
         status = status if failure is not None else USAGE
     elif baseline is not None:
         measures += baseline.lines()
-        if failure is None and baseline.failure is not None:
+        if baseline.failure is not None:  # said even when another gate's code stands
             problems.append(baseline.failure)
-            status = EXIT_REGRESSION
+            status = status if failure is not None else EXIT_REGRESSION
     return Verdict(status, tuple(problems), measures=tuple(measures))
 
 
