@@ -128,6 +128,24 @@ def plain_command(data: Path, url: str, out: Path, parallel: int) -> list[str]:
     return [sys.executable, str(HERE / "plain_client.py"), str(data), url, str(out), str(parallel)]
 
 
+def plugin_command(data: Path, out: Path, parallel: int, *extra: str) -> list[str]:
+    """pytest with this plugin loaded by name: the environment disables every other plugin's autoload."""
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(data),
+        f"--rollouts-out={out}",
+        f"--rollouts-parallel={parallel}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "pytest_rollouts.plugin",
+        *extra,
+    ]
+
+
 def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, list[Measurement]]:
     """Every measurement of each variant, over ``repeat`` alternating runs (plain, then plugin)."""
     base = work / str(rows)
@@ -137,20 +155,7 @@ def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> d
     outs = {"plain": base / "plain" / "r.jsonl", "plugin": base / "plugin" / "r.jsonl"}
     commands = {
         "plain": plain_command(data, url, outs["plain"], parallel),
-        "plugin": [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(data),
-            f"--rollouts-agent={url}",
-            f"--rollouts-out={outs['plugin']}",
-            f"--rollouts-parallel={parallel}",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "pytest_rollouts.plugin",
-        ],
+        "plugin": plugin_command(data, outs["plugin"], parallel, f"--rollouts-agent={url}"),
     }
     # Only pytest and this plugin: third-party plugins that happen to be installed on the
     # bench machine (hypothesis, pytest-benchmark, ...) are not part of what is measured.

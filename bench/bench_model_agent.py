@@ -14,10 +14,17 @@ chat reply converted to a Responses object, the suite's verifier, the token tota
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-from bench_dispatch import Target, agent, alternate, bench_env, median_pair_ratio, scratch, write_dataset
+from bench_dispatch import (
+    Target,
+    agent,
+    alternate,
+    bench_env,
+    median_pair_ratio,
+    plugin_command,
+    scratch,
+    write_dataset,
+)
 
 RATIO_LIMIT = 1.5
 
@@ -34,23 +41,6 @@ VERIFY = """from pytest_rollouts import output_text
 def score(row, response):
     return 1.0 if output_text(response) == row["expected_answer"] else 0.0
 """
-
-
-def pytest_command(data: Path, out: Path, parallel: int, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(data),
-        f"--rollouts-out={out}",
-        f"--rollouts-parallel={parallel}",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "pytest_rollouts.plugin",
-        *extra,
-    ]
 
 
 def main() -> None:
@@ -71,8 +61,8 @@ def main() -> None:
         outs = {"run_agent": work / "run_agent" / "r.jsonl", "model_agent": work / "model_agent" / "r.jsonl"}
         commands = {
             # --rollouts-agent URL replaces the suite's default agent: the same rows go to /run.
-            "run_agent": pytest_command(data, outs["run_agent"], args.parallel, f"--rollouts-agent={url}"),
-            "model_agent": pytest_command(data, outs["model_agent"], args.parallel),
+            "run_agent": plugin_command(data, outs["run_agent"], args.parallel, f"--rollouts-agent={url}"),
+            "model_agent": plugin_command(data, outs["model_agent"], args.parallel),
         }
         env = {**bench_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         runs = alternate(work, url, args.rows, commands, outs, dict.fromkeys(commands, env), args.repeat)

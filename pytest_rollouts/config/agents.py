@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,13 +131,13 @@ class Agents:
         typo is a refusal before anything is sent rather than every rollout's failure.
         """
         from pytest_rollouts.model.loading import LoadError, load_named
-        from pytest_rollouts.model.spec import ModelPlan
         from pytest_rollouts.model.tools import Toolbox
 
         plans = {}
         for name in sorted(n for n in names if self.is_model(n)):
-            model = self.registry.endpoint(name).model
-            assert model is not None
+            endpoint = self.registry.endpoint(name).model
+            assert endpoint is not None
+            model = endpoint.plan
             try:
                 if not callable(load_named(model.verifier)):
                     raise LoadError(f"the verifier {model.verifier} is not callable")
@@ -148,15 +149,7 @@ class Agents:
                 raise AgentsError(f"model agent {name!r}: {exc}") from exc
             if model.api_key_env and not os.environ.get(model.api_key_env):
                 raise AgentsError(f"model agent {name!r}: the environment variable {model.api_key_env} is not set")
-            plans[name] = ModelPlan(
-                self._urls[name],
-                model.model_name,
-                model.api,
-                model.api_key_env,
-                model.verifier,
-                model.tools,
-                model.max_turns,
-            )
+            plans[name] = replace(model, base_url=self._urls[name])
         return plans
 
     def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:

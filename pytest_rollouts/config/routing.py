@@ -22,6 +22,7 @@ from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 from pytest_rollouts.config.suite import Suite
 from pytest_rollouts.config.values import check_url
+from pytest_rollouts.model.spec import ModelPlan
 
 CLI_DEFAULT_NAME = "default"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -43,16 +44,12 @@ class Discovered:
 @dataclass(frozen=True)
 class ModelEndpoint:
     """A model agent's model, where it answers (a base URL, or an app factory served on loopback
-    whose base URL is ``<address>/v1``), and the rest of its declaration with paths made absolute."""
+    whose base URL is ``<address>/v1``), and the rest of its declaration with paths made absolute:
+    the dispatcher's plan, its ``base_url`` filled in once the address is known."""
 
     url: str | None
     embedded: tuple[Path, str] | None
-    model_name: str
-    api: str
-    api_key_env: str
-    verifier: str
-    tools: str
-    max_turns: int
+    plan: ModelPlan
 
 
 @dataclass(frozen=True)
@@ -246,9 +243,8 @@ class AgentRegistry:
             raise RoutingError(f"{where}: model_name is missing (declare it, or give --rollouts-model-name)")
         verifier = _named(suite, declaration.verifier, "score")
         tools = _named(suite, declaration.tools, "TOOLS") if declaration.tools else None
-        return ModelEndpoint(
-            url,
-            embedded,
+        plan = ModelPlan(
+            "",
             model_name,
             declaration.api,
             declaration.api_key_env or "",
@@ -256,6 +252,7 @@ class AgentRegistry:
             f"{tools[0]}:{tools[1]}" if tools else "",
             declaration.max_turns,
         )
+        return ModelEndpoint(url, embedded, plan)
 
     def _register(self, name: str, endpoint: Endpoint, suite: Suite) -> None:
         existing = self._endpoints.setdefault(name, endpoint)
@@ -304,6 +301,6 @@ def _describe(endpoint: Endpoint) -> str:
     if endpoint.model is not None:
         model = endpoint.model
         where = without_password(model.url) if model.url is not None else f"embedded {model.embedded}"
-        return f"model agent {model.model_name} at {where}, verifier {model.verifier}"
+        return f"model agent {model.plan.model_name} at {where}, verifier {model.plan.verifier}"
     assert endpoint.embedded is not None
     return f"embedded {endpoint.embedded[0]}:{endpoint.embedded[1]}"
