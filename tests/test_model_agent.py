@@ -147,7 +147,7 @@ def test_tokens_and_turns_are_totalled_in_the_summary_and_the_metrics_file(
     result = run_rollouts(pytester, "suite", "--rollouts-repeats=2")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
-        ["math: 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"]
+        ["math: 95% CI *; 120 tokens (80 in, 40 out; mean 15.0 per rollout), 8 turns (mean 1.00), * tokens/s (* out)"]
     )
     (group,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
     usage = group["usage_summary"]

@@ -59,8 +59,9 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
     assert result.ret == 10
     result.stdout.fnmatch_lines(
         [
-            "default: candidate - baseline -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); "
-            "mcnemar p=0.3750 (solved in one run only: 1 the candidate, 4 the baseline)",
+            "default: vs baseline 0.9167 -> 0.6667: -0.2500, 95% CI [[]-0.*, *] (paired t, 12 tasks); "
+            "mcnemar p=0.3750 (solved in one run only: 1 the candidate, 4 the baseline); "
+            "Manski [[]-0.2500, -0.2500[]]; fixed 1: 4 (0->1); broke 4: 1 (1->0), 3 (1->0), 6 (1->0) and 1 more",
             "--rollouts-max-regression 0.05: default: lower bound of candidate - baseline -0.* (difference -0.2500, *",
             "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline *",
         ]
@@ -88,7 +89,7 @@ def test_a_baseline_comparison_that_passes_prints_its_lines_and_exits_0(pytester
     result = session(pytester, GOOD, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.2")
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["default: candidate - baseline +0.2500, *", "--rollouts-max-regression 0.2: default: lower bound * -0.1449 *"]
+        ["default: vs baseline * +0.2500, *", "--rollouts-max-regression 0.2: default: lower bound * -0.1449 *"]
     )
     assert "EVAL FAILED" not in result.stdout.str()
 
@@ -192,6 +193,61 @@ def test_group_by_splits_the_statistics_by_field_and_by_dataset(pytester: pytest
     assert set(entry["by_dataset"]) == {"a.jsonl", "b.jsonl"}
     assert entry["by_dataset"]["b.jsonl"]["mean/reward"] == pytest.approx(sum(WORSE[6:]) / 6)
     assert entry["by_dataset"]["a.jsonl"]["ci_method"] == "wilson"
+    easy, hard = sum(WORSE[0::2]) / 6, sum(WORSE[1::2]) / 6
+    result.stdout.fnmatch_lines(
+        [
+            f"default [[]dataset a.jsonl[]]: mean reward {sum(WORSE[:6]) / 6:.4f} over 6 rollouts; 95% CI [[]*[]] (wilson)",
+            f"default [[]dataset b.jsonl[]]: mean reward {sum(WORSE[6:]) / 6:.4f} over 6 rollouts; *",
+            f"default [[]difficulty=easy[]]: mean reward {easy:.4f} over 6 rollouts; *",
+            f"default [[]difficulty=hard[]]: mean reward {hard:.4f} over 6 rollouts; *",
+        ]
+    )
+
+
+def test_metrics_per_dataset_file_come_without_group_by(pytester: pytest.Pytester) -> None:
+    """Per dataset as well as per agent, asked or not; a missing rollout's bounds are its dataset's."""
+    dataset(pytester, "a.jsonl", range(6))
+    dataset(pytester, "b.jsonl", range(6, 12))
+    rewards: list[float | None] = list(WORSE)
+    rewards[7] = None
+    with ScriptedAgent(by_row(rewards)) as agent:
+        result = run_rollouts(pytester, "a.jsonl", "b.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0")
+    assert result.ret == 0
+    entry = statistics(pytester)["statistics"]
+    assert "by_field" not in entry and "group_by" not in entry
+    assert entry["by_dataset"]["b.jsonl"]["num_rollouts_unknown"] == 1
+    assert entry["by_dataset"]["a.jsonl"]["num_rollouts_unknown"] == 0
+    b_scored = [r for r in rewards[6:] if r is not None]
+    low, high = sum(b_scored) / 6, (sum(b_scored) + 1) / 6
+    result.stdout.fnmatch_lines(
+        [f"default [[]dataset b.jsonl[]]: mean reward * over 5 rollouts; *; Manski bounds [[]{low:.4f}, {high:.4f}[]] (1 unknown)"]
+    )
+
+
+def test_a_group_with_a_baseline_and_breakdowns_takes_at_most_three_lines(pytester: pytest.Pytester) -> None:
+    """Its score, its interval and bounds, its comparison: each breakdown value is a group of its own."""
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    result = session(
+        pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.7",
+        "--rollouts-group-by=difficulty",
+    )
+    assert result.ret == 0
+    own = [line for line in result.outlines if line.startswith("default: ")]
+    assert len(own) == 3, own
+    assert [line.split(": ")[1].split(" ")[0] for line in own] == ["mean", "95%", "vs"]
+    assert sum(line.startswith("--rollouts-max-regression 0.7: ") for line in result.outlines) == 1
+    assert sum(line.startswith("default [difficulty=") for line in result.outlines) == 2
+
+
+def test_a_breakdown_with_many_values_shows_ten_and_counts_the_rest(pytester: pytest.Pytester) -> None:
+    dataset(pytester)
+    with ScriptedAgent(by_row(WORSE)) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=n")
+    assert result.ret == 0
+    assert sum(line.startswith("default [n=") for line in result.outlines) == 10
+    result.stdout.fnmatch_lines(["default: 2 more n values in the metrics file"])
+    assert len(statistics(pytester)["statistics"]["by_field"]) == 12
 
 
 def test_the_python_api_judges_a_regression_as_the_plugin_does(pytester: pytest.Pytester) -> None:

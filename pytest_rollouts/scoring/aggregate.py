@@ -30,6 +30,7 @@ from pytest_rollouts.scoring.run_statistics import (
     STATISTICS,
     StatisticsOptions,
     group_statistics,
+    TaskLabels,
     task_labels,
 )
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
@@ -128,9 +129,7 @@ def score_run(
     scores = []
     total = Coverage()
     samples = _Samples(paths.materialized)
-    labels = None
-    if write_metrics and statistics.group_by is not None:
-        labels = task_labels(paths.materialized, paths.manifest, statistics.group_by)
+    labels = task_labels(paths.materialized, paths.manifest, statistics.group_by) if write_metrics else None
     for name, group in sorted(groups.items()):
         accounting = account(
             group.expected,
@@ -177,7 +176,7 @@ def score_run(
 
 
 def _statistics(
-    group: _Group, added: list[dict[str, Any]], options: StatisticsOptions, labels: dict[int, tuple[str, str]] | None
+    group: _Group, added: list[dict[str, Any]], options: StatisticsOptions, labels: TaskLabels | None
 ) -> dict[str, Any]:
     """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
     rewards: defaultdict[int, list[float]] = defaultdict(list)

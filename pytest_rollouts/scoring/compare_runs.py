@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_rollouts.scoring.comparison_lines import comparison_lines
+from pytest_rollouts.scoring.comparison_lines import comparison_line, comparison_lines
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
 from pytest_rollouts.scoring.paired import Comparison, compare
 from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
@@ -24,15 +24,28 @@ class RunComparison:
     gate: RegressionGate | None
 
     def lines(self) -> list[str]:
-        """The report: at most three lines per group, the partial pairing's note, and what the gate compared."""
-        out = [f"compared {self.candidate} (candidate) with {self.baseline} (baseline), paired by {self.pairing.how}"]
+        """``compare``'s report: at most three lines per group, then the run's lines."""
+        out = [self._heading()]
         for comparison in self.comparisons:
             out.extend(comparison_lines(comparison, self.reward_range))
+        return out + self.run_lines()
+
+    def group_line(self, group: str) -> str | None:
+        """A run summary's one line for this group, beside its own score; None when no task of it was paired."""
+        return next((comparison_line(c) for c in self.comparisons if c.group == group), None)
+
+    def run_lines(self, heading: bool = False) -> list[str]:
+        """What holds for every group: (with ``heading``) what was compared with what, the partial
+        pairing's note, and the one line of what the gate compared."""
+        out = [self._heading()] if heading else []
         if self.pairing.note:
             out.append(self.pairing.note)
         if self.gate is not None:
-            out.extend(self.gate.measures(self.comparisons))
+            out.append(self.gate.measures(self.comparisons))
         return out
+
+    def _heading(self) -> str:
+        return f"compared {self.candidate} (candidate) with {self.baseline} (baseline), paired by {self.pairing.how}"
 
     @property
     def failure(self) -> str | None:

@@ -1,8 +1,10 @@
-"""What ``pytest-rollouts compare`` and ``power`` print: at most three lines per group.
+"""What ``pytest-rollouts compare`` and ``power`` print (at most three lines per group), and the one
+line a run's summary gives each group's comparison with ``--rollouts-baseline``.
 
-The first line is the answer (the difference, its interval, the test), the second what could move
-it (each run's mean, Manski's bounds), the third which tasks changed most. Numbers are signed
-where they are differences, so a regression reads as one at a glance.
+``compare``'s first line is the answer (the difference, its interval, the test), the second what
+could move it (each run's mean, Manski's bounds), the third which tasks changed most. A run's
+summary already spends two lines on each group's own score, so its comparison is the same facts
+in one line. Numbers are signed where they are differences, so a regression reads as one at a glance.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pytest_rollouts.scoring.paired import Comparison, Flip
 from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
 
 FLIPS_SHOWN = 5
+# A run's one line names fewer: the metrics file lists every flip.
+FLIPS_IN_RUN_LINE = 3
 
 
 def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
@@ -30,9 +34,8 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
         if c.test.discordant is not None:
             only_candidate, only_baseline = c.test.discordant  # not the flips below: any change of a task's mean
             head += f" (solved in one run only: {only_candidate} the candidate, {only_baseline} the baseline)"
-    low, high = c.manski
     means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
-    bounds = f"Manski bounds of the difference [{low:+.4f}, {high:+.4f}] (unknown rollouts at {reward_range})"
+    bounds = f"Manski bounds of the difference {_bounds(c)} (unknown rollouts at {reward_range})"
     second = f"{c.group}: {means}{bounds}"
     if c.unscored:
         second += f"; {c.unscored} paired tasks unscored in a run"
@@ -44,11 +47,39 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
     return lines
 
 
-def _flips(word: str, flips: Sequence[Flip]) -> str:
+def comparison_line(comparison: Comparison) -> str:
+    """``group: vs baseline 0.7000 -> 0.6000: -0.1000, 95% CI [...] (paired t, 40 tasks); mcnemar
+    p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group."""
+    c = comparison
+    if not c.tasks:
+        return f"{c.group}: vs baseline: no task scored in both runs; Manski bounds of the difference {_bounds(c)}"
+    line = f"{c.group}: vs baseline {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}: {c.difference:+.4f}"
+    if c.interval is not None:
+        line += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
+    else:
+        line += f" over {c.tasks} task (no interval from one task)"
+    if c.test is not None:
+        line += f"; {c.test.method} p={c.test.p_value:.4f}"
+        if c.test.discordant is not None:
+            line += " (solved in one run only: {} the candidate, {} the baseline)".format(*c.test.discordant)
+    line += f"; Manski {_bounds(c)}"
+    if c.unscored:
+        line += f" ({c.unscored} paired tasks unscored in a run)"
+    fixed = [f for f in c.flips if f.difference > 0]
+    broke = [f for f in c.flips if f.difference < 0]
+    return f"{line}; {_flips('fixed', fixed, FLIPS_IN_RUN_LINE)}; {_flips('broke', broke, FLIPS_IN_RUN_LINE)}"
+
+
+def _bounds(comparison: Comparison) -> str:
+    low, high = comparison.manski
+    return f"[{low:+.4f}, {high:+.4f}]"
+
+
+def _flips(word: str, flips: Sequence[Flip], shown_at_most: int = FLIPS_SHOWN) -> str:
     if not flips:
         return f"{word} none"
-    shown = ", ".join(f"{f.label} ({f.baseline:.2g}->{f.candidate:.2g})" for f in flips[:FLIPS_SHOWN])
-    more = f" and {len(flips) - FLIPS_SHOWN} more" if len(flips) > FLIPS_SHOWN else ""
+    shown = ", ".join(f"{f.label} ({f.baseline:.2g}->{f.candidate:.2g})" for f in flips[:shown_at_most])
+    more = f" and {len(flips) - shown_at_most} more" if len(flips) > shown_at_most else ""
     return f"{word} {len(flips)}: {shown}{more}"
 
 

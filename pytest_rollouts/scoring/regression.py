@@ -23,9 +23,11 @@ class RegressionGate:
     max_regression: float
     option: str = "--max-regression"
 
-    def measures(self, comparisons: Sequence[Comparison]) -> list[str]:
-        """What the gate compared for each group, passed or not: the number it uses, always printed."""
-        return [f"{self.option} {self.max_regression:g}: {self._compared(c)}" for c in comparisons]
+    def measures(self, comparisons: Sequence[Comparison]) -> str:
+        """What the gate compared, passed or not, in one line for every group: the number it uses,
+        always printed."""
+        compared = "; ".join(self._compared(c) for c in comparisons) or "no group has a task in both runs"
+        return f"{self.option} {self.max_regression:g}: {compared}"
 
     def failure(self, comparisons: Sequence[Comparison]) -> str | None:
         """``EVAL FAILED: ...`` naming every group that fails, or None."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,30 +80,50 @@ def _within(bounds: list[float], reward_range: RewardRange, outside: bool) -> li
     return [max(bounds[0], reward_range.low), min(bounds[1], reward_range.high)]
 
 
+@dataclass(frozen=True)
+class TaskLabels:
+    """Where each task comes from, for the breakdowns: its dataset file (by the manifest's task
+    ranges) and, with ``--rollouts-group-by``, its value of that row field."""
+
+    datasets: tuple[tuple[int, int, str], ...] = ()
+    group_by: str | None = None
+    values: Mapping[int, str] = field(default_factory=dict)
+
+    def dataset(self, task: int) -> str:
+        return next((path for first, end, path in self.datasets if first <= task < end), "(unknown)")
+
+
 def group_statistics(
     rewards_by_task: Mapping[int, Sequence[float]],
     unknown_by_task: Mapping[int, int],
     options: StatisticsOptions,
-    labels: Mapping[int, tuple[str, str]] | None = None,
+    labels: TaskLabels | None = None,
 ) -> dict[str, Any]:
-    """One group's entry; with ``labels`` (task -> (field value, dataset file)) also split by both."""
+    """One group's entry; with ``labels`` also split by dataset file (when the manifest names
+    them) and by the ``--rollouts-group-by`` field."""
     entry: dict[str, Any] = {"reward_range": [options.reward_range.low, options.reward_range.high]}
     entry.update(statistics_entry(rewards_by_task, unknown_by_task, options.reward_range))
     entry["minimum_detectable_difference"] = _detectable(rewards_by_task)
-    if labels is not None and options.group_by is not None:
-        for name, place in (("by_field", 0), ("by_dataset", 1)):
-            split: defaultdict[str, list[int]] = defaultdict(list)
-            for task in rewards_by_task.keys() | unknown_by_task.keys():
-                split[labels.get(task, ("", ""))[place]].append(task)
-            entry[name] = {
-                value: statistics_entry(
-                    {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
-                    {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
-                    options.reward_range,
-                )
-                for value, tasks in sorted(split.items())
-            }
-        entry["group_by"] = options.group_by
+    if labels is None:
+        return entry
+    splits: list[tuple[str, Callable[[int], str]]] = []
+    if labels.datasets:
+        splits.append(("by_dataset", labels.dataset))
+    if labels.group_by is not None:
+        splits.append(("by_field", lambda task: labels.values.get(task, "(none)")))
+        entry["group_by"] = labels.group_by
+    for name, label in splits:
+        split: defaultdict[str, list[int]] = defaultdict(list)
+        for task in rewards_by_task.keys() | unknown_by_task.keys():
+            split[label(task)].append(task)
+        entry[name] = {
+            value: statistics_entry(
+                {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
+                {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
+                options.reward_range,
+            )
+            for value, tasks in sorted(split.items())
+        }
     return entry
 
 
@@ -120,21 +140,19 @@ def _detectable(rewards_by_task: Mapping[int, Sequence[float]]) -> float | None:
     return found if math.isfinite(found) else None
 
 
-def task_labels(materialized: Path, manifest: Path, field: str) -> dict[int, tuple[str, str]]:
-    """Each task's value of ``field`` (JSON text for a non-string, ``(none)`` when absent) and its
-    dataset file (by the manifest's task ranges; ``(unknown)`` without one)."""
+def task_labels(materialized: Path, manifest: Path, field: str | None) -> TaskLabels:
+    """Each task's dataset file (from the manifest; none without one) and, with ``field``, its value
+    of that field (JSON text for a non-string, ``(none)`` when absent), read from the materialized rows."""
     recorded = read_manifest(manifest)
-    ranges = [] if recorded is None else [(d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets]
-    labels = {}
-    for row in read_rows(materialized):
-        task = key_of(row)[0]
-        if task in labels:
-            continue
-        value = row.get(field)
-        shown = "(none)" if value is None else value if isinstance(value, str) else repr(value)
-        dataset = next((path for first, end, path in ranges if first <= task < end), "(unknown)")
-        labels[task] = (shown, dataset)
-    return labels
+    datasets = () if recorded is None else tuple((d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets)
+    values: dict[int, str] = {}
+    if field is not None:
+        for row in read_rows(materialized):
+            task = key_of(row)[0]
+            if task not in values:
+                value = row.get(field)
+                values[task] = "(none)" if value is None else value if isinstance(value, str) else repr(value)
+    return TaskLabels(datasets, field, values)
 
 
 def unknown_rollouts(coverage: Coverage) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.resume import RETRYABLE_WITH_OPT_IN
 from pytest_rollouts.scoring.accounting import IN_OUTPUT
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 
 # The failure classes the collector writes, and those agents commonly send that it knows by name.
+# A breakdown by a field with many values (task_id) would bury the summary; the file has every value.
+BREAKDOWN_VALUES_SHOWN = 10
+
 KNOWN_FAILURE_CLASSES = frozenset(
     {AGENT_RUN_ERROR, AGENT_REQUEST_FAILED, ENVIRONMENT_SERVER_FAILED, CANCELLED, RETRYABLE_WITH_OPT_IN}
     | ALWAYS_TERMINAL
@@ -82,14 +85,20 @@ def score_lines(
             f"{group.agent}: mean reward {shown} over {group.coverage.scored} rollouts"
             + (f"; {passes}" if passes else "")
             + (f"; {hats}" if hats else "")
-            + f" [{group.source} metrics]"
+            + (f" [{group.source} metrics: {group.note}]" if group.note else f" [{group.source} metrics]")
         )
-        lines.extend(interval_line(group.agent, group.metrics.get(STATISTICS)))
+        # At most three lines a group: its score, the interval and bounds (and tokens), the
+        # comparison with a baseline. A model agent's tokens join the second line, or stand alone.
         usage = group.metrics.get("usage_summary")
-        if usage:
-            lines.append(f"{group.agent}: {usage_line(usage, group.metrics.get('perf_summary') or {})}")
-        if group.note:
-            lines.append(f"{group.agent}: {group.note}")
+        tokens = usage_line(usage, group.metrics.get("perf_summary") or {}) if usage else None
+        second = interval_line(group.agent, group.metrics.get(STATISTICS))
+        if tokens:
+            second = [f"{second[0]}; {tokens}"] if second else [f"{group.agent}: {tokens}"]
+        lines.extend(second)
+        compared = None if score.baseline is None or isinstance(score.baseline, str) else score.baseline.group_line(group.agent)
+        if compared:
+            lines.append(compared)
+        lines.extend(breakdown_lines(group.agent, group.metrics.get(STATISTICS)))
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out, scored))
     lines.extend(_policy_typos(count_as_zero, set(coverage.failed_by_class), count_as_zero_option))
     return lines
@@ -134,6 +143,39 @@ def interval_line(agent: str, entry: object) -> list[str]:
         f"{agent}: {shown}Manski bounds [{low:.4f}, {high:.4f}] "
         f"({entry['num_rollouts_unknown']} unknown rollouts at {floor:g},{ceiling:g}){power}"
     ]
+
+
+def breakdown_lines(agent: str, entry: object) -> list[str]:
+    """One line per dataset file (when the group has more than one) and per value of the
+    ``--rollouts-group-by`` field: each is a group of its own, its mean with interval and bounds.
+    At most ``BREAKDOWN_VALUES_SHOWN`` of each; the metrics file has them all."""
+    if not isinstance(entry, dict):
+        return []
+    lines = []
+    datasets = entry.get("by_dataset") or {}
+    splits = [(f"{entry.get('group_by')}=", entry.get("by_field") or {})]
+    if len(datasets) > 1:
+        splits.insert(0, ("dataset ", datasets))
+    for prefix, values in splits:
+        for value, part in list(values.items())[:BREAKDOWN_VALUES_SHOWN]:
+            lines.append(f"{agent} [{prefix}{value}]: {_part_line(part)}")
+        if len(values) > BREAKDOWN_VALUES_SHOWN:
+            lines.append(
+                f"{agent}: {len(values) - BREAKDOWN_VALUES_SHOWN} more {prefix.rstrip('= ')} values in the metrics file"
+            )
+    return lines
+
+
+def _part_line(part: dict[str, Any]) -> str:
+    mean = part.get("mean/reward")
+    said = [f"mean reward {mean:.4f} over {part['num_rollouts_scored']} rollouts" if mean is not None else "no reward"]
+    ci = part.get("ci_95/reward")
+    if ci:
+        said.append(f"95% CI [{ci[0]:.4f}, {ci[1]:.4f}] ({part['ci_method']})")
+    bounds = part.get("manski_bounds/reward")
+    if bounds and part.get("num_rollouts_unknown"):
+        said.append(f"Manski bounds [{bounds[0]:.4f}, {bounds[1]:.4f}] ({part['num_rollouts_unknown']} unknown)")
+    return "; ".join(said)
 
 
 def _policy_typos(count_as_zero: frozenset[str], seen: set[str], option: str) -> list[str]:

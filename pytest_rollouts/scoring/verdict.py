@@ -140,7 +140,7 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
         problems.append(baseline)
         status = status if failure is not None else USAGE
     elif baseline is not None:
-        measures += baseline.lines()
+        measures += baseline.run_lines(heading=True)
         if baseline.failure is not None:  # said even when another gate's code stands
             problems.append(baseline.failure)
             status = status if failure is not None else EXIT_REGRESSION
