@@ -30,6 +30,7 @@ from pytest_rollouts.cli_compare import add_comparison_commands, compare_command
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.scoring.configured import compare_with_baseline, statistics_options
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.pacing import paced
@@ -46,6 +47,16 @@ from pytest_rollouts.config.settings import Settings, SettingsError, combine_lay
 from pytest_rollouts.config.values import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8
+# The run's statistics options, by settings name: the merged run is scored, compared and gated as
+# a run with them would be (their values are checked by the run's rules).
+STATISTICS_OPTIONS: dict[str, type] = {
+    "reward_range": str,
+    "gate_on": str,
+    "pass_k": str,
+    "group_by": str,
+    "baseline": str,
+    "max_regression": float,
+}
 UNPROVEN = (
     "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "
     "run, and that no shard is missing cannot be proven"
@@ -148,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument(
         "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].help
     )
+    for name, kind in STATISTICS_OPTIONS.items():
+        flag = "--" + name.replace("_", "-")
+        option = OPTION[name]
+        merge.add_argument(flag, type=kind, default=None, metavar=option.metavar, help=option.help, dest=name)
     merge.add_argument(
         "--agent",
         action="append",
@@ -217,6 +232,8 @@ def aggregate(args: argparse.Namespace) -> int:
                 agent_headers=lambda name: headers_for(headers, name),
                 write_metrics=True,
                 timeout=settings.timeout,
+                statistics=statistics_options(settings),
+                baseline=compare_with_baseline(settings),
             )
     except (OutputBusy, OutputIsInput) as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
@@ -243,7 +260,13 @@ def aggregate(args: argparse.Namespace) -> int:
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
         return EXIT_UNWRITABLE
     print(f"metrics: {score.metrics_path}")
-    gate = Gate(args.require_complete, args.fail_under, out=str(out.out), fail_under_option="--fail-under")
+    gate = Gate(
+        args.require_complete,
+        args.fail_under,
+        out=str(out.out),
+        fail_under_option="--fail-under",
+        gate_on=settings.gate_on,
+    )
     verdict = judge_run(score, RunEnd(), gate)
     if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
         # As the gate puts completeness before the threshold.
@@ -266,9 +289,12 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
     with the same agent and name, and one header given twice within one of them is refused."""
     try:
         given = {"out": args.out, "agent": args.agent, "fail_under": args.fail_under, "timeout": args.timeout}
-        settings = Settings.model_validate({name: value for name, value in given.items() if value is not None})
+        given.update({name: getattr(args, name) for name in STATISTICS_OPTIONS})
+        flags = {name: "--" + name.replace("_", "-") for name in given}
+        settings = Settings.model_validate(
+            {name: value for name, value in given.items() if value is not None}, context={"sources": flags}
+        )
     except ValidationError as exc:
-        flags = {"out": "--out", "agent": "--agent", "fail_under": "--fail-under", "timeout": "--timeout"}
         raise ValueError(describe_errors(exc, flags)) from None
     out = Path(args.out).resolve()
     if out.is_dir():

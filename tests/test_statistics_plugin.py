@@ -324,3 +324,65 @@ def test_the_interval_stays_inside_the_reward_range(pytester: pytest.Pytester) -
     assert session(pytester, [1.0, 0.0], "--rollouts-repeats=2").ret == 0
     entry = statistics(pytester)["statistics"]
     assert entry["ci_method"] == "t" and entry["ci_95/reward"] == [0.0, 1.0]
+
+
+def test_aggregate_scores_compares_and_gates_with_the_runs_statistics_options(pytester: pytest.Pytester) -> None:
+    """A merge rescored with the run's statistics options reads as the run would: the paired gate's
+    exit 10 and numbers, the breakdowns, pass@k for the k asked, the gate on Manski's lower bound."""
+    from .test_shards import aggregate
+
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    failing: list[float | None] = list(WORSE)
+    failing[0] = None
+    assert session(pytester, failing, "--rollouts-repeats=2").ret == 0
+    base = session(pytester, GOOD, "--rollouts-repeats=2", out="base2/r.jsonl")
+    assert base.ret == 0
+    merged = aggregate(
+        pytester.path, "--input=out/r.jsonl", "--out=m/r.jsonl", "--baseline=base2/r.jsonl",
+        "--max-regression=0.05", "--group-by=difficulty", "--pass-k=1,2",
+    )
+    assert merged.returncode == 10, merged.stderr
+    lines = merged.stdout.splitlines()
+    assert [line.split(": ")[1].split(" ")[0] for line in lines if line.startswith("default: ")] == ["mean", "95%", "vs"]
+    assert any(line.startswith("default [difficulty=easy]: mean reward ") for line in lines)
+    assert any(line.startswith("--max-regression 0.05: default: lower bound of candidate - baseline -") for line in lines)
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse" in merged.stderr
+    [entry] = json.loads((pytester.path / "m/r_aggregate_metrics.json").read_text())
+    assert entry["statistics"]["baseline_comparison"]["max_regression"] == 0.05
+    assert set(entry["statistics"]["by_field"]) == {"easy", "hard"}
+    assert {"pass@1/reward", "pass@2/reward"} <= set(entry["agent_metrics"])
+
+    # Two failed rollouts (task 0, both repeats) at the floor: the lower bound is (sum of the rest) / 24.
+    lower = 2 * sum(r for r in WORSE[1:]) / 24
+    gated = aggregate(
+        pytester.path, "--input=out/r.jsonl", "--out=g/r.jsonl", "--gate-on=lower-bound", f"--fail-under={lower + 0.01}"
+    )
+    assert gated.returncode == 7, gated.stdout + gated.stderr
+    assert f"--fail-under {lower + 0.01:g}: Manski lower bound of the mean reward {lower:.4f} over 24 rollouts" in gated.stdout
+    assert aggregate(
+        pytester.path, "--input=out/r.jsonl", "--out=g/r.jsonl", "--gate-on=lower-bound", f"--fail-under={lower - 0.01}"
+    ).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--max-regression=0.1",), "--max-regression compares with a baseline run: give --baseline PATH"),
+        (("--baseline=none/r.jsonl",), "--baseline: none/r.jsonl is not there"),
+        (("--reward-range=1,0",), "--reward-range: must be LO,HI with LO < HI"),
+        (("--pass-k=0",), "--pass-k: must be whole numbers at least 1"),
+        (("--gate-on=median",), "--gate-on: "),
+    ],
+)
+def test_aggregate_refuses_bad_statistics_options_as_a_run_does(
+    pytester: pytest.Pytester, args: tuple[str, ...], words: str
+) -> None:
+    from .test_shards import aggregate
+
+    dataset(pytester)
+    assert session(pytester, GOOD).ret == 0
+    refused = aggregate(pytester.path, "--input=out/r.jsonl", "--out=m/r.jsonl", *args)
+    assert refused.returncode == 4
+    assert words in refused.stderr and "Traceback" not in refused.stderr
+    assert not (pytester.path / "m").exists()

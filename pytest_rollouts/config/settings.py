@@ -277,7 +277,7 @@ class Settings(BaseModel):
     @classmethod
     def _range_in_order(cls, value: tuple[float, float]) -> tuple[float, float]:
         if not all(map(math.isfinite, value)) or value[0] >= value[1]:
-            raise ValueError(f"must be LO,HI with LO < HI, got {value[0]:g},{value[1]:g}")
+            raise ValueError("must be LO,HI with LO < HI")
         return value
 
     @field_validator("pass_k")
@@ -294,7 +294,7 @@ class Settings(BaseModel):
             raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
         if self.max_regression is not None and self.baseline is None:
             raise ValueError(
-                f"{self.source_of('max_regression')} compares with a baseline run: give --rollouts-baseline PATH"
+                f"{self.source_of('max_regression')} compares with a baseline run: give {self.source_of('baseline')} PATH"
             )
         if self.baseline is not None:  # before a run that would end refusing it
             from pytest_rollouts.store.artifacts import ArtifactPaths
