@@ -51,6 +51,14 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         help=f"exit {EXIT_REGRESSION} when the lower end of the 95%% CI of candidate - baseline is below -DELTA "
         "(the candidate may be more than DELTA worse)",
     )
+    compare.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        metavar="BASELINE_AGENT=CANDIDATE_AGENT",
+        help="compare a baseline agent with a candidate agent of another name (repeatable); "
+        "two runs of one agent each pair without it",
+    )
     _reward_range_argument(compare)
     compare.add_argument("--json", metavar="PATH", help="also write the comparison to PATH as JSON")
     power = commands.add_parser(
@@ -83,6 +91,7 @@ def compare_command(args: argparse.Namespace) -> int:
         reward_range = RewardRange.parse(args.reward_range)
         if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
             raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+        agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
         return _usage("compare", exc)
     gate = None if args.max_regression is None else RegressionGate(args.max_regression)
@@ -97,6 +106,7 @@ def compare_command(args: argparse.Namespace) -> int:
             allow_partial=args.allow_partial,
             reward_range=reward_range,
             gate=gate,
+            agents=agents,
         )
     except JsonlError as exc:  # a line that is no JSON object: bad input, named by file and line
         return _usage("compare", exc)
@@ -126,15 +136,26 @@ def power_command(args: argparse.Namespace) -> int:
         run = read_run(Path(args.run))
     except (PairingError, JsonlError) as exc:
         return _usage("power", exc)
+    sized = 0
     for group, tasks in sorted(run.groups.items()):
         try:
             variance = variance_components([task.rewards for task in tasks.values()])
         except ValueError as exc:
-            print(f"{group}: {exc}")
+            print(f"{group}: {exc} (it has {sum(1 for t in tasks.values() if t.rewards)})", file=sys.stderr)
             continue
+        sized += 1
         for line in power_lines(group, variance, args.delta, args.correlation):
             print(line)
+    if not sized:  # advice from nothing would read as advice
+        return _usage("power", ValueError(f"{args.run}: no agent has two tasks with a score; nothing to size"))
     return 0
+
+
+def _agent_pair(value: str) -> tuple[str, str]:
+    base, sep, cand = value.partition("=")
+    if not sep or not base.strip() or not cand.strip():
+        raise ValueError(f"--pair: must be BASELINE_AGENT=CANDIDATE_AGENT, got {value!r}")
+    return base.strip(), cand.strip()
 
 
 def _usage(command: str, exc: Exception) -> int:

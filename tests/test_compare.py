@@ -212,3 +212,46 @@ def test_a_path_that_is_no_run_is_a_usage_error(pytester: pytest.Pytester, capsy
     code, _, err = cli(capsys, "compare", "base/r.jsonl", "nope/r.jsonl")
     assert code == 4
     assert "nope/r.jsonl is not there; name a run's <stem>.jsonl" in err
+
+
+def agent_dataset(pytester: pytest.Pytester, agent: str) -> str:
+    """The same twelve tasks (by task_id) routed to ``agent``: two models behind two agents."""
+    name = f"{agent}.jsonl"
+    rows = [
+        {"n": n, "task_id": f"t{n}", "agent_ref": {"name": agent}, "responses_create_params": {"input": f"q{n}"}}
+        for n in range(12)
+    ]
+    write_rows(pytester.path / name, rows)
+    return name
+
+
+def test_runs_of_differently_named_agents_pair_by_pair_or_alone(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for agent, rewards in (("gpt", BASELINE), ("llama", BETTER)):
+        data = agent_dataset(pytester, agent)
+        with ScriptedAgent(by_row(rewards)) as server:
+            result = run_rollouts(pytester, data, f"--rollouts-agent={agent}={server.url}", out=f"{agent}/r.jsonl")
+        assert result.ret == 0, result.outlines[-20:]
+    code, out, err = cli(capsys, "compare", "gpt/r.jsonl", "llama/r.jsonl")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith("paired by task id; agent gpt (baseline) with llama (candidate)")
+    assert lines[1].startswith("llama: candidate - baseline +0.2500, 95% CI [")
+    code, out, err = cli(capsys, "compare", "gpt/r.jsonl", "llama/r.jsonl", "--pair", "gpt=llama")
+    assert code == 0 and "llama: candidate - baseline +0.2500" in out
+    code, _, err = cli(capsys, "compare", "gpt/r.jsonl", "llama/r.jsonl", "--pair", "gtp=llama")
+    assert code == 8 and "no agent 'gtp' in the baseline run (it has gpt)" in err
+    code, _, err = cli(capsys, "compare", "gpt/r.jsonl", "llama/r.jsonl", "--pair", "gpt")
+    assert code == 4 and "--pair: must be BASELINE_AGENT=CANDIDATE_AGENT" in err
+
+
+def test_power_refuses_a_run_with_fewer_than_two_scored_tasks(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset(pytester, order=range(2))
+    collect(pytester, "one/r.jsonl", [1.0, None])
+    code, out, err = cli(capsys, "power", "one/r.jsonl")
+    assert code == 4 and out == ""
+    assert "default: need at least two tasks with a score to measure how tasks differ (it has 1)" in err
+    assert "no agent has two tasks with a score; nothing to size" in err

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,10 @@ def compare_runs(
     allow_partial: bool = False,
     reward_range: RewardRange = UNIT_RANGE,
     gate: RegressionGate | None = None,
+    agents: Mapping[str, str] | None = None,
 ) -> RunComparison:
-    """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file."""
-    pairing = pair_runs(read_run(baseline), read_run(candidate), allow_partial)
+    """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file.
+    ``agents``: baseline agents paired with candidate agents of other names."""
+    pairing = pair_runs(read_run(baseline), read_run(candidate), allow_partial, agents)
     comparisons = tuple(compare(group, pairs, reward_range) for group, pairs in pairing.groups.items())
     return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate)

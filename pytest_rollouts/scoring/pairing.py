@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,15 +105,24 @@ class Pairing:
         return f"{self.left_out} tasks without a partner in the other run left out of the comparison"
 
 
-def pair_runs(baseline: RunTasks, candidate: RunTasks, allow_partial: bool = False) -> Pairing:
-    """Pair the two runs' tasks by group and name; ``PairingError`` when they cannot be."""
+def pair_runs(
+    baseline: RunTasks, candidate: RunTasks, allow_partial: bool = False, agents: Mapping[str, str] | None = None
+) -> Pairing:
+    """Pair the two runs' tasks by group and name; ``PairingError`` when they cannot be.
+
+    ``agents`` pairs a baseline agent with a candidate agent of another name (``{"gpt": "llama"}``):
+    two models behind two agents are the usual comparison. Two runs of one agent each are paired
+    whatever their names, as there is no other way to read them; each comparison is named after
+    the candidate's agent."""
+    renamed = _renamed(baseline, candidate, agents or {})
     by_id = baseline.by_id and candidate.by_id
     if not by_id:
         _check_same_inputs(baseline, candidate)
     groups: dict[str, list[tuple[TaskRewards, TaskRewards]]] = {}
     left_out = 0
-    for group in sorted(baseline.groups.keys() | candidate.groups.keys()):
-        base, cand = baseline.groups.get(group, {}), candidate.groups.get(group, {})
+    base_groups = {renamed.get(name, name): tasks for name, tasks in baseline.groups.items()}
+    for group in sorted(base_groups.keys() | candidate.groups.keys()):
+        base, cand = base_groups.get(group, {}), candidate.groups.get(group, {})
         shared = sorted(base.keys() & cand.keys(), key=_natural)
         left_out += len(base) + len(cand) - 2 * len(shared)
         if shared:
@@ -124,7 +134,22 @@ def pair_runs(baseline: RunTasks, candidate: RunTasks, allow_partial: bool = Fal
         )
     if not groups:
         raise PairingError("the runs have no task in common (by agent and task); nothing to compare")
-    return Pairing(groups, left_out, "task id" if by_id else "task index")
+    how = "task id" if by_id else "task index"
+    if renamed:
+        how += "; " + ", ".join(f"agent {b} (baseline) with {c} (candidate)" for b, c in sorted(renamed.items()))
+    return Pairing(groups, left_out, how)
+
+
+def _renamed(baseline: RunTasks, candidate: RunTasks, agents: Mapping[str, str]) -> dict[str, str]:
+    """Baseline agent -> candidate agent, for the agents that pair under other names."""
+    for base, cand in agents.items():
+        if base not in baseline.groups:
+            raise PairingError(f"no agent {base!r} in the baseline run (it has {', '.join(sorted(baseline.groups))})")
+        if cand not in candidate.groups:
+            raise PairingError(f"no agent {cand!r} in the candidate run (it has {', '.join(sorted(candidate.groups))})")
+    if not agents and len(baseline.groups) == len(candidate.groups) == 1:
+        agents = {next(iter(baseline.groups)): next(iter(candidate.groups))}
+    return {base: cand for base, cand in agents.items() if base != cand}
 
 
 def _check_same_inputs(baseline: RunTasks, candidate: RunTasks) -> None:
