@@ -43,7 +43,8 @@ from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, judge_run
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
 from pytest_rollouts.config.errors import describe_errors
-from pytest_rollouts.config.settings import Settings, SettingsError, combine_layers
+from pytest_rollouts.config.layers import SettingsError, combine_layers
+from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.config.values import AgentHeader
 
 EXIT_NOT_ONE_RUN = 8

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.config.settings import Layer, Settings, SettingsError, settings_from_layers
+from pytest_rollouts.config.layers import Layer, SettingsError, settings_from_layers
+from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.options import OPTIONS, Option
 
 
