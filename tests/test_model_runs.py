@@ -26,7 +26,7 @@ def test_the_python_api_runs_a_suites_model_agent(tmp_path: Path, monkeypatch: p
     (group,) = result.metrics
     assert group["metrics_source"] == "local"
     assert group["usage_summary"]["total_tokens"] == 120
-    assert "math: 120 tokens" in result.summary()
+    assert "(80% power); 120 tokens" in result.summary(), "a model agent's tokens join its interval line"
     assert model.elsewhere == []  # no /health, no /aggregate_metrics
 
 
