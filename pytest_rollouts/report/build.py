@@ -74,6 +74,18 @@ def write_report(path: Path, out: Path, **options: Any) -> Path:
     return path
 
 
+def report_at_end(path: Path, out: Path, score: RunScore, verdict: Verdict) -> str:
+    """A run's end writes its report (``--rollouts-html``, ``html=``): the line that says where, or
+    why it could not. The report comes after the results and is no part of them, so no error of its
+    own (a full disk, a bug) may fail a run that produced them: it is said, and the run goes on."""
+    try:
+        write_report(path, out, score=score, verdict=verdict)
+    except Exception as exc:  # see above: whatever broke, the run's results and status stand
+        why = str(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
+        return f"the report could not be written to {path}: {why}; the run's results are unaffected"
+    return f"report written to {path}"
+
+
 def _table(data: RunData) -> dict[str, Any]:
     """Every rollout as a short array (``COLUMNS``), with groups and statuses as indices into lists."""
     groups = sorted({r.group for r in data.rollouts})
