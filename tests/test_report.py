@@ -67,8 +67,8 @@ def dataset(root: Path) -> Path:
     return write_rows(root / "data.jsonl", rows)
 
 
-def make_run(root: Path, out: str = "out/r.jsonl", flipped: bool = False, **config: Any):
-    """A run of ``ROWS`` tasks, 2 rollouts each, through the Python API; its ``RunResult``."""
+def make_run(root: Path, out: str = "out/r.jsonl", flipped: bool = False, repeats: int = 2, **config: Any):
+    """A run of ``ROWS`` tasks, ``repeats`` rollouts each, through the Python API; its ``RunResult``."""
     dataset(root)
     with ScriptedAgent(behaviour(flipped)) as agent:
         return run(
@@ -76,7 +76,7 @@ def make_run(root: Path, out: str = "out/r.jsonl", flipped: bool = False, **conf
                 input=str(root / "data.jsonl"),
                 out=str(root / out),
                 agents={"policy": agent.url},
-                repeats=2,
+                repeats=repeats,
                 retries=0,
                 **config,
             )

@@ -8,7 +8,6 @@ not a string is shown as its JSON. Nothing here is HTML: the page inserts all of
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from pytest_rollouts.rows.schema import (
     FAILURE_RESPONSE_BODY,
     FAILURE_TYPE,
 )
+from pytest_rollouts.store.jsonl import dumps
 
 # Characters kept of any one text (a prompt message, an answer, a tool call's arguments, a field).
 TEXT_CAP = 2000
@@ -41,14 +41,14 @@ def capped(text: str, cap: int = TEXT_CAP) -> str:
 
 
 def shown(value: Any, cap: int = TEXT_CAP) -> str:
-    """A value as display text: a string as it is, anything else as JSON (NaN as Python writes it)."""
+    """A value as display text: a string as it is, anything else as JSON (NaN as the files have it)."""
     if isinstance(value, str):
         return capped(value, cap)
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # a cycle cannot come from JSON; kept for values a caller built
-        text = repr(value)
-    return capped(text, cap)
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true" if value else "false"
+    if type(value) in (int, float):  # most verifier fields: as JSON writes them, without its call
+        return repr(value)
+    return capped(dumps(value, default=str).decode(), cap)
 
 
 def number(value: Any) -> float | None:

@@ -16,7 +16,7 @@ import orjson
 
 from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
-from pytest_rollouts.scoring.aggregate import RunScore, score_run
+from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.pairing import PairingError
@@ -32,29 +32,34 @@ LEFT_OUT = frozenset({"agent_ref", "group_level_metrics", "coverage", "metrics_s
 
 def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tuple[RunScore, Verdict]:
     """The run's score as its end had it: each group's coverage and metrics from its metrics file
-    (the scoring policies it ran with included), else the coverage under the default policy and no
-    metrics; the comparison with ``baseline``; the verdict of ``gate``."""
+    (the scoring policies it ran with included), else the coverage scored from the rows under the
+    default policy, without metrics; the comparison with ``baseline``; the verdict of ``gate``."""
     paths = ArtifactPaths(out)
-    score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=1.0)
-    if paths.metrics.is_file():
-        try:
-            entries = orjson.loads(paths.metrics.read_bytes())
-        except orjson.JSONDecodeError as exc:
-            raise JsonlError(f"{paths.metrics}: not valid JSON ({exc})") from None
-        by_name = {str((e.get("agent_ref") or {}).get("name", "")): e for e in entries if isinstance(e, dict)}
-        score.coverage = Coverage()
-        for group in score.groups:
-            entry = by_name.get(group.agent)
-            if entry is not None:
-                group.metrics = {k: v for k, v in entry.items() if k not in LEFT_OUT}
-                group.source = str(entry.get("metrics_source", "file"))
-                group.note = str(entry.get("metrics_note", ""))
-                group.coverage = _coverage(entry.get("coverage")) or group.coverage
-            score.coverage += group.coverage
-        score.metrics_path = paths.metrics
+    score = _from_metrics_file(paths) if paths.metrics.is_file() else None
+    if score is None:  # --rollouts-no-aggregate, or a run stopped before its metrics
+        score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=1.0)
     if baseline is not None:
         score.baseline = comparison(baseline, out)
     return score, judge_run(score, RunEnd(), gate)
+
+
+def _from_metrics_file(paths: ArtifactPaths) -> RunScore | None:
+    """The score the run wrote: each group's metrics and coverage; None when an entry has no coverage."""
+    try:
+        entries = orjson.loads(paths.metrics.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise JsonlError(f"{paths.metrics}: not valid JSON ({exc})") from None
+    groups, total = [], Coverage()
+    for entry in entries if isinstance(entries, list) else []:
+        coverage = _coverage(entry.get("coverage")) if isinstance(entry, dict) else None
+        if coverage is None:
+            return None
+        metrics = {k: v for k, v in entry.items() if k not in LEFT_OUT}
+        name = str((entry.get("agent_ref") or {}).get("name", ""))
+        source, note = str(entry.get("metrics_source", "file")), str(entry.get("metrics_note", ""))
+        groups.append(GroupScore(name, coverage, metrics, source, note))
+        total += coverage
+    return RunScore(groups, total, metrics_path=paths.metrics)
 
 
 def comparison(baseline: Path, out: Path) -> RunComparison | str:

@@ -41,7 +41,17 @@
       el("div", { class: "muted mono" }, DATA.out, " · generated ", DATA.generated),
       el("div", { class: "headline" },
         el("div", {}, el("div", { class: "muted" }, "mean reward"), el("div", { class: "big" }, fmt(s.mean_reward))),
-        el("div", {}, el("div", { class: "muted" }, "coverage"), el("div", { class: "big", id: "coverage-line" }, s.outcomes))));
+        el("div", {}, el("div", { class: "muted" }, "coverage"), el("div", { class: "cov", id: "coverage-line" }, s.outcomes))),
+      el("p", { class: "muted" }, "The mean reward averages the rewards of the scored rollouts, per group (",
+        el("a", { href: "#metrics" }, "metrics"), "), measured against every rollout the run meant to make (",
+        el("a", { href: "#coverage" }, "coverage"), "). ",
+        el("button", { id: "show-wrong", onclick: showWrong }, "Show the wrong answers"), " lists the rollouts with a reward of 0 or less; click one to read it."));
+  }
+  function showWrong() {
+    controls.reward.value = "zero";
+    controls.text.value = "";
+    refresh();
+    document.getElementById("rollouts").scrollIntoView();
   }
 
   function coverageCard() {
@@ -91,7 +101,7 @@
     for (let i = 0; i <= 4; i++) {
       const v = (yMax * i) / 4;
       root.appendChild(svg("line", { class: "gridline", x1: M.l, x2: W - M.r, y1: y(v), y2: y(v) }));
-      root.appendChild(svg("text", { x: M.l - 4, y: y(v) + 4, "text-anchor": "end" }, yMax <= 1.0001 ? v.toFixed(2) : v >= 1000 ? Math.round(v / 100) / 10 + "k" : String(Math.round(v * 100) / 100)));
+      root.appendChild(svg("text", { x: M.l - 4, y: y(v) + 4, "text-anchor": "end" }, yMax <= 1.0001 ? v.toFixed(2) : v >= 1000 ? Math.round(v / 100) / 10 + "k" : yMax >= 10 ? String(Math.round(v)) : String(Math.round(v * 100) / 100)));
     }
     root.appendChild(svg("line", { class: "axis", x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b }));
     root.appendChild(svg("text", { x: (W + M.l) / 2, y: H - 4, "text-anchor": "middle" }, xLabel));
