@@ -21,7 +21,7 @@ from pytest_rollouts.report.rollouts import TEXT_CAP
 
 from .agents import Reply, ScriptedAgent
 from .conftest import write_rows
-from .helpers import run_rollouts
+from .helpers import run_rollouts, subprocess_run
 
 INJECTION = "</script><script>alert(1)</script><!-- <b>bold</b>"
 LONG = "x" * (TEXT_CAP + 3000)
@@ -148,13 +148,16 @@ def test_long_texts_are_cut_with_a_marker_that_says_the_cap(here: Path) -> None:
 
 
 def test_charts_are_aggregates_of_the_run(here: Path) -> None:
-    make_run(here)
+    result = make_run(here)
     charts = embedded(build_report(here / "out/r.jsonl"), "report-data")["charts"]
     # Scored rewards: 1.0 for n%6 in (0, 5), 0.0 for 1, 0.5 for 3; two rollouts each of two rows each.
     assert charts["rewards"]["policy"] == {"labels": ["0", "0.5", "1"], "counts": [4, 4, 8]}
     # pass@1 over tasks with a scored rollout: 4 of 8 tasks right (pass@k counts only full reward).
     assert charts["pass_k"]["policy"][0] == [1, 0.5, 8]
     assert charts["pass_k"]["policy"][1] == [2, 0.5, 8]
+    # The same estimator as the metrics' pass@k, over the same scored rollouts.
+    key = result.score.groups[0].metrics["key_metrics"]
+    assert [charts["pass_k"]["policy"][k - 1][1] for k in (1, 2)] == [key["pass@1/reward"], key["pass@2/reward"]]
     assert charts["latency"]["n"] == 20 and sum(charts["latency"]["counts"]) == 20
     outcomes = charts["outcomes_over_run"]
     assert outcomes["statuses"][0] == "scored"
@@ -272,3 +275,13 @@ def test_rollouts_html_naming_a_directory_is_a_usage_error(pytester: pytest.Pyte
     result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:9", "--rollouts-html=site")
     assert result.ret == 4
     assert "--rollouts-html" in result.stderr.str() + result.stdout.str()
+
+
+def test_under_xdist_only_the_controller_writes_the_report(tmp_path: Path) -> None:
+    dataset(tmp_path)
+    with ScriptedAgent(behaviour()) as agent:
+        done = subprocess_run(tmp_path, agent.url, "-n", "2", "--rollouts-retries=0", "--rollouts-html=r.html")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.count("rollouts: report written to r.html") == 1
+    assert len(embedded((tmp_path / "r.html").read_bytes(), "report-data")["rows"]) == ROWS
+    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["r.html"] and not list(tmp_path.glob(".r.html.*"))
