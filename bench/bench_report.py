@@ -39,9 +39,15 @@ def write_run(out: Path, tasks: int, repeats: int) -> None:
         for task in range(tasks):
             prompt = f"Town {task} has {task % 900 + 100} houses; each has {task % 7 + 2} rooms. How many rooms? " * 3
             for rollout in range(repeats):
-                stamps = {"agent_ref": {"name": f"suite{task % 3}"}, "_ng_task_index": task, "_ng_rollout_index": rollout}
+                stamps = {
+                    "agent_ref": {"name": f"suite{task % 3}"},
+                    "_ng_task_index": task,
+                    "_ng_rollout_index": rollout,
+                }
                 request = {"input": [{"role": "user", "content": [{"type": "input_text", "text": prompt}]}]}
-                mat.write(orjson.dumps({"responses_create_params": request, "expected_answer": str(task), **stamps}) + b"\n")
+                mat.write(
+                    orjson.dumps({"responses_create_params": request, "expected_answer": str(task), **stamps}) + b"\n"
+                )
                 if (task + rollout) % 50 == 0:
                     failure = {
                         **stamps,
@@ -57,9 +63,18 @@ def write_run(out: Path, tasks: int, repeats: int) -> None:
                     continue
                 answer = str(task if (task + rollout) % 3 else task + 1)
                 output = [
-                    {"type": "function_call", "call_id": "c1", "name": "calculator", "arguments": f'{{"expression": "{task} * 3"}}'},
+                    {
+                        "type": "function_call",
+                        "call_id": "c1",
+                        "name": "calculator",
+                        "arguments": f'{{"expression": "{task} * 3"}}',
+                    },
                     {"type": "function_call_output", "call_id": "c1", "output": str(task * 3)},
-                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"The answer is \\boxed{{{answer}}}"}]},
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": f"The answer is \\boxed{{{answer}}}"}],
+                    },
                 ]
                 if task % 10 == 0:
                     output.insert(0, {"type": "reasoning", "summary": [{"type": "summary_text", "text": REASONING}]})

@@ -36,10 +36,10 @@ from pytest_rollouts.plan.build import PlanError, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
+from pytest_rollouts.report.build import report_at_end
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
-from pytest_rollouts.report.build import report_at_end
 from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary

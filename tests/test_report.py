@@ -61,7 +61,11 @@ def behaviour(flipped: bool = False):
 
 def dataset(root: Path) -> Path:
     rows = [
-        {"n": n, "responses_create_params": {"input": f"What is the capital of France? (q{n})"}, "expected_answer": "Paris"}
+        {
+            "n": n,
+            "responses_create_params": {"input": f"What is the capital of France? (q{n})"},
+            "expected_answer": "Paris",
+        }
         for n in range(ROWS)
     ]
     return write_rows(root / "data.jsonl", rows)
@@ -90,6 +94,11 @@ def embedded(page: bytes, element: str) -> Any:
     return json.loads(match.group(1))
 
 
+def row_of(data: dict[str, Any], task: int, rollout: int) -> int:
+    """Where the table has rollout ``rollout`` of task ``task``."""
+    return next(i for i, row in enumerate(data["rows"]) if row[:2] == [task, rollout])
+
+
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
@@ -112,13 +121,13 @@ def test_the_report_embeds_every_rollout_and_the_runs_own_numbers(here: Path) ->
     assert summary["coverage"]["all"]["expected"] == 2 * ROWS
     assert summary["coverage"]["all"]["failed_by_class"] == {"agent_run_error": 4, "no_reward": 4}
     # A rollout opened: the prompt (once per task), each output item, the verifier's fields, the failure.
-    index = [i for i, row in enumerate(data["rows"]) if row[:2] == [0, 0]][0]
+    index = row_of(data, 0, 0)
     items, verifier, failure = details["rollouts"][index]
     assert details["tasks"]["0"][0] == [["user", "What is the capital of France? (q0)"]]
     assert ["expected_answer", "Paris"] in details["tasks"]["0"][1]
     assert [kind for kind, _, _ in items] == ["call", "result", "message"]
     assert ["reward", "1.0"] in verifier and ["judge_note", "exact match"] in verifier and failure == []
-    failed = [i for i, row in enumerate(data["rows"]) if row[:2] == [2, 0]][0]
+    failed = row_of(data, 2, 0)
     assert ["class", "agent_run_error"] in details["rollouts"][failed][2]
     assert any(k == "response_body" and "agent broke <here>" in v for k, v in details["rollouts"][failed][2])
 
@@ -132,7 +141,7 @@ def test_no_rows_text_can_close_the_script_element_or_become_markup(here: Path) 
     details = embedded(page, "report-details")
     assert any(["judge_note", INJECTION] in verifier for _, verifier, _ in details["rollouts"])
     # The page's script never parses row text as markup.
-    script = page.split(b'<script>\n', 1)[1]
+    script = page.split(b"<script>\n", 1)[1]
     assert b"innerHTML" not in script and b"insertAdjacentHTML" not in script and b"document.write" not in script
 
 
@@ -140,7 +149,7 @@ def test_long_texts_are_cut_with_a_marker_that_says_the_cap(here: Path) -> None:
     make_run(here)
     data = embedded(build_report(here / "out/r.jsonl"), "report-data")
     details = embedded(build_report(here / "out/r.jsonl"), "report-details")
-    long_row = [i for i, row in enumerate(data["rows"]) if row[:2] == [3, 0]][0]
+    long_row = row_of(data, 3, 0)
     message = details["rollouts"][long_row][0][-1][2]
     assert message.startswith("x" * TEXT_CAP)
     assert message.endswith(f"[truncated: {TEXT_CAP:,} of {len(LONG):,} characters shown]")
@@ -161,7 +170,7 @@ def test_charts_are_aggregates_of_the_run(here: Path) -> None:
     assert charts["latency"]["n"] == 20 and sum(charts["latency"]["counts"]) == 20
     outcomes = charts["outcomes_over_run"]
     assert outcomes["statuses"][0] == "scored"
-    by_status = dict(zip(outcomes["statuses"], map(sum, zip(*outcomes["buckets"]))))
+    by_status = dict(zip(outcomes["statuses"], map(sum, zip(*outcomes["buckets"], strict=True)), strict=True))
     assert by_status == {"scored": 16, "agent_run_error": 4, "no_reward": 4}
 
 
@@ -175,7 +184,9 @@ def test_report_command_writes_the_page_from_the_files(here: Path, capsys: pytes
     # Coverage and metrics as the run wrote them into its metrics file.
     assert data["summary"]["outcomes"] == result.score.coverage.outcomes().line()
     assert data["summary"]["groups"][0]["mean_reward"] == pytest.approx(result.mean_reward)
-    assert data["summary"]["gates"]["measures"] == [f"--fail-under 0.9: mean reward {result.mean_reward:.4f} over 16 rollouts"]
+    assert data["summary"]["gates"]["measures"] == [
+        f"--fail-under 0.9: mean reward {result.mean_reward:.4f} over 16 rollouts"
+    ]
     assert data["summary"]["gates"]["exit_code"] == 7
     # Without -o: beside the run.
     assert main(["report", "out/r.jsonl"]) == 0
@@ -248,7 +259,11 @@ def test_rollouts_html_writes_the_report_at_the_end_of_a_session(pytester: pytes
     dataset(pytester.path)
     with ScriptedAgent(behaviour()) as agent:
         result = run_rollouts(
-            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0", "--rollouts-html=site/r.html"
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-retries=0",
+            "--rollouts-html=site/r.html",
         )
     assert result.ret == 0, result.outlines[-20:]
     result.stdout.fnmatch_lines(["rollouts: report written to site/r.html"])
@@ -262,10 +277,16 @@ def test_a_session_whose_report_fails_keeps_its_results_and_exit_status(pytester
     (pytester.path / "blocked").write_text("a file")
     with ScriptedAgent(behaviour()) as agent:
         result = run_rollouts(
-            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0", "--rollouts-html=blocked/r.html"
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-retries=0",
+            "--rollouts-html=blocked/r.html",
         )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["rollouts: the report could not be written to blocked/r.html: *; the run's results are unaffected"])
+    result.stdout.fnmatch_lines(
+        ["rollouts: the report could not be written to blocked/r.html: *; the run's results are unaffected"]
+    )
     assert (pytester.path / "out/r_aggregate_metrics.json").is_file()
 
 

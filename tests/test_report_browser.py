@@ -7,7 +7,6 @@ not to reach out (its background services would try). Without /usr/bin/chromium 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,9 @@ ARGS = [
 REPEATS = 6  # 72 rollouts: more than one page of the table (50 a page)
 
 if not Path(CHROMIUM).is_file():
-    pytest.skip(f"{CHROMIUM} is not installed (Debian's chromium package): no browser to test in", allow_module_level=True)
+    pytest.skip(
+        f"{CHROMIUM} is not installed (Debian's chromium package): no browser to test in", allow_module_level=True
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 
 
@@ -62,16 +63,23 @@ class Page:
     def __init__(self, browser: Any, report: Path) -> None:
         self.page = browser.new_page(viewport={"width": 1300, "height": 900})
         self.problems: list[str] = []
-        self.page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on(
+            "console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         self.page.on("dialog", lambda d: (self.problems.append(f"dialog: {d.message}"), d.dismiss()))
-        self.page.on("request", lambda r: None if r.url.startswith("file://") else self.problems.append(f"request {r.url}"))
+        self.page.on(
+            "request", lambda r: None if r.url.startswith("file://") else self.problems.append(f"request {r.url}")
+        )
         self.page.goto(report.as_uri())
 
     def rows(self) -> list[list[str]]:
-        return [row.split("\t") for row in self.page.locator("#rollouts tbody tr").evaluate_all(
-            "rows => rows.map(r => [...r.cells].map(c => c.textContent).join('\\t'))"
-        )]
+        return [
+            row.split("\t")
+            for row in self.page.locator("#rollouts tbody tr").evaluate_all(
+                "rows => rows.map(r => [...r.cells].map(c => c.textContent).join('\\t'))"
+            )
+        ]
 
     def count(self) -> str:
         return self.page.locator("#t-count").text_content() or ""
@@ -88,9 +96,8 @@ def tab(browser: Any, report: Path) -> Iterator[Page]:
 def test_the_page_loads_clean_and_draws_its_charts(tab: Page, tmp_path: Path) -> None:
     page = tab.page
     assert page.locator("#verdict").text_content() == "passed"
-    assert page.locator("#coverage-line").text_content() == (
-        f"{8 * REPEATS} of {ROWS * REPEATS} rollouts scored; no_reward {2 * REPEATS}; failed: agent_run_error {2 * REPEATS}"
-    )
+    scored, failed = f"{8 * REPEATS} of {ROWS * REPEATS}", f"no_reward {2 * REPEATS}; failed: agent_run_error {2 * REPEATS}"
+    assert page.locator("#coverage-line").text_content() == f"{scored} rollouts scored; {failed}"
     for chart in ("chart-rewards", "chart-passk", "chart-latency", "chart-latency-run", "chart-outcomes"):
         assert page.locator(f"#{chart} .mark").count() > 0, chart
     # Three reward values (0, 0.5, 1), one bar each; pass@k at k = 1..6.

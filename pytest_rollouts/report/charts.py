@@ -73,7 +73,9 @@ def pass_k_curves(data: RunData) -> dict[str, list[list[float]]]:
     for group, tasks in sorted(counts.items()):
         most = max(n for n, _ in tasks.values())
         ks = list(range(1, min(most, EVERY_K) + 1))
-        ks += [k for k in (1 << i for i in range(6, most.bit_length())) if k > EVERY_K] + ([most] if most > EVERY_K else [])
+        ks += [k for k in (1 << i for i in range(6, most.bit_length())) if k > EVERY_K] + (
+            [most] if most > EVERY_K else []
+        )
         curve = []
         for k in sorted(set(ks)):
             enough = [pass_at_k(n, c, k) for n, c in tasks.values() if n >= k]

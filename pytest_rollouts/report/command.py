@@ -32,7 +32,9 @@ def add_report_command(commands: argparse._SubParsersAction) -> None:  # type: i
         "-o", "--out", metavar="FILE", help="the HTML file to write (default: <stem>_report.html beside RUN)"
     )
     report.add_argument(
-        "--baseline", metavar="OLD", help="an earlier run's <stem>.jsonl: add the paired comparison and the flipped tasks"
+        "--baseline",
+        metavar="OLD",
+        help="an earlier run's <stem>.jsonl: add the paired comparison and the flipped tasks",
     )
     report.add_argument(
         "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].help

@@ -25,10 +25,9 @@ from pytest_rollouts.report.rollouts import (
     task_fields,
     verifier_fields,
 )
-from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.records import NO_REWARD, is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ELAPSED, FAILURE_CLASS
-from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.scoring.accounting import MASKED, NO_ROW
 from pytest_rollouts.scoring.pairing import TASK_ID_FIELDS
 from pytest_rollouts.store.artifacts import ArtifactPaths, read_rows

@@ -101,14 +101,20 @@ def summary(score: RunScore, verdict: Verdict, out: Path) -> dict[str, Any]:
                 "mean_reward": g.mean_reward,
                 "note": g.note,
                 "key_metrics": g.metrics.get("key_metrics") or {},
-                "statistics": {k: v for k, v in (g.metrics.get("statistics") or {}).items() if k != "baseline_comparison"},
+                "statistics": {
+                    k: v for k, v in (g.metrics.get("statistics") or {}).items() if k != "baseline_comparison"
+                },
                 "usage": g.metrics.get("usage_summary") or {},
             }
             for g in score.groups
         ],
         "mean_reward": score.mean_reward,
         "metrics_file": None if score.metrics_path is None else str(score.metrics_path),
-        "gates": {"exit_code": verdict.exit_code, "measures": list(verdict.measures), "problems": list(verdict.problems)},
+        "gates": {
+            "exit_code": verdict.exit_code,
+            "measures": list(verdict.measures),
+            "problems": list(verdict.problems),
+        },
         "baseline": baseline
         if baseline is None or isinstance(baseline, str)
         else {**baseline.as_dict(), "lines": baseline.lines()},
