@@ -96,7 +96,8 @@ def tab(browser: Any, report: Path) -> Iterator[Page]:
 def test_the_page_loads_clean_and_draws_its_charts(tab: Page, tmp_path: Path) -> None:
     page = tab.page
     assert page.locator("#verdict").text_content() == "passed"
-    scored, failed = f"{8 * REPEATS} of {ROWS * REPEATS}", f"no_reward {2 * REPEATS}; failed: agent_run_error {2 * REPEATS}"
+    scored = f"{8 * REPEATS} of {ROWS * REPEATS}"
+    failed = f"no_reward {2 * REPEATS}; failed: agent_run_error {2 * REPEATS}"
     assert page.locator("#coverage-line").text_content() == f"{scored} rollouts scored; {failed}"
     for chart in ("chart-rewards", "chart-passk", "chart-latency", "chart-latency-run", "chart-outcomes"):
         assert page.locator(f"#{chart} .mark").count() > 0, chart
