@@ -300,7 +300,7 @@
       el("h3", {}, "Turns"), items.length ? el("div", { id: "drawer-turns" }, turns(items)) : el("p", { class: "muted" }, "No output recorded."),
       el("h3", {}, "Final answer"), el("div", { class: "answer-box", id: "drawer-answer" }, el("pre", {}, answer === null ? "(no assistant message)" : answer)),
       verifier.length ? [el("h3", {}, "Verifier and agent fields"), el("div", { id: "drawer-verifier" }, fields(verifier))] : null,
-      failure.length ? [el("h3", {}, "Failure (latest attempt)"), el("div", { class: "failure-box", id: "drawer-failure" }, fields(failure))] : null,
+      failure.length ? [el("h3", {}, "Failure (its latest failed attempt)"), el("div", { class: "failure-box", id: "drawer-failure" }, fields(failure))] : null,
     ].flat().filter((node) => node !== null));
     drawer.hidden = false;
     drawer.scrollTop = 0;
@@ -316,7 +316,7 @@
     const flips = b.groups.map((g) => el("div", {}, el("h3", {}, `${g.group}: ${g.fixed.length} fixed, ${g.broke.length} broke`),
       el("table", { class: "flips" }, el("thead", {}, el("tr", {}, el("th", {}, "task"), el("th", {}, "change"), el("th", { class: "num" }, "baseline"), el("th", { class: "num" }, "this run"))),
         el("tbody", {}, [...g.broke.map((f) => ["broke", f]), ...g.fixed.map((f) => ["fixed", f])].map(([how, [label, base, cand]]) =>
-          el("tr", {}, el("td", {}, el("span", { class: "flip", onclick: () => showTask(label) }, label)), el("td", { class: "status " + (how === "broke" ? "failed" : "scored") }, how), el("td", { class: "num" }, fmt(base, 3)), el("td", { class: "num" }, fmt(cand, 3))))))));
+          el("tr", {}, el("td", {}, el("span", { class: "flip", onclick: () => showTask(label) }, label)), el("td", {}, el("span", { class: "status " + (how === "broke" ? "failed" : "scored") }, how)), el("td", { class: "num" }, fmt(base, 3)), el("td", { class: "num" }, fmt(cand, 3))))))));
     return el("section", { class: "card", id: "baseline" }, el("h2", {}, "Compared with the baseline"), el("p", { class: "muted mono" }, b.baseline, " (baseline), paired by ", b.paired_by),
       el("table", {}, el("thead", {}, el("tr", {}, ["group", "tasks", "baseline", "this run", "difference", "95% CI", "test"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)),
       el("pre", { class: "lines" }, b.lines.join("\n")), el("h3", {}, "Flipped tasks"), flips);
