@@ -4,7 +4,8 @@ One unsharded run merges as itself, to be rescored. An earlier output is moved a
 moves its earlier results (``--overwrite`` deletes it). Shards without a manifest (NeMo Gym's)
 cannot be proven complete: ``--require-complete`` then fails unless ``--trust-shards``.
 
-The ``compare`` and ``power`` commands are ``cli_compare.py``'s; this module adds them to its parser.
+The ``compare`` and ``power`` commands are ``cli_compare.py``'s, and ``report`` is
+``report/command.py``'s; this module adds them to its parser.
 
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
@@ -27,6 +28,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from pytest_rollouts.cli_compare import add_comparison_commands, compare_command, power_command
+from pytest_rollouts.report.command import add_report_command, report_command
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.scoring.aggregate import score_run
@@ -95,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return compare_command(parsed)
     if parsed.command == "power":
         return power_command(parsed)
+    if parsed.command == "report":
+        return report_command(parsed)
     return aggregate(parsed)
 
 
@@ -190,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
     add_comparison_commands(commands)
+    add_report_command(commands)
     COMMANDS.update(commands.choices)
     return parser
 

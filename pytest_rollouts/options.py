@@ -350,6 +350,15 @@ OPTIONS: tuple[Option, ...] = (
         "FIELD",
         details="Written under `statistics.by_field` and `statistics.by_dataset` of each group's metrics entry.",
     ),
+    Option(
+        "html",
+        "Write the run's self-contained HTML report here once it is scored: coverage, metrics, gates, charts "
+        "and every rollout (docs/report.md).",
+        "FILE",
+        details="A relative path given on the command line is read from the current directory, one in ini from "
+        "the rootdir. With --rollouts-baseline it shows the comparison too. A report that cannot be written "
+        "is said on a `rollouts:` line and leaves the run's results and exit status as they are.",
+    ),
 )
 
 OPTION: dict[str, Option] = {option.name: option for option in OPTIONS}

@@ -36,6 +36,7 @@ from pytest_rollouts.plan.build import PlanError, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
+from pytest_rollouts.report.build import report_at_end
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
@@ -70,6 +71,8 @@ class RunResult:
     paths: ArtifactPaths
     # The classes ``count_as_zero`` named: one neither known nor seen is named in ``summary``.
     count_as_zero: frozenset[str] = frozenset()
+    # ``html``: where the report was written, or why it could not be (the run stands either way).
+    report: str = ""
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -99,6 +102,7 @@ class RunResult:
             *([self.verdict.stopped] if self.verdict.stopped else []),
             *self.verdict.measures,
             *self.verdict.problems,
+            *([self.report] if self.report else []),
         ]
         return "\n".join(lines)
 
@@ -147,7 +151,11 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
         end = replace(end, dispatch_failure=dispatched.stopped)
-        return RunResult(score, judge_run(score, end, Gate.of(settings)), paths, settings.count_as_zero)
+        verdict = judge_run(score, end, Gate.of(settings))
+        report = ""
+        if settings.html is not None:
+            report = await asyncio.to_thread(report_at_end, root / settings.html, paths.out, score, verdict)
+        return RunResult(score, verdict, paths, settings.count_as_zero, report)
     finally:
         agents.close()
         lock.release()

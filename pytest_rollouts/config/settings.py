@@ -117,6 +117,7 @@ class Settings(BaseModel):
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: tuple[int, ...] | None = option_field("pass_k")
     group_by: str | None = option_field("group_by")
+    html: Path | None = option_field("html")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -285,6 +286,14 @@ class Settings(BaseModel):
         if value is not None and (not value or min(value) < 1):
             raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
         return None if value is None else tuple(sorted(set(value)))
+
+    @field_validator("html", mode="before")
+    @classmethod
+    def _parse_html(cls, value: Any) -> Any:
+        """A file: an empty value or a directory would leave the report nowhere to go, found only at the end."""
+        if isinstance(value, str | Path) and (not str(value).strip() or Path(value).is_dir()):
+            raise ValueError("must name the report's HTML file")
+        return value
 
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -89,7 +90,21 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
-    return Ending(judge_run(score, end, Gate.of(run.settings)), score, put_back)
+    verdict = judge_run(score, end, Gate.of(run.settings))
+    if run.settings.html is not None and score is not None and not end.interrupted:
+        _write_report(config, run, score, verdict)
+    return Ending(verdict, score, put_back)
+
+
+def _write_report(config: pytest.Config, run: RolloutRun, score: RunScore, verdict: Verdict) -> None:
+    """``--rollouts-html``: the report, once the run is scored, on the process that owns the run; a
+    relative path as ``--rollouts-out`` reads one (the command line's from where pytest started)."""
+    from pytest_rollouts.report.build import report_at_end
+
+    assert run.settings.html is not None
+    given = run.settings.source_of("html").startswith("--")
+    path = (config.invocation_params.dir if given else config.rootpath) / run.settings.html
+    tell(config, report_at_end(path, run.paths.out, score, verdict).replace(str(path), run.shown(path)))
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:
