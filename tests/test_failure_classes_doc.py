@@ -23,7 +23,7 @@ def _table() -> dict[str, dict[str, str]]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         assert len(cells) == len(COLUMNS), line
         if cells[0].startswith("`"):
-            rows[cells[0].strip("`")] = dict(zip(COLUMNS, cells))
+            rows[cells[0].strip("`")] = dict(zip(COLUMNS, cells, strict=True))
     return rows
 
 

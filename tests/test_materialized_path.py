@@ -83,7 +83,9 @@ def test_a_path_that_is_another_of_the_runs_files_is_a_usage_error(pytester: pyt
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--rollouts-materialized names one of the run's other files*"])
-    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-materialized=m.txt")
+    result = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-materialized=m.txt"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--rollouts-materialized*must name a file, <name>.jsonl*"])
 

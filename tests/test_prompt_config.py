@@ -46,9 +46,8 @@ def _rows(n: int = 2) -> list[dict]:
 def _suite(root: Path, url: str, template: str = TEMPLATE) -> Path:
     suite = root / "suite"
     suite.mkdir(exist_ok=True)
-    (suite / "rollouts.toml").write_text(
-        f'datasets = ["data.jsonl"]\nagent = "policy"\nprompt_config = "prompt.yaml"\n\n[agents.policy]\nurl = "{url}"\n'
-    )
+    declaration = 'datasets = ["data.jsonl"]\nagent = "policy"\nprompt_config = "prompt.yaml"\n'
+    (suite / "rollouts.toml").write_text(declaration + f'\n[agents.policy]\nurl = "{url}"\n')
     (suite / "prompt.yaml").write_text(template)
     write_rows(suite / "data.jsonl", _rows())
     return suite
@@ -79,7 +78,10 @@ def test_a_resume_with_a_changed_template_is_refused_and_sends_nothing(pytester:
         result = run_rollouts(pytester, "suite", "--rollouts-resume")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines(
-            ["*the input changed*", "*dataset suite/data.jsonl's prompt template changed: recorded suite/prompt.yaml sha256 *"]
+            [
+                "*the input changed*",
+                "*dataset suite/data.jsonl's prompt template changed: recorded suite/prompt.yaml sha256 *",
+            ]
         )
         assert agent.requests == []
 
@@ -114,7 +116,7 @@ def test_the_option_overrides_and_a_row_with_its_own_input_is_refused(pytester: 
         result = run_rollouts(
             pytester, "given.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-prompt-config=other.yaml"
         )
-        result.stdout.fnmatch_lines(["*given.jsonl:1: the row has responses_create_params.input and the run has a prompt*"])
+        result.stdout.fnmatch_lines(["*given.jsonl:1: the row has responses_create_params.input and the run has*"])
         assert agent.requests == []
 
 
@@ -130,7 +132,9 @@ def test_the_option_overrides_and_a_row_with_its_own_input_is_refused(pytester: 
 def test_a_template_that_cannot_be_used_is_a_usage_error(pytester: pytest.Pytester, text: str, said: str) -> None:
     (pytester.path / "p.yaml").write_text(text)
     write_rows(pytester.path / "data.jsonl", _rows(1))
-    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-prompt-config=p.yaml")
+    result = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-prompt-config=p.yaml"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--rollouts-prompt-config*{said}*"])
     with pytest.raises(PromptError, match=said.split(":")[0]):
@@ -152,9 +156,8 @@ math_agent:
       datasets:
         - {{name: m, type: benchmark, jsonl_fpath: data/bench.jsonl, prompt_config: prompts/math.yaml}}
 """
-        result = run_rollouts(
-            pytester, "data/bench.jsonl", f"--rollouts-head-server={state['address']}", "--rollouts-agent-map=_default=math_agent"
-        )
+        head = f"--rollouts-head-server={state['address']}"
+        result = run_rollouts(pytester, "data/bench.jsonl", head, "--rollouts-agent-map=_default=math_agent")
         result.assert_outcomes(passed=2)
         assert [r["responses_create_params"]["input"] for r in agent.requests] == [EXPECTED_INPUT] * 2
 
@@ -174,3 +177,24 @@ def test_the_python_api_takes_a_template(tmp_path: Path, monkeypatch: pytest.Mon
         (tmp_path / "q.yaml").write_text("user: '{nothing}'\n")
         with pytest.raises(CollectionRefused, match=r"data.jsonl:1: the prompt template q.yaml uses \{nothing\}"):
             asyncio.run(run_from_config(CollectionConfig(**given, prompt_config="q.yaml")))
+
+
+def test_under_xdist_every_worker_builds_the_same_inputs(pytester: pytest.Pytester) -> None:
+    """Each worker materializes the same rows: with a template, a split and the inputs moved, the
+    run is still one (every rollout once, the manifest's split and template recorded once)."""
+    with ScriptedAgent() as agent:
+        suite = _suite(pytester.path, agent.url)
+        write_rows(suite / "data.jsonl", _rows(12))
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-p", "no:asyncio", "-n", "2", "suite",
+            "--rollouts-out=out/r.jsonl", "--rollouts-materialized=inputs/m.jsonl", "--rollouts-repeats=2",
+        )  # fmt: skip
+        result.assert_outcomes(passed=12)
+        assert sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in agent.requests) == [
+            (t, r) for t in range(12) for r in range(2)
+        ]
+        assert all(r["responses_create_params"]["input"] == EXPECTED_INPUT for r in agent.requests)
+    materialized = [orjson.loads(line) for line in (pytester.path / "inputs/m.jsonl").read_bytes().splitlines()]
+    assert len(materialized) == 24 and all(r["responses_create_params"]["input"] == EXPECTED_INPUT for r in materialized)
+    [entry] = orjson.loads((pytester.path / "out/r_run_manifest.json").read_bytes())["datasets"]
+    assert entry["prompt_sha256"] == load_template(suite / "prompt.yaml").sha256
