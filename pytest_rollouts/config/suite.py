@@ -83,7 +83,6 @@ MODEL_ONLY = frozenset({"model", "model_embedded", "model_name", "api", "api_key
 
 # NeMo Gym's dataset types: the three a run can ask for (``--rollouts-split``), and ``example``,
 # committed smoke-test samples that are declared but never run as a split.
-SPLITS = ("train", "validation", "benchmark")
 Split = Literal["train", "validation", "benchmark", "example"]
 
 
