@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
@@ -121,9 +122,9 @@ class Settings(BaseModel):
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: tuple[int, ...] | None = option_field("pass_k")
     group_by: str | None = option_field("group_by")
-    split: Literal["train", "validation", "benchmark"] | None = option_field("split")
-    prompt_config: Path | None = option_field("prompt_config")
-    materialized: Path | None = option_field("materialized")
+    split: Split = option_field("split")
+    prompt_config: TemplatePath = option_field("prompt_config")
+    materialized: MaterializedPath = option_field("materialized")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -143,40 +144,6 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
-        return value
-
-    @field_validator("split", mode="before")
-    @classmethod
-    def _reject_example_split(cls, value: Any) -> Any:
-        """As NeMo Gym's ``_reject_example_split``: ``example`` is a dataset type, not a split a run
-        asks for, and gets the recipe rather than a bare list of the allowed values."""
-        if isinstance(value, str) and value.strip() == "example":
-            raise ValueError(
-                "example is not a split a run asks for: example datasets are committed smoke-test samples, "
-                "not prepared train/validation/benchmark splits. To run one, name its file: "
-                "pytest path/to/example.jsonl --rollouts-agent URL"
-            )
-        return value.strip() if isinstance(value, str) else value
-
-    @field_validator("prompt_config")
-    @classmethod
-    def _template_reads(cls, value: Path | None) -> Path | None:
-        """A template that cannot be read or says nothing usable is refused before anything runs."""
-        if value is not None:
-            from pytest_rollouts.rows.prompts import PromptError, load_template
-
-            try:
-                load_template(value)
-            except PromptError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("materialized", mode="before")
-    @classmethod
-    def _parse_materialized(cls, value: Any) -> Any:
-        """A JSONL file, like the output: it is read back by offset on resume and by aggregate."""
-        if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
-            raise ValueError("must name a file, <name>.jsonl")
         return value
 
     @field_validator("shard", mode="before")
@@ -295,8 +262,7 @@ class Settings(BaseModel):
             from pytest_rollouts.store.artifacts import ArtifactPaths
 
             run = ArtifactPaths(self.out)
-            taken = {p.resolve() for p in (run.out, run.failures, run.metrics, run.manifest)}
-            if self.materialized.resolve() in taken:
+            if self.materialized.resolve() in {p.resolve() for p in (run.out, run.failures, run.metrics, run.manifest)}:
                 raise ValueError(
                     f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
                     "name a file of its own"
