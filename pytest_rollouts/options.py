@@ -359,6 +359,32 @@ OPTIONS: tuple[Option, ...] = (
         "the rootdir. With --rollouts-baseline it shows the comparison too. A report that cannot be written "
         "is said on a `rollouts:` line and leaves the run's results and exit status as they are.",
     ),
+    Option(
+        "split",
+        "Which split of the suites' datasets to run: train, validation or benchmark.",
+        "train|validation|benchmark",
+        computed_default="benchmark in a suite that declares one, else every dataset",
+        details="A suite declares its splits under `[splits]` in `rollouts.toml`; a head server's datasets by "
+        "their `type`. The run's split is recorded in the run manifest (a resume with another one is refused) "
+        "and the metrics file. `example` datasets are smoke-test samples, never a split: name the file instead.",
+    ),
+    Option(
+        "prompt_config",
+        "A prompt template (YAML: system, few_shot, user with {field} placeholders) that builds every row's "
+        "responses_create_params.input.",
+        "PATH",
+        computed_default="the suite's or the head server's dataset's prompt_config, if any",
+        details="Its hash is in the run manifest: a resume with a changed template is refused like a changed "
+        "dataset. See docs/datasets-and-agents.md#prompt-templates.",
+    ),
+    Option(
+        "materialized",
+        "Where to write the materialized inputs.",
+        "PATH",
+        computed_default="`<stem>_materialized_inputs.jsonl` beside the output",
+        details="Recorded in the run manifest, so --rollouts-resume and `pytest-rollouts aggregate` find the "
+        "file without this option.",
+    ),
 )
 
 OPTION: dict[str, Option] = {option.name: option for option in OPTIONS}

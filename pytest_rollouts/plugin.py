@@ -151,11 +151,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     from pytest_rollouts.pytest.items import collect_dataset
 
-    dataset = collect_dataset(file_path, parent)
-    if dataset is not None:  # the run its rows belong to, made the first time one is met
+    def run() -> RolloutRun:  # the run its rows belong to, made the first time one is met
         from pytest_rollouts.pytest.session import RolloutRun
 
-        RolloutRun.get(parent.config)
+        return RolloutRun.get(parent.config)
+
+    dataset = collect_dataset(file_path, parent, run)
+    if dataset is not None:
+        run()
     return dataset
 
 

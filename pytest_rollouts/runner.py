@@ -32,7 +32,7 @@ from pytest_rollouts.config.routing import RoutingError
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.model.spec import ModelPlan
-from pytest_rollouts.plan.build import PlanError, build_plan
+from pytest_rollouts.plan.build import PlanError, PromptFor, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
@@ -123,14 +123,14 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     settings = validated(config)
     assert settings.out is not None
     root = Path.cwd()
-    paths = ArtifactPaths(settings.out)
+    paths = settings.paths
     agents = Agents(settings, root)
     lock = RunLock(paths.lock, paths.out, option="out")
     try:
-        tasks, numbering, end = _read(settings, agents, root)
+        tasks, numbering, end, prompt_for = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
-        prepared = _prepare(settings, paths, lock, root, tasks, numbering)
+        prepared = _prepare(settings, paths, lock, root, tasks, numbering, prompt_for)
         agents_used = {r.agent for r in prepared.plan.rollouts}
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
@@ -189,7 +189,7 @@ def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
     return CollectionConfig(**{str(key): value for key, value in config.items()})
 
 
-def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd]:
+def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd, PromptFor]:
     """Read, route and number every task (this shard's only), before any file is touched; and what
     the run's end will say of a run with nothing to send (pytest's "no tests collected")."""
     try:
@@ -206,11 +206,17 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
             task.slot = len(tasks)
             tasks.append(task)
     end = RunEnd(status=OK if tasks else NO_TESTS_COLLECTED, no_task_here=bool(read.tasks) and not tasks)
-    return tasks, numbering, end
+    return tasks, numbering, end, read.prompts.get
 
 
 def _prepare(
-    settings: CollectionConfig, paths: ArtifactPaths, lock: RunLock, root: Path, tasks: list[Task], numbering: Numbering
+    settings: CollectionConfig,
+    paths: ArtifactPaths,
+    lock: RunLock,
+    root: Path,
+    tasks: list[Task],
+    numbering: Numbering,
+    prompt_for: PromptFor,
 ) -> _Prepared:
     """Take the output, move earlier results aside (or repair them, resuming), write or read the plan."""
     run_id = uuid.uuid4().hex
@@ -226,7 +232,9 @@ def _prepare(
     _tell(start_notices(start, paths.out, resume=RESUME, overwrite=OVERWRITE))
     resuming, shown = numbering.resuming, os.path.relpath(paths.materialized, root)
     try:
-        plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown)
+        plan = build_plan(
+            tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, prompt_for=prompt_for
+        )
     except PlanError as exc:
         raise CollectionRefused(str(exc)) from None
     except ArtifactError as exc:  # a full disk before anything was sent

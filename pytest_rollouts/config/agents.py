@@ -17,7 +17,7 @@ from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 
 if TYPE_CHECKING:
     from pytest_rollouts.config.embedded import EmbeddedServers
-    from pytest_rollouts.config.routing import AgentRegistry, Routing
+    from pytest_rollouts.config.routing import AgentRegistry, Discovered, Routing
     from pytest_rollouts.model.spec import ModelPlan
 
 HEAD_SERVER_TIMEOUT_S = 10.0
@@ -37,6 +37,8 @@ class Agents:
         self._registry: AgentRegistry | None = None
         self._urls: dict[str, str] = {}
         self._servers: list[EmbeddedServers] = []
+        # What the head server's config said, once asked (``registry``): its datasets' splits and prompts.
+        self.discovered: Discovered | None = None
 
     @property
     def registry(self) -> AgentRegistry:
@@ -53,6 +55,7 @@ class Agents:
                 except HeadServerError as exc:
                     raise AgentsError(str(exc)) from None
             self._registry = AgentRegistry(self._settings, discovered)
+            self.discovered = discovered
         return self._registry
 
     def routing_for(self, dataset: Path) -> Routing:

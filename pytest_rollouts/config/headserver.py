@@ -14,6 +14,8 @@ Keys read, all at the top level of that config:
 - ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
   datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
   the one agent that fronts that resources server; an agent's own name resolves to it.
+- ``datasets[].{jsonl_fpath, type, prompt_config}`` of resources servers and agents: a dataset
+  file's split (``--rollouts-split``) and prompt template, for the files the run reads.
 
 Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 ``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
@@ -29,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from pytest_rollouts.config.routing import Discovered
+from pytest_rollouts.config.routing import Discovered, HeadDataset
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout, request
 
 CONFIG_PATH = "/global_config_dict_yaml"
@@ -68,6 +70,27 @@ def discover(base_url: str, *, timeout: float) -> Discovered:
     return config_agents(config)
 
 
+def config_datasets(config: Mapping[str, Any]) -> tuple[HeadDataset, ...]:
+    """The dataset entries of every resources server and agent in a NeMo Gym global config."""
+    found = []
+    for name, entry in config.items():
+        for kind in ("resources_servers", "responses_api_agents"):
+            server = _only_server(entry, kind)
+            for dataset in (server or {}).get("datasets") or ():
+                if isinstance(dataset, Mapping) and isinstance(dataset.get("jsonl_fpath"), str):
+                    kind_of = dataset.get("type")
+                    prompt = dataset.get("prompt_config")
+                    found.append(
+                        HeadDataset(
+                            str(dataset.get("name") or name),
+                            dataset["jsonl_fpath"],
+                            kind_of if isinstance(kind_of, str) else None,
+                            prompt if isinstance(prompt, str) else None,
+                        )
+                    )
+    return tuple(found)
+
+
 def config_agents(config: Mapping[str, Any]) -> Discovered:
     """Agents (name to URL) and task sources (name to agent) in a NeMo Gym global config."""
     agents: dict[str, str] = {}
@@ -95,7 +118,7 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
             sources[str(name)] = pins.pop()
         elif not pins and len(fronts.get(str(name), ())) == 1:
             sources[str(name)] = fronts[str(name)][0]
-    return Discovered(agents, sources)
+    return Discovered(agents, sources, config_datasets(config))
 
 
 def _address(config: Mapping[str, Any], server: Mapping[str, Any], name: str) -> str:

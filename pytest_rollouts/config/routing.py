@@ -39,6 +39,19 @@ class Discovered:
 
     agents: Mapping[str, str]
     task_sources: Mapping[str, str]
+    # Its dataset entries (``jsonl_fpath``, ``type``, ``prompt_config``): a dataset's split and prompt.
+    datasets: tuple[HeadDataset, ...] = ()
+
+
+@dataclass(frozen=True)
+class HeadDataset:
+    """One dataset entry of a head server's config, as NeMo Gym declares it: its file (relative to
+    where the run starts), its type (a split, or ``example``) and its prompt template, if any."""
+
+    name: str
+    jsonl_fpath: str
+    split: str | None
+    prompt_config: str | None
 
 
 @dataclass(frozen=True)

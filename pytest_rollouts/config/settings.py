@@ -11,15 +11,19 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
 from pytest_rollouts.options import OPTION
+
+if TYPE_CHECKING:
+    from pytest_rollouts.store.artifacts import ArtifactPaths
 
 DEFAULT_KEY = "_default"
 
@@ -118,6 +122,9 @@ class Settings(BaseModel):
     pass_k: tuple[int, ...] | None = option_field("pass_k")
     group_by: str | None = option_field("group_by")
     html: Path | None = option_field("html")
+    split: Split = option_field("split")
+    prompt_config: TemplatePath = option_field("prompt_config")
+    materialized: MaterializedPath = option_field("materialized")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -251,6 +258,15 @@ class Settings(BaseModel):
                 f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
                 f"({self.source_of('fan_out')}); give one of them"
             )
+        if self.materialized is not None and self.out is not None:
+            from pytest_rollouts.store.artifacts import ArtifactPaths
+
+            run = ArtifactPaths(self.out)
+            if self.materialized.resolve() in {p.resolve() for p in (run.out, run.failures, run.metrics, run.manifest)}:
+                raise ValueError(
+                    f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
+                    "name a file of its own"
+                )
         if self.resume and self.overwrite:
             raise ValueError(
                 f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "
@@ -368,6 +384,14 @@ class Settings(BaseModel):
             if not isinstance(value, dict):
                 raise ValueError("must be a JSON object")
         return value
+
+    @property
+    def paths(self) -> ArtifactPaths:
+        """The run's files: named after ``out``, the materialized inputs where asked."""
+        from pytest_rollouts.store.artifacts import ArtifactPaths
+
+        assert self.out is not None
+        return ArtifactPaths(self.out, self.materialized)
 
     @property
     def resident_limit(self) -> int:

@@ -81,10 +81,19 @@ class AgentDeclaration(BaseModel):
 MODEL_ONLY = frozenset({"model", "model_embedded", "model_name", "api", "api_key_env", "tools", "max_turns"})
 
 
+# NeMo Gym's dataset types: the three a run can ask for (``--rollouts-split``), and ``example``,
+# committed smoke-test samples that are declared but never run as a split.
+Split = Literal["train", "validation", "benchmark", "example"]
+
+
 class SuiteConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    datasets: tuple[str, ...]
+    # Datasets of no particular split; ``[splits]`` declares the others.
+    datasets: tuple[str, ...] = ()
+    splits: dict[Split, tuple[str, ...]] = {}
+    # A template (``prompt_config``, relative to this file) that builds every row's request input.
+    prompt_config: str | None = None
     agent: str | None = None
     agents: dict[str, AgentDeclaration] = {}
     # Rows that carry ``task_source`` instead of ``agent_ref`` run on the agent named here.
@@ -104,10 +113,22 @@ class SuiteConfig(BaseModel):
             raise ValueError("lists no pattern: name the suite's dataset files, e.g. datasets = ['*.jsonl']")
         return value
 
+    @field_validator("splits", mode="before")
+    @classmethod
+    def _lists_of_patterns(cls, value: Any) -> Any:
+        """A split's patterns as ``datasets`` takes them: a string alone is a mistake."""
+        if isinstance(value, dict):
+            for split, patterns in value.items():
+                if isinstance(patterns, str):
+                    raise ValueError(f"{split} must be a list of glob patterns, e.g. {split} = [{patterns!r}]")
+        return value
+
     @model_validator(mode="after")
     def _default_is_declared(self) -> SuiteConfig:
         if self.agent is not None and self.agent not in self.agents:
             raise ValueError(f"default agent {self.agent!r} is not declared under [agents]")
+        if not self.datasets and not any(self.splits.values()):
+            raise ValueError("declares no dataset: give datasets = ['*.jsonl'] or a [splits] table")
         return self
 
 
@@ -123,13 +144,49 @@ class Suite:
         return self.root / "rollouts.toml"
 
     def declares(self, file_path: Path) -> bool:
+        return any(self._matches(file_path, patterns) for patterns in self._patterns().values())
+
+    def split_of(self, file_path: Path) -> str | None:
+        """The split ``[splits]`` puts the file in (the first that matches), or None."""
+        return next((s for s, patterns in self.config.splits.items() if self._matches(file_path, patterns)), None)
+
+    def selects(self, file_path: Path, asked: str | None) -> bool:
+        """Whether collecting the suite's directory runs this dataset: those of the ``asked`` split;
+        without one, the benchmark split where the suite declares one, else every dataset. An
+        ``example`` dataset runs only when named on its own."""
+        if not self.config.splits:
+            return self.declares(file_path)
+        split = self.split_of(file_path)
+        if asked is not None:
+            return split == asked
+        if "benchmark" in self.config.splits:
+            return split == "benchmark"
+        return split != "example" and self.declares(file_path)
+
+    def prompt_config(self) -> Path | None:
+        """The suite's prompt template, resolved against its directory."""
+        given = self.config.prompt_config
+        return None if given is None else self.root / given
+
+    def line_of(self, key: str) -> int:
+        """The line of ``rollouts.toml`` that declares ``key`` (1 when none stands out), for messages."""
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.split("=", 1)[0].strip().strip("\"'") == key:
+                return number
+        return 1
+
+    def _patterns(self) -> dict[str | None, tuple[str, ...]]:
+        return {None: self.config.datasets, **self.config.splits}
+
+    def _matches(self, file_path: Path, patterns: tuple[str, ...]) -> bool:
         relative = file_path.relative_to(self.root).as_posix()
-        return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.config.datasets)
+        return any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
 
     def unmatched(self) -> list[str]:
         """Dataset patterns that match no file: a typo in a name would quietly shrink the eval."""
         files = [p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()]
-        return [p for p in self.config.datasets if not any(fnmatch.fnmatchcase(f, p) for f in files)]
+        patterns = [p for listed in self._patterns().values() for p in listed]
+        return [p for p in patterns if not any(fnmatch.fnmatchcase(f, p) for f in files)]
 
 
 @cache

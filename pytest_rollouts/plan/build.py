@@ -8,9 +8,9 @@ only what they still lack. Both take tasks as the pytest items or the Python API
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.rows.episodes import taskset_of
@@ -21,6 +21,9 @@ from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
+
+if TYPE_CHECKING:
+    from pytest_rollouts.rows.prompts import PromptTemplate
 
 
 class PlanError(ValueError):
@@ -41,8 +44,19 @@ class PlannedTask(Protocol):
     slot: int
 
 
+# A dataset file's prompt template (``plan.declared``), or None: its rows are sent as they are.
+PromptFor = Callable[[Path], "PromptTemplate | None"]
+
+
 def build_plan(
-    tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Settings, manifest: RunManifest, *, resuming: bool, shown: str
+    tasks: Sequence[PlannedTask],
+    paths: ArtifactPaths,
+    settings: Settings,
+    manifest: RunManifest,
+    *,
+    resuming: bool,
+    shown: str,
+    prompt_for: PromptFor | None = None,
 ) -> Plan:
     """The plan of a run whose files are prepared (``ArtifactPaths.start_run``): a resumed run's from
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
@@ -50,15 +64,19 @@ def build_plan(
     if resuming:
         return plan_resume(tasks, paths, settings, shown)
     write_manifest(paths.manifest, manifest)
-    return materialize(tasks, paths.materialized, settings)
+    return materialize(tasks, paths.materialized, settings, prompt_for)
 
 
-def materialize(tasks: Sequence[PlannedTask], path: Path, settings: Settings) -> Plan:
-    """Write every planned rollout's request body, remembering where each one sits.
+def materialize(
+    tasks: Sequence[PlannedTask], path: Path, settings: Settings, prompt_for: PromptFor | None = None
+) -> Plan:
+    """Write every planned rollout's request body, remembering where each one sits; a dataset with
+    a prompt template has its rows' input built by it first (the scan checked every row fills).
 
     Written to a private file and renamed into place, so concurrent xdist workers
     (which all materialize the same rows) never interleave their writes.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts: list[PlannedRollout] = []
     row: dict[str, Any] = {}
     expected: dict[str, dict[Key, int]] = {}
@@ -71,6 +89,9 @@ def materialize(tasks: Sequence[PlannedTask], path: Path, settings: Settings) ->
             if position != last_position:
                 row = parse_object(reader.read(task.path, task.offset), task.path, 0)
                 last_position = position
+                prompt = prompt_for(task.path) if prompt_for is not None and not task.episode else None
+                if prompt is not None:
+                    row = prompt.apply(row)
             materialized = materialize_row(
                 row,
                 task_index=task.task_index,

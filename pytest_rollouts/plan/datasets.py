@@ -10,14 +10,16 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.routing import Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.plan.declared import DeclarationError, Declarations
 from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.prompts import PromptError, PromptTemplate
 from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 
@@ -47,11 +49,15 @@ class TaskRow:
 class DatasetScan:
     """The tasks of one dataset file, read once; ``shown`` is the file as messages name it."""
 
-    def __init__(self, path: Path, shown: Path, settings: Settings, routing: Routing) -> None:
+    def __init__(
+        self, path: Path, shown: Path, settings: Settings, routing: Routing, prompt: PromptTemplate | None = None
+    ) -> None:
         self._path = path
         self._shown = shown
         self._settings = settings
         self._routing = routing
+        # The template materialization will fill each row with: a row it cannot fill is refused here.
+        self._prompt = prompt
         self.sha256 = ""
         self.rows = 0
         # Lines of rows with no ``responses_create_params``, and none given for the run: NeMo Gym
@@ -77,6 +83,11 @@ class DatasetScan:
             digest.update(line.rstrip(b"\r\n") + b"\n")
             rows += 1
             first_rollout, episode = 0, taskset_of(row) is not None
+            if self._prompt is not None and not episode:
+                try:
+                    row = self._prompt.apply(row)
+                except PromptError as exc:
+                    raise DatasetError(f"{shown}:{line_no}: {exc}") from None
             params = row.get(CREATE_PARAMS, _ABSENT)
             if params is _ABSENT and not episode:
                 if not settings.responses_create_params:
@@ -130,6 +141,8 @@ class ReadDatasets:
     tasks: list[Task]
     files: list[DatasetTasks]
     notices: list[str]
+    # Each dataset's prompt template, by its path as its tasks hold it (``build_plan``'s ``prompt_for``).
+    prompts: dict[Path, PromptTemplate] = field(default_factory=dict)
 
 
 def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, root: Path) -> ReadDatasets:
@@ -137,10 +150,15 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
     suites declare, as ``pytest DIR`` collects them), raising ``DatasetError`` or ``AgentsError``
     at the first bad one; files are named relative to ``root`` in the manifest and in messages."""
     read = ReadDatasets([], [], [])
-    for path in dataset_files(paths, root):
+    declarations = Declarations(settings, agents, root)
+    for path in dataset_files(paths, root, settings.split):
         shown = Path(os.path.relpath(path, root))
-        scan = DatasetScan(path, shown, settings, agents.routing_for(path.resolve()))
-        entry = DatasetTasks(shown.as_posix(), "", 0)
+        try:
+            declared = declarations.of(path)
+        except DeclarationError as exc:
+            raise DatasetError(str(exc)) from None
+        scan = DatasetScan(path, shown, settings, agents.routing_for(path.resolve()), declared.prompt)
+        entry = DatasetTasks(shown.as_posix(), "", 0, declared=declared)
         for row in scan.tasks():
             task = Task(entry.name, path, row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode)
             read.tasks.append(task)
@@ -148,14 +166,17 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
             entry.rollouts += row.repeats
         entry.sha256, entry.rows = scan.sha256, scan.rows
         read.files.append(entry)
+        if declared.prompt is not None:
+            read.prompts[path] = declared.prompt
         if notice := scan.notice():
             read.notices.append(notice)
     return read
 
 
-def dataset_files(paths: Sequence[Path], root: Path) -> list[Path]:
+def dataset_files(paths: Sequence[Path], root: Path, split: str | None = None) -> list[Path]:
     """The dataset files ``paths`` name: a file as given; a directory's ``.jsonl`` files that the
-    nearest ``rollouts.toml`` declares, in name order. Each file once."""
+    nearest ``rollouts.toml`` declares in the run's ``split`` (``Suite.selects``), in name order.
+    Each file once."""
     from pytest_rollouts.config.suite import SuiteError, find_declaration, load_suite
 
     files: list[Path] = []
@@ -169,7 +190,7 @@ def dataset_files(paths: Sequence[Path], root: Path) -> list[Path]:
                     f
                     for f in sorted(given.rglob("*.jsonl"))
                     if (declaration := find_declaration(f.parent.resolve(), root.resolve())) is not None
-                    and load_suite(declaration).declares(f.resolve())
+                    and load_suite(declaration).selects(f.resolve(), split)
                 ]
             except SuiteError as exc:
                 raise DatasetError(str(exc)) from None

@@ -7,6 +7,7 @@ refused before anything is moved or sent.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.build import PlanError
+from pytest_rollouts.plan.declared import Declared
 from pytest_rollouts.rows.manifest import DatasetEntry, ManifestError, RunManifest, differences, read_manifest
 from pytest_rollouts.store.artifacts import ArtifactPaths
 
@@ -29,6 +31,8 @@ class DatasetTasks:
     rows: int
     agents: set[str] = field(default_factory=set)
     rollouts: int = 0
+    # What its suite or head server declares (``plan.declared``): its split, and the template.
+    declared: Declared | None = None
 
 
 @dataclass
@@ -60,7 +64,7 @@ def number_run(
     agents.check_named()
     unused = agents.unused_keys_notice()
     assert settings.out is not None
-    paths = ArtifactPaths(settings.out)
+    paths = settings.paths
     resuming = wants_resume(asked_resume, paths, shown)
     numbering = number_datasets(datasets, settings, paths, resuming=resuming, routed=agents.registry.used_keys)
     numbering.unmatched = unused
@@ -106,6 +110,8 @@ def number_datasets(
         known = recorded.entry(dataset.name) if recorded else None
         first = known.first_task if known else next_task
         next_task = max(next_task, first + dataset.rows)
+        declared = dataset.declared
+        prompt = declared.prompt if declared else None
         entries.append(
             DatasetEntry(
                 path=dataset.name,
@@ -114,10 +120,19 @@ def number_datasets(
                 first_task=first,
                 agents=sorted(dataset.agents),
                 rollouts=dataset.rollouts,
+                split=declared.split if declared else None,
+                prompt_config=None if prompt is None else prompt.path.as_posix(),
+                prompt_sha256=None if prompt is None else prompt.sha256,
             )
         )
     firsts = {e.path: e.first_task for e in entries}
-    numbering = Numbering(RunManifest(datasets=entries, shape=shape(settings, routed)), firsts, resuming)
+    manifest = RunManifest(
+        datasets=entries,
+        shape=shape(settings, routed),
+        split=run_split(datasets, settings),
+        materialized=_materialized_entry(paths),
+    )
+    numbering = Numbering(manifest, firsts, resuming)
     if recorded is not None:
         changed = differences(recorded, numbering.manifest)
         if changed and not settings.resume_recorded:
@@ -127,6 +142,32 @@ def number_datasets(
             f"no run manifest next to {paths.out}; resuming from {paths.materialized} without checking the input"
         )
     return numbering
+
+
+def run_split(datasets: Sequence[DatasetTasks], settings: Settings) -> str | None:
+    """The run's split: the one asked for, else the one every dataset is declared in (None when
+    they declare none, or several). A dataset declared in another split than the one asked for
+    (named on its own: a directory collects only the asked one's) is refused, naming where."""
+    asked = settings.split
+    declared = [d.declared for d in datasets if d.declared is not None and d.declared.split is not None]
+    if asked is not None:
+        for dataset in datasets:
+            if dataset.declared is not None and dataset.declared.split not in (None, asked):
+                raise PlanError(
+                    f"{dataset.name} is declared in the {dataset.declared.split} split ({dataset.declared.where}), "
+                    f"but the run asks for {asked} ({settings.source_of('split')}): run its split, or drop the file"
+                )
+        return asked
+    splits = {d.split for d in declared}
+    return splits.pop() if len(splits) == 1 and len(declared) == len(datasets) else None
+
+
+def _materialized_entry(paths: ArtifactPaths) -> str | None:
+    """The materialized inputs' place as the manifest records it: relative to the manifest, and
+    only when they are not beside the output."""
+    if paths.materialized_at is None or paths.materialized_at.resolve() == paths.beside_materialized.resolve():
+        return None
+    return os.path.relpath(paths.materialized_at.resolve(), paths.manifest.parent.resolve())
 
 
 def shape(settings: Settings, routed: Collection[str] = ()) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,24 +28,43 @@ from pytest_rollouts.rows.schema import CANCELLED
 if TYPE_CHECKING:
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.plan.declared import Declared
     from pytest_rollouts.rows.records import RolloutOutcome
 
 
-def collect_dataset(file_path: Path, parent: pytest.Collector) -> DatasetFile | None:
-    """A ``DatasetFile`` for a declared dataset or a ``.jsonl`` named on the command line."""
+def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[[], Any]) -> DatasetFile | None:
+    """A ``DatasetFile`` for a ``.jsonl`` named on the command line, a dataset a suite declares in
+    the run's split, or one the head server's config lists in it. ``run_of``: the session's run."""
+    if parent.session.isinitpath(file_path):
+        return DatasetFile.from_parent(parent, path=file_path)
     declaration = find_declaration(file_path.parent, parent.config.rootpath)
     if declaration is not None:
         from pytest_rollouts.config.suite import SuiteError, load_suite
 
         try:
-            declared = load_suite(declaration).declares(file_path)
+            suite = load_suite(declaration)
+            # Which split runs needs the settings: only a suite that declares splits reads them.
+            declared = suite.declares(file_path) and (
+                not suite.config.splits or suite.selects(file_path, run_of().settings.split)
+            )
         except SuiteError:
             declared = True  # let collection report the broken declaration
         if declared:
             return DatasetFile.from_parent(parent, path=file_path)
-    if parent.session.isinitpath(file_path):
+    run = parent.config.stash.get(RUN_KEY, None)
+    if run is not None and run.settings.head_server is not None and _head_selects(run, file_path):
         return DatasetFile.from_parent(parent, path=file_path)
     return None
+
+
+def _head_selects(run: Any, file_path: Path) -> bool:
+    """A file the head server's config lists in the run's split (a usage error if it is unreadable)."""
+    from pytest_rollouts.config.agents import AgentsError
+
+    try:
+        return bool(run.declarations.head_selects(file_path))
+    except AgentsError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 class DatasetFile(pytest.File):
@@ -56,6 +75,8 @@ class DatasetFile(pytest.File):
 
     sha256 = ""
     rows = 0
+    # Its split and prompt template (``plan.declared``), for the scan and the manifest.
+    declared: Declared | None = None
 
     @cached_property
     def relpath(self) -> str:
@@ -77,12 +98,15 @@ class DatasetFile(pytest.File):
                 raise self.CollectError(reason)
         run.warm_engine()
         shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
+        from pytest_rollouts.plan.declared import DeclarationError
+
         try:
             routing = run.routing_for(self.path)
+            self.declared = run.declarations.of(self.path)
         except SuiteError as exc:
             said_once(self, exc)
             return
-        except RoutingError as exc:
+        except (RoutingError, DeclarationError) as exc:
             raise self.CollectError(str(exc)) from None
         with lasting():
             yield from self._items(run.settings, routing, shown)
@@ -90,7 +114,8 @@ class DatasetFile(pytest.File):
     def _items(self, settings: Settings, routing: Routing, shown: Path) -> Iterator[RolloutItem]:
         from pytest_rollouts.plan.datasets import DatasetError, DatasetScan
 
-        scan = DatasetScan(self.path, shown, settings, routing)
+        assert self.declared is not None
+        scan = DatasetScan(self.path, shown, settings, routing, self.declared.prompt)
         try:
             for task in scan.tasks():
                 # A task that runs on several agents shows which one in its id, joined the way

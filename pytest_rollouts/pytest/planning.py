@@ -26,6 +26,7 @@ from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.plan.build import PromptFor
     from pytest_rollouts.rows.manifest import RunManifest
 
 
@@ -76,7 +77,7 @@ class SessionPlan:
                 tasks = files.get(dataset)
                 if tasks is None:
                     name = Path(dataset.relpath).as_posix()
-                    tasks = files[dataset] = DatasetTasks(name, dataset.sha256, dataset.rows)
+                    tasks = files[dataset] = DatasetTasks(name, dataset.sha256, dataset.rows, declared=dataset.declared)
                 tasks.agents.add(item.agent)
                 tasks.rollouts += item.repeats
         if not files:
@@ -112,7 +113,9 @@ class SessionPlan:
             items[:] = keep
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
 
-    def build(self, selected: Sequence[RolloutItem], paths: ArtifactPaths, run_id: str) -> Plan:
+    def build(
+        self, selected: Sequence[RolloutItem], paths: ArtifactPaths, run_id: str, prompt_for: PromptFor | None = None
+    ) -> Plan:
         """Move earlier results aside or delete them (or repair them, resuming), then write or read the plan.
 
         Raises ``OSError`` when the files cannot be prepared, ``ArtifactError`` when a fresh
@@ -127,7 +130,9 @@ class SessionPlan:
         assert self._manifest is not None
         shown = self.shown(paths.materialized)
         try:
-            return build_plan(selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown)
+            return build_plan(
+                selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, prompt_for=prompt_for
+            )
         except PlanError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
     from pytest_rollouts.model.spec import ModelPlan
+    from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.scoring.aggregate import OutputScan, RunScore
 
 
@@ -105,7 +107,7 @@ class RolloutRun:
     @property
     def paths(self) -> ArtifactPaths:
         assert self.settings.out is not None
-        return ArtifactPaths(self.settings.out)
+        return self.settings.paths
 
     def warm_engine(self) -> None:
         """Start the dispatcher process early, so its imports overlap with collection.
@@ -157,6 +159,13 @@ class RolloutRun:
             self._agents = Agents(self.settings, self.config.rootpath)
         return self._agents
 
+    @cached_property
+    def declarations(self) -> Declarations:
+        """Each dataset's split and prompt template, as its suite or the head server declares them."""
+        from pytest_rollouts.plan.declared import Declarations
+
+        return Declarations(self.settings, self.agents, self.config.rootpath)
+
     def routing_for(self, dataset: Path) -> Routing:
         from pytest_rollouts.config.agents import AgentsError
 
@@ -200,7 +209,7 @@ class RolloutRun:
         run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
         try:
             hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
-            self._plan = self.planning.build(selected, paths, run_id)
+            self._plan = self.planning.build(selected, paths, run_id, lambda path: self.declarations.of(path).prompt)
             self._prepared = True
         except OutputBusy as exc:
             self._refuse_on_worker(str(exc))

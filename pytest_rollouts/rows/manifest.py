@@ -29,6 +29,11 @@ class DatasetEntry(BaseModel):
     agents: list[str]
     # Rollouts its rows make (repeats per agent, fan-out copies); None in manifests from before fan-out.
     rollouts: int | None = None
+    # The split its suite or head server declares it in, and the prompt template that built its
+    # rows' input (as given, and its hash): None where there is none, as in older manifests.
+    split: str | None = None
+    prompt_config: str | None = None
+    prompt_sha256: str | None = None
 
 
 class RunManifest(BaseModel):
@@ -37,6 +42,11 @@ class RunManifest(BaseModel):
     version: int = 1
     datasets: list[DatasetEntry]
     shape: dict[str, Any]
+    # The run's split (``--rollouts-split``, or the one its datasets share); None: undeclared or mixed.
+    split: str | None = None
+    # Where the materialized inputs are, relative to the manifest, when not beside the output
+    # (``--rollouts-materialized``): resume and ``aggregate`` read it (``ArtifactPaths``).
+    materialized: str | None = None
 
     def entry(self, path: str) -> DatasetEntry | None:
         return next((d for d in self.datasets if d.path == path), None)
@@ -53,6 +63,8 @@ def differences(recorded: RunManifest, current: RunManifest) -> list[str]:
         for name in names
         if recorded.shape.get(name) != current.shape.get(name)
     ]
+    if recorded.split != current.split:
+        found.append(f"split: recorded {recorded.split or 'none'}, now {current.split or 'none'}")
     for now in current.datasets:
         then = recorded.entry(now.path)
         if then is None:
@@ -63,9 +75,19 @@ def differences(recorded: RunManifest, current: RunManifest) -> list[str]:
                 f"dataset {now.path} changed: recorded {then.rows} rows sha256 {then.sha256[:12]}, "
                 f"now {now.rows} rows sha256 {now.sha256[:12]}"
             )
+        if then.prompt_sha256 != now.prompt_sha256:
+            found.append(
+                f"dataset {now.path}'s prompt template changed: recorded {_template(then)}, now {_template(now)}"
+            )
         if then.agents != now.agents:
             found.append(f"dataset {now.path} routes to agents {now.agents}, recorded {then.agents}")
     return found
+
+
+def _template(entry: DatasetEntry) -> str:
+    if entry.prompt_sha256 is None:
+        return "none"
+    return f"{entry.prompt_config} sha256 {entry.prompt_sha256[:12]}"
 
 
 def read_manifest(path: Path) -> RunManifest | None:

@@ -34,6 +34,7 @@ from pytest_rollouts.scoring.run_statistics import (
     task_labels,
 )
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
+from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
@@ -98,6 +99,16 @@ class _Group:
     rows: list[MetricRow] = field(default_factory=list)
     fields: set[str] = field(default_factory=set)
     output_offsets: dict[Key, int] = field(default_factory=dict)
+
+
+def _recorded_split(manifest: Path) -> str | None:
+    """The run's split as its manifest records it; None without one (or a manifest unreadable here:
+    resume and the merge are where a damaged one is refused)."""
+    try:
+        recorded = read_manifest(manifest)
+    except ManifestError:
+        return None
+    return recorded.split if recorded is not None else None
 
 
 def score_run(
@@ -167,7 +178,7 @@ def score_run(
     result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:
-            result.metrics_path = write_metrics_file(paths.metrics, scores)
+            result.metrics_path = write_metrics_file(paths.metrics, scores, _recorded_split(paths.manifest))
         except ArtifactError as exc:  # the score is known: report it, and that it is not on disk
             result.metrics_error = str(exc)
         finally:

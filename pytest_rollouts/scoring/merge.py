@@ -173,7 +173,9 @@ def _stray_rows(shards: list[Shard], keys_by_shard: dict[str, list[Key]]) -> lis
 
 
 def _unsharded(manifest: RunManifest) -> RunManifest:
-    return manifest.model_copy(update={"shape": {**manifest.shape, "shard": None}})
+    """A shard's manifest as the merged run's: no shard, and its materialized inputs beside the
+    merged output (where ``write_merged`` puts them), wherever each shard kept its own."""
+    return manifest.model_copy(update={"shape": {**manifest.shape, "shard": None}, "materialized": None})
 
 
 def _shard_ids(shards: list[Shard]) -> list[str]:
@@ -256,7 +258,7 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
     for target, source in (
         (out.out, lambda p: p.out),
         (out.failures, lambda p: p.failures),
-        (out.materialized, lambda p: p.materialized),
+        (out.beside_materialized, lambda p: p.materialized),
     ):
         with replaced_atomically(target) as sink:
             for shard in shards:

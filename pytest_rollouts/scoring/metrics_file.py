@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import GroupScore
 
 
-def write_metrics_file(path: Path, scores: Sequence[GroupScore]) -> Path:
-    """Each group's metrics with its coverage and where its metrics came from."""
+def write_metrics_file(path: Path, scores: Sequence[GroupScore], split: str | None = None) -> Path:
+    """Each group's metrics with its coverage and where its metrics came from, and the run's
+    split (``train``, ``validation``, ``benchmark``) when it has one: numbers from two splits
+    must never be read as one."""
     entries = [
         {
             "agent_ref": {"name": s.agent},
+            **({"split": split} if split is not None else {}),
             **s.metrics,
             "coverage": s.coverage.as_dict(),
             "metrics_source": s.source,

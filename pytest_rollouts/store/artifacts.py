@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import shutil
 import time
@@ -39,6 +40,9 @@ class RunStart:
 @dataclass(frozen=True)
 class ArtifactPaths:
     out: Path
+    # Where this run writes its materialized inputs (``--rollouts-materialized``); None: where the
+    # run's manifest recorded them (``materialized``), else beside the output.
+    materialized_at: Path | None = None
 
     def _sibling(self, suffix: str) -> Path:
         return self.out.with_name(self.out.stem + suffix)
@@ -49,6 +53,22 @@ class ArtifactPaths:
 
     @property
     def materialized(self) -> Path:
+        """The materialized inputs: where this run was told to write them, or where the recorded
+        run wrote them, so a resume, ``aggregate`` and ``compare`` need no option to find them.
+
+        Beside the output when the recorded place holds nothing and that file exists: a run's
+        earlier set moved aside (``<stem>.prev-*``) keeps its inputs beside its outputs."""
+        if self.materialized_at is not None:
+            return self.materialized_at
+        beside = self.beside_materialized
+        recorded = recorded_materialized(self.manifest)
+        if recorded is None or (not recorded.exists() and beside.exists()):
+            return beside
+        return recorded
+
+    @property
+    def beside_materialized(self) -> Path:
+        """The materialized inputs' default place, and their name in a set moved aside."""
         return self._sibling("_materialized_inputs.jsonl")
 
     @property
@@ -71,6 +91,16 @@ class ArtifactPaths:
 
     def all(self) -> tuple[Path, ...]:
         return (self.out, self.failures, self.materialized, self.metrics, self.manifest)
+
+    def _earlier(self) -> list[tuple[Path, str]]:
+        """The files an earlier run left (its materialized inputs where its manifest says), and
+        this run's materialized file if something is there already, each with its name in a set
+        moved aside: the names beside the output, so the set reads as a run of its own."""
+        found = [(path, path.name) for path in (self.out, self.failures, self.metrics, self.manifest)]
+        found.append((ArtifactPaths(self.out).materialized, self.beside_materialized.name))
+        if self.materialized_at is not None and self.materialized_at != found[-1][0]:
+            found.append((self.materialized_at, self.beside_materialized.name))
+        return found
 
     def start_run(self, run_id: str, *, resume: bool, overwrite: bool = False) -> RunStart:
         """Prepare the files once per run: the first process of ``run_id`` to lock ``prepared`` does it.
@@ -138,12 +168,12 @@ class ArtifactPaths:
         """Any file not empty: a run whose every rollout failed has only its sidecar (the attempts,
         terminal verdicts) and one killed before any row only its materialized inputs, and either
         is what a resume of it would have gone on."""
-        return any(path.exists() and path.stat().st_size for path in self.all())
+        return any(path.exists() and path.stat().st_size for path, _ in self._earlier())
 
     def _move_aside(self, prefix: str) -> Path | None:
         """Earlier artifacts go into a dated folder ``<prefix>-<time>``; empty ones are only deleted."""
         if not self._has_results():
-            for path in self.all():
+            for path, _ in self._earlier():
                 path.unlink(missing_ok=True)
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -153,14 +183,24 @@ class ArtifactPaths:
             suffix += 1
             folder = self.out.with_name(f"{prefix}-{stamp}-{suffix}")
         folder.mkdir()
-        for path in self.all():
-            if path.exists():
-                os.replace(path, folder / path.name)
+        for path, name in self._earlier():
+            if path.exists() and not (folder / name).exists():
+                shutil.move(path, folder / name)  # a rename, unless the inputs are on another file system
         return folder
 
     def _repair(self) -> dict[Path, int]:
         dropped = {path: repair_tail(path) for path in (self.out, self.failures)}
         return {path: size for path, size in dropped.items() if size}
+
+
+def recorded_materialized(manifest: Path) -> Path | None:
+    """Where a run's manifest says its materialized inputs are (relative to the manifest, so a
+    results tree moved whole still finds them), or None: none recorded, or no readable manifest."""
+    try:
+        where = json.loads(manifest.read_bytes()).get("materialized")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return manifest.parent / where if isinstance(where, str) and where else None
 
 
 def repair_tail(path: Path) -> int:

@@ -1,0 +1,103 @@
+"""``--rollouts-materialized PATH`` (NeMo Gym's ``materialized_jsonl_fpath``): the materialized
+inputs written elsewhere, the place recorded in the manifest, so a resume, ``aggregate`` and the
+next fresh run find them with no option."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pytest_rollouts import CollectionConfig, run_from_config
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import read_rows, tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+from .test_shards import aggregate
+
+
+def _task_1_fails_once() -> Any:
+    failed: set[int] = set()
+
+    def behaviour(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 1 and 1 not in failed:
+            failed.add(1)
+            return Reply(status=500)
+        return verifier(row, seen)
+
+    return behaviour
+
+
+def test_the_inputs_go_where_asked_and_a_resume_finds_them_unasked(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(_task_1_fails_once()) as agent:
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}")
+        first = run_rollouts(pytester, *args, "--rollouts-materialized=inputs/m.jsonl")
+        assert first.parseoutcomes() == {"passed": 2, "agent_run_error": 1}
+        assert not Artifacts(pytester.path).materialized_path.exists()
+        assert keys(read_rows(pytester.path / "inputs/m.jsonl")) == [(0, 0), (1, 0), (2, 0)]
+        manifest = orjson.loads((pytester.path / "out/r_run_manifest.json").read_bytes())
+        assert manifest["materialized"] == "../inputs/m.jsonl", "relative to the manifest"
+        assert "artifacts: out/r.jsonl, out/r_failures.jsonl, inputs/m.jsonl" in first.stdout.str()
+        agent.requests.clear()
+        run_rollouts(pytester, *args, "--rollouts-resume").assert_outcomes(passed=3)
+        assert [(r["_ng_task_index"], r["_ng_attempt_index"]) for r in agent.requests] == [(1, 1)]
+
+
+def test_aggregate_finds_the_inputs_the_manifest_records(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-materialized=inputs/m.jsonl"
+        ).assert_outcomes(passed=3)
+    done = aggregate(pytester.path, "--input", "out/r.jsonl", "--out", "merged/all.jsonl", "--require-complete")
+    assert done.returncode == 0, done.stderr
+    assert keys(read_rows(pytester.path / "merged/all_materialized_inputs.jsonl")) == [(0, 0), (1, 0), (2, 0)]
+    [group] = json.loads((pytester.path / "merged/all_aggregate_metrics.json").read_text())
+    assert group["coverage"]["completed"] == 3
+
+
+def test_a_fresh_run_moves_the_earlier_inputs_aside_with_their_results(pytester: pytest.Pytester) -> None:
+    """The earlier set keeps its inputs beside its outputs, so it can still be scored or resumed."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent() as agent:
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}")
+        run_rollouts(pytester, *args, "--rollouts-materialized=inputs/m.jsonl").assert_outcomes(passed=2)
+        run_rollouts(pytester, *args).assert_outcomes(passed=2)
+    [earlier] = (pytester.path / "out").glob("r.prev-*")
+    assert keys(read_rows(earlier / "r_materialized_inputs.jsonl")) == [(0, 0), (1, 0)]
+    assert not (pytester.path / "inputs/m.jsonl").exists()
+    assert keys(Artifacts(pytester.path).materialized) == [(0, 0), (1, 0)], "the new run's, beside its output"
+    done = aggregate(pytester.path, "--input", str(earlier / "r.jsonl"), "--out", "again/r.jsonl", "--require-complete")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_path_that_is_another_of_the_runs_files_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-materialized=out/r_failures.jsonl"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--rollouts-materialized names one of the run's other files*"])
+    result = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:1", "--rollouts-materialized=m.txt"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--rollouts-materialized*must name a file, <name>.jsonl*"])
+
+
+def test_the_python_api_moves_and_finds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    with ScriptedAgent(_task_1_fails_once()) as agent:
+        given = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}}
+        asyncio.run(run_from_config(CollectionConfig(**given, materialized="inputs/m.jsonl")))
+        assert keys(read_rows(tmp_path / "inputs/m.jsonl")) == [(0, 0), (1, 0), (2, 0)]
+        agent.requests.clear()
+        result = asyncio.run(run_from_config(CollectionConfig(**given, resume=True)))
+        assert result.exit_status == 0
+        assert [(r["_ng_task_index"], r["_ng_attempt_index"]) for r in agent.requests] == [(1, 1)]
