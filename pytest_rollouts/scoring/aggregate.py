@@ -22,7 +22,6 @@ from pytest_rollouts.scoring.metrics import (
     compute_default_metrics,
     numeric_fields,
     token_rates,
-    usage_summary,
 )
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
 from pytest_rollouts.scoring.run_statistics import (
@@ -34,6 +33,7 @@ from pytest_rollouts.scoring.run_statistics import (
     task_labels,
 )
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
+from pytest_rollouts.scoring.usage import usage_summary
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, PERF, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.scoring.stats import (
     across_repeats,
     clustered_sem,
@@ -32,9 +32,6 @@ from pytest_rollouts.scoring.stats import (
     written,
 )
 
-# An agent's per-rollout performance record (NeMo Gym's ``ng_perf``), and the totals taken of it.
-NG_PERF = "ng_perf"
-USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "num_turns")
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
@@ -83,7 +80,7 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     response = row.get("response")
     if isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
-    _add_leaves(row.get(NG_PERF), out)
+    _add_leaves(row.get(PERF), out)
     return out
 
 
@@ -386,22 +383,6 @@ def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float 
         "seconds": seconds,
         "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9),
     }
-
-
-def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
-    """A group's token and turn totals (``ng_perf``'s names) and their means per rollout; None for
-    a group whose rows report no tokens. What a model run costs is its totals, which
-    ``agent_metrics``' means hide."""
-    with_tokens = [row.values for row in rows if any(name in row.values for name in USAGE_TOTALS[:3])]
-    if not with_tokens:
-        return None
-    summary: dict[str, float | int] = {"num_rollouts": len(with_tokens)}
-    for name in USAGE_TOTALS:
-        values = [v[name] for v in with_tokens if name in v]
-        if values:
-            summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
-            summary[f"mean/{name}"] = sum(values) / len(values)
-    return summary
 
 
 def token_rates(usage: Mapping[str, float | int] | None, perf: Mapping[str, Any]) -> dict[str, float]:
