@@ -90,6 +90,8 @@ PERF_TOKENS = {  # ng_perf key: the key of a trajectory model call's ``token_sta
     "reasoning_tokens": "reasoning_tokens",
 }
 PERF_LATENCY_MS = "total_latency_ms"
+# The same token sums under the Responses API's ``usage`` names, which the metrics use for both.
+PERF_AS_USAGE = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens", "cached_prompt_tokens": "cached_tokens"}
 # The collector keys an agent may set, and only to classify its own failure (contracts.md). An agent
 # that sends the class on every reply (null on success) still returns a result.
 AGENT_FAILURE_KEYS = frozenset({FAILURE_CLASS, TERMINAL, NO_PERSIST})

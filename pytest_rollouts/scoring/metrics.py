@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, PERF, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.schema import (
+    COLLECTOR_PREFIX,
+    ELAPSED,
+    PERF,
+    PERF_AS_USAGE,
+    PERF_LATENCY_MS,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
+)
 from pytest_rollouts.scoring.stats import (
     across_repeats,
     clustered_sem,
@@ -69,6 +77,11 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     (``input_tokens``, ``cached_tokens``, ...), so every number inside it is flattened to its leaf
     key. A top-level field wins over a usage leaf of the same name, and an earlier leaf over a
     later one. NaN is skipped (a missing value, as pandas takes it); infinities are kept.
+
+    An ``ng_perf`` record adds its counts (``num_turns``, ``num_tool_calls``,
+    ``token_observability_coverage``) and, for a row whose usage lacks them, its token sums under
+    the usage names (``prompt_tokens`` is ``input_tokens``): one name for one quantity, whichever
+    record reported it. Its latency is timing, which ``perf_summary`` covers, not a metric.
     """
     out: dict[str, float] = {}
     for key, value in row.items():
@@ -80,7 +93,12 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     response = row.get("response")
     if isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
-    _add_leaves(row.get(PERF), out)
+    perf = row.get(PERF)
+    if isinstance(perf, Mapping):
+        for key, value in perf.items():
+            number = None if key == PERF_LATENCY_MS or type(value) in _NEVER_NUMBERS else _as_number(value)
+            if number is not None:
+                out.setdefault(PERF_AS_USAGE.get(key, key), number)
     return out
 
 

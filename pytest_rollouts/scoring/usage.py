@@ -15,16 +15,10 @@ from collections.abc import Mapping, Sequence
 from pytest_rollouts.rows.schema import PERF_COVERAGE, PERF_TOOL_CALLS, PERF_TURNS
 from pytest_rollouts.scoring.metrics import MetricRow
 
-# Each total of the summary, and where a rollout's number is read: the first of these fields it has
-# (``numeric_fields`` flattens ``response.usage`` and ``ng_perf`` to their leaf names).
-TOTALS = {
-    "input_tokens": ("input_tokens", "prompt_tokens"),
-    "output_tokens": ("output_tokens", "completion_tokens"),
-    "total_tokens": ("total_tokens",),
-    PERF_TURNS: (PERF_TURNS,),
-    PERF_TOOL_CALLS: (PERF_TOOL_CALLS,),
-}
+# The summary's totals: ``numeric_fields`` gives a row's usage, else its ``ng_perf`` token sums, under
+# the usage names, and its ``ng_perf`` counts.
 TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+TOTALS = (*TOKENS, PERF_TURNS, PERF_TOOL_CALLS)
 
 
 def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
@@ -50,13 +44,9 @@ def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
 
 
 def _counts(values: Mapping[str, float]) -> dict[str, float]:
-    """A rollout's numbers for each total: tokens from its usage or else its ``ng_perf``, and the
-    total from the two parts when its record gives only those."""
-    counts = {}
-    for name, fields in TOTALS.items():
-        found = next((values[f] for f in fields if f in values), None)
-        if found is not None:
-            counts[name] = found
+    """A rollout's numbers for each total, the total tokens from the two parts when its record
+    (an ``ng_perf``) gives only those."""
+    counts = {name: values[name] for name in TOTALS if name in values}
     if "total_tokens" not in counts and ("input_tokens" in counts or "output_tokens" in counts):
         counts["total_tokens"] = counts.get("input_tokens", 0.0) + counts.get("output_tokens", 0.0)
     return counts
