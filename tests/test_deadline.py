@@ -16,6 +16,7 @@ import pytest
 from pytest_rollouts.scoring.metrics import latency_summary
 from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
 from pytest_rollouts.pytest.report import ELAPSED, REWARDS, Tally
+from pytest_rollouts.rows.masking import MaskingCounts
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -113,7 +114,7 @@ def test_the_live_line_takes_latency_from_the_dispatcher_and_counts_no_reward_on
     tally = Tally(durations=[0.01, 0.01], unrewarded=2)
     controller = progress_line(tally, 3, None)
     assert "2 failed (no_reward 2)" in controller and "p50 0.01s" in controller
-    dispatcher = progress_line(tally, 3, None, (3, 3, {"no_reward": 2}, [25.0, 25.0]))
+    dispatcher = progress_line(tally, 3, None, (3, 3, {"no_reward": 2}, [25.0, 25.0], MaskingCounts()))
     assert "p50 25.00s p90 25.00s" in dispatcher and "2 failed (no_reward 2)" in dispatcher
 
 
@@ -285,7 +286,9 @@ def test_status_line_counts_what_finished_behind_a_slow_early_rollout(pytester: 
         screen = _run_on_a_terminal(pytester.path, agent.url, "--rollouts-parallel=3")
     waiting = [r for r in screen.split("\rdata.jsonl rollouts: ") if "oldest in flight: task 1 rollout 0" in r]
     assert waiting, screen
-    assert waiting[-1].startswith("11/12 tasks done, 1 failed (agent_run_error 1), 1 in flight, "), waiting[-1]
+    # The masking view follows the failures: 6 of the 10 results right, the failure dropped from the output.
+    expected = "11/12 tasks done, 1 failed (agent_run_error 1), reward_unmasked 60.00%, dropped 1 (1 failed), 1 in flight, "
+    assert waiting[-1].startswith(expected), waiting[-1]
 
 
 def test_a_margin_without_a_budget_is_pointed_out(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:

@@ -212,7 +212,7 @@ def test_shipped_suites_run_offline_on_the_built_in_agent_and_the_seeded_model(p
     for suite, rows in by_suite.items():
         mean = sum(r["reward"] for r in rows) / len(rows)
         assert 0.2 < mean < 0.95, (suite, mean)
-        assert all(r["ng_perf"]["num_turns"] >= 1 and r["ng_perf"]["total_tokens"] > 0 for r in rows)
+        assert all(r["ng_perf"]["num_turns"] >= 1 and r["ng_perf"]["completion_tokens"] > 0 for r in rows)
     inputs = {
         (r["_ng_task_index"], r["_ng_rollout_index"]): r
         for r in read_rows(pytester.path / "first" / "rollouts_materialized_inputs.jsonl")

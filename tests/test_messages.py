@@ -15,6 +15,7 @@ import pytest
 from pytest_rollouts.dispatch import messages
 from pytest_rollouts.dispatch.frames import FrameBuffer, frame
 from pytest_rollouts.dispatch.messages import MessageError, decode, encode
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import RolloutOutcome
 
 from .helpers import plan_header
@@ -30,14 +31,15 @@ EXAMPLES: list[messages.Message] = [
     messages.Close(),
     messages.Ready(),
     messages.Unhealthy(["a: HTTP 503"]),
-    messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}, [0.5, 1.25]),
-    messages.Progress(0, None, None, 0, 0, {}, None),
+    messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}, [0.5, 1.25], MaskingCounts(3, 2.5, 1, 2, 1)),
+    messages.Progress(0, None, None, 0, 0, {}, None, MaskingCounts()),
     messages.Done(
         5,
         [
             RolloutOutcome(0, 1.0, None, "", 0.5, 1),
             RolloutOutcome(1, None, "agent_request_failed", "no reply", 2.0, 3, given_up=True),
             RolloutOutcome(2, 0.0, None, "", 0.0, 0, cached=True),
+            RolloutOutcome(3, None, "cancelled", "budget", 0.0, 0, persisted=False),
         ],
     ),
     messages.Error(5, "Traceback ..."),
@@ -79,7 +81,8 @@ def test_outcomes_travel_by_field_name() -> None:
         (
             "progress",
             {"in_flight": 0, "oldest_age": None, "oldest": None, "tasks_done": 0, "rollouts_sent": 0, "sent": 1},
-            "message 'progress' has field 'sent' its type does not define and no field 'failures' and no field 'latency'",
+            "message 'progress' has field 'sent' its type does not define and no field 'failures' and no field "
+            "'latency' and no field 'masking'",
         ),
     ],
 )

@@ -80,7 +80,23 @@ def test_rows_are_scored_by_the_suites_verifier(pytester: pytest.Pytester, model
     assert first["response"]["object"] == "response"
     assert first["response"]["output"][-1]["content"][0]["text"] == "1"
     assert first["response"]["usage"]["input_tokens"] == 10
-    assert first["ng_perf"] == {"num_turns": 1, "input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    perf = first["ng_perf"]
+    assert perf.pop("total_latency_ms") > 0
+    # The fake Responses model reports its cached and reasoning tokens (0); the chat one does not.
+    assert perf == {
+        "num_turns": 1,
+        "num_tool_calls": 0,
+        "token_observability_coverage": 1.0,
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        **({"cached_prompt_tokens": 0, "reasoning_tokens": 0} if api == RESPONSES else {}),
+    }
+    (call,) = first["ng_trajectory"]["model_calls"]
+    assert {k: call["token_stats"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == {
+        "prompt_tokens": 10,
+        "completion_tokens": 5,
+        "total_tokens": 15,
+    }
     assert {c.api for c in model.calls} == {api}
     assert model.elsewhere == []  # no /health, no /aggregate_metrics: a model has neither
     assert sorted(c.headers["X-Rollouts-Rollout"] for c in model.calls) == [
@@ -116,7 +132,14 @@ def test_tools_run_over_several_turns(pytester: pytest.Pytester, api: str) -> No
     (row,) = Artifacts(pytester.path).rows
     assert row["reward"] == 1.0
     assert row["ng_perf"]["num_turns"] == 3
-    assert row["ng_perf"]["input_tokens"] == 30
+    assert row["ng_perf"]["prompt_tokens"] == 30
+    assert row["ng_perf"]["num_tool_calls"] == 4
+    trajectory = row["ng_trajectory"]
+    assert [t["turn_no"] for t in trajectory["turns"]] == [1, 2, 3]
+    assert [c["tool_name"] for c in trajectory["tool_calls"]] == ["add", "nope", "fail", "add"]
+    assert trajectory["tool_calls"][0]["output"] == "5"
+    # Each turn's question is what the model saw first then: the prompt, then the tool outputs.
+    assert [len(t["question"]) for t in trajectory["turns"]] == [1, 3, 1]
     outputs = [i["output"] for i in row["response"]["output"] if i["type"] == "function_call_output"]
     assert outputs[0] == "5"
     assert "no tool named 'nope'" in outputs[1]

@@ -1,7 +1,8 @@
 """An attempt's row written where a run keeps it: results to ``<stem>.jsonl``, failures to the sidecar.
 
 The ``Rows`` of a run that writes files, for the dispatcher process and ``dispatch_plan`` alike, so
-the two write the same bytes: a result as ``schema.success_row`` builds it, redacted as one line,
+the two write the same bytes: a result as ``schema.success_row`` builds it (with an ``ng_perf`` from
+its trajectory, ``rows/trajectory.py``), redacted as one line,
 a failure as given unless ``schema.persisted`` says it is written nowhere. Each row is one
 ``write`` (``JsonlAppender``); ``sync_periodically`` makes them durable once a second.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.rows.schema import persisted, success_row
+from pytest_rollouts.rows.trajectory import with_perf
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlAppender
 
@@ -34,7 +36,10 @@ class FileRows:
             raise
 
     def result(self, reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> None:
-        self._outputs.append_line(self._redact.line(success_row(reply, stamps, elapsed)))
+        """Stored with an ``ng_perf`` built from its ``ng_trajectory`` when it brings one and no ``ng_perf``:
+        NeMo Gym's collector adds it to what it stores, not to what ``run_examples`` hands back."""
+        row = success_row(with_perf(reply, elapsed), stamps, elapsed)
+        self._outputs.append_line(self._redact.line(row))
 
     def failure(self, row: dict[str, Any]) -> None:
         if persisted(row):

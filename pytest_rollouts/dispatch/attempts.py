@@ -125,7 +125,7 @@ class Attempts:
             if drained:
                 if not tries:
                     rows.failure(drained_row({ATTEMPT_INDEX: 0, **stamps}, drained))
-                    return RolloutOutcome(planned.rollout, None, CANCELLED, drained, 0.0, 0)
+                    return RolloutOutcome(planned.rollout, None, CANCELLED, drained, 0.0, 0, persisted=False)
                 # The try it would have retried stands for the attempt: its row makes resume retry it.
                 failed = self._record(rows, tries.pop(), stamps, planned.rollout, tries)
                 failed.detail += f"; not retried, {drained}"
@@ -195,7 +195,14 @@ class Attempts:
             rows.failure(row)
             given_up = last and persisted(row) and not marked_terminal(row)
             return RolloutOutcome(
-                rollout_index, None, failure_class, row[FAILURE_MESSAGE], attempt.elapsed, tries, given_up=given_up
+                rollout_index,
+                None,
+                failure_class,
+                row[FAILURE_MESSAGE],
+                attempt.elapsed,
+                tries,
+                given_up=given_up,
+                persisted=persisted(row),
             )
         rows.result(reply, stamps, attempt.elapsed)
         if self._deadline is not None:

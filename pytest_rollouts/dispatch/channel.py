@@ -40,6 +40,7 @@ from pytest_rollouts.dispatch.messages import (
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
 from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -128,9 +129,9 @@ class Dispatcher:
         # Requests in flight, the oldest one's age and key, and when pytest read that: the engine
         # reports it ahead of each batch of results, and every 2 s while none comes.
         self._in_flight: tuple[Progress, float] | None = None
-        # Tasks finished, rollouts sent, failures by class, p50 and p90 latency, as the engine last reported: ahead of
-        # the items pytest has reported, which come in plan order behind any slow one.
-        self.finished: tuple[int, int, dict[str, int], list[float] | None] | None = None
+        # Tasks finished, rollouts sent, failures by class, p50 and p90 latency and the masking counts, as the engine
+        # last reported: ahead of the items pytest has reported, which come in plan order behind any slow one.
+        self.finished: tuple[int, int, dict[str, int], list[float] | None, MaskingCounts] | None = None
         # Rollouts sent, as last reported; after ``close``, all of them (the engine's last word).
         self.sent = 0
         # Called on each of the engine's progress reports, while pytest waits or reads results.
@@ -292,7 +293,7 @@ class Dispatcher:
             self._done[msg.slot] = msg.outcomes
         elif isinstance(msg, Progress):
             self._in_flight = (msg, time.monotonic())
-            self.finished = (msg.tasks_done, msg.rollouts_sent, msg.failures, msg.latency)
+            self.finished = (msg.tasks_done, msg.rollouts_sent, msg.failures, msg.latency, msg.masking)
             self.sent = msg.rollouts_sent
             if self.on_progress is not None and self._ready:
                 self.on_progress()

@@ -59,6 +59,7 @@ from pytest_rollouts.dispatch.pipes import Input, Output
 from pytest_rollouts.dispatch.shared_output import SharedOutput
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.pacing import pace_process
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError
@@ -93,6 +94,7 @@ class Engine:
         self._rollouts_sent = 0
         self._latency = LatencySketch()
         self._failure_counts: Counter[str] = Counter()
+        self._masking = MaskingCounts()
         self._bodies = Bodies(Path(header.bodies))
         self._rows = FileRows(Path(header.out), Path(header.failures), self._agents.redact)
         self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
@@ -241,6 +243,7 @@ class Engine:
         if outcome.attempts:  # not drained, not found on disk
             self._rollouts_sent += 1
             self._latency.add(outcome.elapsed)
+        self._masking.add(outcome)
         status = outcome.status  # a failure class, or no_reward: what the gate counts as failed
         if status is not None:
             self._failure_counts[status] += 1
@@ -282,12 +285,13 @@ class Engine:
         """
         since = self._attempts.in_flight_since
         oldest = next(iter(since), None)
-        done, sent, failures = self._tasks_done, self._rollouts_sent, self._failure_counts
+        done, sent, failures, masking = self._tasks_done, self._rollouts_sent, self._failure_counts, self._masking
         latency = self._latency.p50_p90()
         if oldest is None:
-            return encode(Progress(0, None, None, done, sent, failures, latency))
+            return encode(Progress(0, None, None, done, sent, failures, latency, masking))
         where = [self._col["task"][oldest], self._col["rollout"][oldest]]
-        return encode(Progress(len(since), time.monotonic() - since[oldest], where, done, sent, failures, latency))
+        age = time.monotonic() - since[oldest]
+        return encode(Progress(len(since), age, where, done, sent, failures, latency, masking))
 
     def _sync(self) -> None:
         self._rows.sync()

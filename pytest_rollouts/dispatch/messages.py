@@ -24,6 +24,7 @@ import orjson
 from pytest_rollouts.dispatch.frames import frame
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for pydantic
@@ -168,8 +169,9 @@ class Unhealthy:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
-    the tasks finished, rollouts sent and failures by class so far, and the p50 and p90 latency
-    of every rollout finished (None before the first)."""
+    the tasks finished, rollouts sent and failures by class so far, the p50 and p90 latency
+    of every rollout finished (None before the first), and what the run lost to masking and
+    dropped rollouts (``rows/masking.py``)."""
 
     tag: ClassVar[str] = "progress"
     in_flight: int
@@ -179,6 +181,7 @@ class Progress:
     rollouts_sent: int
     failures: dict[str, int]
     latency: list[float] | None
+    masking: MaskingCounts
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

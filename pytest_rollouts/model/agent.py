@@ -4,12 +4,14 @@ It answers what an agent's ``/run`` answers, from the same materialized row, wit
 hop of its own: the dispatcher calls ``run`` where it would have posted the row (see
 ``docs/model-agents.md`` for why). The result is NeMo Gym-shaped: ``response`` (the final
 response, Responses-shaped whatever the model's API, with every turn's output and the summed
-usage), ``reward`` and the verifier's other fields, and ``ng_perf`` (turns and token sums).
+usage), ``reward`` and the verifier's other fields, ``ng_trajectory`` (each turn, model call and tool
+call, ``model/trajectory.py``) and ``ng_perf`` built from it as NeMo Gym's collector builds it.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,9 +29,19 @@ from pytest_rollouts.model.convert import (
 )
 from pytest_rollouts.model.spec import CHAT, ModelPlan
 from pytest_rollouts.model.tools import Toolbox
+from pytest_rollouts.model.trajectory import TrajectoryLog
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.rows.records import Failure
-from pytest_rollouts.rows.schema import AGENT_RUN_ERROR, CREATE_PARAMS, MAX_BODY_CHARS, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.schema import (
+    AGENT_RUN_ERROR,
+    CREATE_PARAMS,
+    MAX_BODY_CHARS,
+    PERF,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
+    TRAJECTORY,
+)
+from pytest_rollouts.rows.trajectory import build_perf
 from pytest_rollouts.store.jsonl import dumps, loads
 
 Verifier = Callable[[dict[str, Any], dict[str, Any]], Any]
@@ -71,11 +83,15 @@ class ModelAgent:
         schemas = self._tools.schemas if self._tools is not None else []
         chat = self._plan.api == CHAT
         rollout = f"{row.get(TASK_INDEX)}.{row.get(ROLLOUT_INDEX)}"
+        started = time.monotonic()
+        log = TrajectoryLog(_task_id(row), f"{row.get(TASK_INDEX)}-{row.get(ROLLOUT_INDEX)}", _DIALECTS[chat])
         outputs: list[dict[str, Any]] = []
         tokens = _Tokens()
         turns = 0
+        question: list[Any] = list(items)
         while True:
             body = chat_request(params, items, schemas) if chat else responses_request(params, items, schemas)
+            called = time.time()
             try:
                 reply = await self._client.create(body, rollout)
             except ModelCallError as exc:
@@ -87,29 +103,28 @@ class ModelAgent:
             response = response_of_chat(reply) if chat else reply
             turns += 1
             tokens.add(response.get("usage"))
+            log.call(called, question, reply, response)
             new = [item for item in response.get("output") or () if isinstance(item, dict)]
             items += new
             outputs += new
             calls = [item for item in new if item.get("type") == "function_call"]
             if not calls or self._tools is None or turns >= self._plan.max_turns:
                 break
+            question = []
             for call in calls:
+                began = time.time()
                 text = await self._tools.call(str(call.get("name")), call.get("arguments") or "")
+                log.tool(call, began, text)
                 result = {"type": "function_call_output", "call_id": call.get("call_id"), "output": text}
                 items.append(result)
                 outputs.append(result)
+                question.append(result)
         usage = responses_usage(tokens.input, tokens.output, cached=tokens.cached, reasoning=tokens.reasoning)
         final = {**response, "output": outputs, "usage": usage}
-        perf = {
-            "num_turns": turns,
-            "input_tokens": tokens.input,
-            "output_tokens": tokens.output,
-            "total_tokens": tokens.input + tokens.output,
-        }
-        return await self._verified(row, final, perf)
+        return await self._verified(row, final, log, started)
 
     async def _verified(
-        self, row: dict[str, Any], final: dict[str, Any], perf: dict[str, Any]
+        self, row: dict[str, Any], final: dict[str, Any], log: TrajectoryLog, started: float
     ) -> dict[str, Any] | Failure:
         """The reply: the final response scored by the suite's verifier. A verifier that raises (or
         returns neither a number nor a dict) is a rollout that ran and broke, its traceback kept."""
@@ -140,7 +155,12 @@ class ModelAgent:
                 f"the verifier returned {type(score).__name__}, not a number or a dict",
                 body=self._redact.cut(repr(score), MAX_BODY_CHARS),
             )
-        reply["ng_perf"] = perf
+        # Both records are the collector's to write (``schema.OBSERVABILITY_KEYS``): a verifier's own
+        # would pass for the agent's. ``ng_perf`` is built as the collector builds an agent server's,
+        # its latency the whole rollout's, verifier included.
+        trajectory = log.record()
+        reply[TRAJECTORY] = trajectory
+        reply[PERF] = build_perf(trajectory, round(1000 * (time.monotonic() - started), 3))
         return reply
 
 
@@ -155,6 +175,19 @@ def _missing_part(reply: dict[str, Any], chat: bool) -> str:
         choices = reply.get("choices")
         return "" if isinstance(choices, list) and choices and isinstance(choices[0], dict) else "no choices"
     return "" if isinstance(reply.get("output"), list) else "no output list"
+
+
+# A trajectory model call's ``dialect``, NeMo Gym's names for the two APIs its model servers capture.
+_DIALECTS = {True: "chat_completions", False: "responses"}
+
+
+def _task_id(row: dict[str, Any]) -> str:
+    """The trajectory's task id as NeMo Gym's ``_trajectory_identity`` picks it: the dataset's own id
+    when the row has one, else the task index."""
+    for key in ("task_id", "problem_id", "instance_id"):
+        if row.get(key) is not None:
+            return str(row[key])
+    return str(row.get(TASK_INDEX))
 
 
 def _count(value: Any) -> int:

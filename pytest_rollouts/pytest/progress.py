@@ -13,10 +13,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.report import Tally
+
+# The dispatcher's view of a run (``dispatch.channel.Dispatcher.finished``): tasks finished, rollouts
+# sent, failures by class, [p50, p90] latency (None before the first), what was masked and dropped.
+Finished = tuple[int, int, dict[str, int], list[float] | None, MaskingCounts]
 
 CLEAR_TO_END = "\x1b[K"
 
@@ -58,7 +63,7 @@ class Progress:
         self,
         tally: Tally,
         in_flight: tuple[int, float | None, list[int] | None] | None,
-        finished: tuple[int, int, dict[str, int], list[float] | None] | None,
+        finished: Finished | None,
     ) -> str | None:
         """The line now due, or None when in a log it would only repeat the last one's count.
 
@@ -105,12 +110,15 @@ def progress_line(
     tally: Tally,
     total: int,
     in_flight: tuple[int, float | None, list[int] | None] | None,
-    finished: tuple[int, int, dict[str, int], list[float] | None] | None = None,
+    finished: Finished | None = None,
 ) -> str:
-    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class, latency).
+    """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class, latency, masking).
     It runs ahead of the items pytest reports in plan order; a resumed run's settled items it never
     sees, so each count is the larger of the two, and the latency is the dispatcher's when it has
-    one (the reported items' would leave out the slow rollouts they wait behind)."""
+    one (the reported items' would leave out the slow rollouts they wait behind).
+
+    What the run lost to masked and dropped rollouts (``rows/masking.py``) follows the failures, and
+    only when there is any: a healthy run's line is what it was."""
     from pytest_rollouts.scoring.metrics import latency_summary  # not at import: every pytest session loads this
 
     reported = latency_summary(tally.durations)
@@ -118,15 +126,19 @@ def progress_line(
     sent = len(tally.durations)
     # A result without a reward is failed, as the gate counts it; an xdist controller learns it from reports.
     failures = tally.failures + Counter({NO_REWARD: tally.unrewarded})
+    masking = tally.masking()
     if finished is not None:
         sent, failures = max(sent, finished[1]), failures | Counter(finished[2])
         latency = finished[3] or latency
+        masking = masking.most(finished[4])
     parts = [f"rollouts: {tasks_done(tally, finished)}/{total} tasks done"]
     # The failed count first, then its classes, and only then the rest: a line cut to a narrow
     # terminal's width keeps the count.
     if failures:
         classes = ", ".join(f"{n} {c}" for n, c in sorted(failures.items()))
         parts.append(f"{sum(failures.values())} failed ({classes})")
+    if lost := masking.line():
+        parts.append(lost)
     if in_flight is not None:
         parts.append(f"{in_flight[0]} in flight")
     # Up to now: a line written while a slow rollout holds the run up shows the rate falling.
@@ -139,7 +151,7 @@ def progress_line(
     return ", ".join(parts)
 
 
-def tasks_done(tally: Tally, finished: tuple[int, int, dict[str, int], list[float] | None] | None) -> int:
+def tasks_done(tally: Tally, finished: Finished | None) -> int:
     """The larger of what pytest reported and what the dispatcher finished (see ``progress_line``)."""
     return tally.items if finished is None else max(tally.items, finished[0])
 

@@ -27,7 +27,10 @@ NO_REWARD = "rollouts_no_reward"
 DRAINED = "rollouts_drained"
 # How many of an item's rollouts the attempt cap now keeps from any resume.
 GIVEN_UP = "rollouts_given_up"
-ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, MASKED, NO_REWARD, DRAINED, GIVEN_UP})
+# How many of its failures were written nowhere (NeMo Gym's ``omitted``: ``_ng_no_persist``, drained);
+# the others in ``FAILURES`` are in the sidecar (``failed``). The masking view needs the split.
+OMITTED = "rollouts_omitted"
+ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, MASKED, NO_REWARD, DRAINED, GIVEN_UP, OMITTED})
 
 
 def record_outcomes(
@@ -54,6 +57,9 @@ def record_outcomes(
     given_up = sum(o.given_up for o in outcomes)
     if given_up:
         user_properties.append((GIVEN_UP, given_up))
+    omitted = sum(o.failure_class is not None and not o.persisted for o in outcomes)
+    if omitted:
+        user_properties.append((OMITTED, omitted))
 
 
 def json_property(name: str, value: object) -> object:

@@ -27,10 +27,12 @@ from pytest_rollouts.pytest.properties import (
     GIVEN_UP,
     MASKED,
     NO_REWARD,
+    OMITTED,
     REWARDS,
     rollout_properties,
 )
 from pytest_rollouts.pytest.stash import NOTICES_KEY, RUN_KEY
+from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
@@ -111,6 +113,7 @@ class Tally:
     durations: list[float] = field(default_factory=list)
     drained: set[tuple[int, int]] = field(default_factory=set)
     given_up: int = 0
+    omitted: int = 0
 
     def add(self, report: pytest.TestReport) -> None:
         props = rollout_properties(report)
@@ -133,6 +136,7 @@ class Tally:
         self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
         self.failures.update(props.get(FAILURES, {}))
         self.given_up += props.get(GIVEN_UP, 0)
+        self.omitted += props.get(OMITTED, 0)
         if report.failed and _unscored(props):
             self.failed_items += 1
             if len(self.examples) < SHOWN_FAILURES:
@@ -140,6 +144,11 @@ class Tally:
                 lines = report.longreprtext.splitlines()
                 reason = next((line for line in lines if line.startswith("rollout ")), lines[0] if lines else "")
                 self.examples.append(f"{report.nodeid} {reason}")
+
+    def masking(self) -> MaskingCounts:
+        """What the reported items lost to masked and dropped rollouts (``rows/masking.py``)."""
+        failed = sum(self.failures.values()) - self.omitted
+        return MaskingCounts(self.rewarded, self.reward_sum, self.masked, failed, self.omitted)
 
     def outcomes(self, as_zero: frozenset[str] = frozenset()) -> Outcomes:
         """What this session's items reported, counted as the whole run's coverage counts;

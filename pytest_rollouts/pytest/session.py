@@ -36,6 +36,7 @@ from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import OutputBusy
 
 if TYPE_CHECKING:
+    from pytest_rollouts.pytest.progress import Finished
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
@@ -389,8 +390,9 @@ class RolloutRun:
         """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""
         return self._dispatcher.in_flight if self._dispatcher is not None else None
 
-    def finished(self) -> tuple[int, int, dict[str, int], list[float] | None] | None:
-        """(tasks finished, rollouts sent, failures by class, [p50, p90] latency), when this process dispatches."""
+    def finished(self) -> Finished | None:
+        """(tasks finished, rollouts sent, failures by class, [p50, p90] latency, masking counts), when this
+        process dispatches."""
         return self._dispatcher.finished if self._dispatcher is not None else None
 
     def finish(self) -> None:

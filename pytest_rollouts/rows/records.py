@@ -63,6 +63,9 @@ class RolloutOutcome:
     given_up: bool = False
     # A result the agent marked ``mask_sample``: left out of every score, as NeMo Gym does.
     masked: bool = False
+    # False for a failure written nowhere (an agent's ``_ng_no_persist``, a drained rollout): NeMo
+    # Gym's ``omitted``, where a failure in the sidecar is ``failed`` (``rows/masking.py``).
+    persisted: bool = True
 
     @classmethod
     def of_result(

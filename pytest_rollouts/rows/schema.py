@@ -74,7 +74,24 @@ MAX_BODY_CHARS = 2000
 
 # NeMo Gym's collector writes these observability records too. An agent's ``/run`` reply may bring
 # its own (an agent that sends its trajectory owns its turns); an environment server's result may not.
-OBSERVABILITY_KEYS = frozenset({"ng_trajectory", "ng_model_call_capture", "ng_perf"})
+TRAJECTORY = "ng_trajectory"
+PERF = "ng_perf"
+OBSERVABILITY_KEYS = frozenset({TRAJECTORY, "ng_model_call_capture", PERF})
+# ``ng_perf``'s keys, NeMo Gym's ``_build_ng_perf``: reasoning turns and tool calls over every agent
+# invocation, the fraction of those turns whose model call was observed, the token sums over the
+# observed calls (each only when some call reported it), and the rollout's wall time.
+PERF_TURNS = "num_turns"
+PERF_TOOL_CALLS = "num_tool_calls"
+PERF_COVERAGE = "token_observability_coverage"
+PERF_TOKENS = {  # ng_perf key: the key of a trajectory model call's ``token_stats``
+    "prompt_tokens": "prompt_tokens",
+    "cached_prompt_tokens": "cached_tokens",
+    "completion_tokens": "completion_tokens",
+    "reasoning_tokens": "reasoning_tokens",
+}
+PERF_LATENCY_MS = "total_latency_ms"
+# The same token sums under the Responses API's ``usage`` names, which the metrics use for both.
+PERF_AS_USAGE = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens", "cached_prompt_tokens": "cached_tokens"}
 # The collector keys an agent may set, and only to classify its own failure (contracts.md). An agent
 # that sends the class on every reply (null on success) still returns a result.
 AGENT_FAILURE_KEYS = frozenset({FAILURE_CLASS, TERMINAL, NO_PERSIST})

@@ -22,7 +22,6 @@ from pytest_rollouts.scoring.metrics import (
     compute_default_metrics,
     numeric_fields,
     token_rates,
-    usage_summary,
 )
 from pytest_rollouts.scoring.metrics_file import write_metrics_file
 from pytest_rollouts.scoring.run_statistics import (
@@ -35,6 +34,8 @@ from pytest_rollouts.scoring.run_statistics import (
 )
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.scoring.masking import MASKING, masking_metrics
+from pytest_rollouts.scoring.usage import usage_summary
 from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
@@ -173,6 +174,8 @@ def score_run(
         usage = usage_summary(group.rows)
         if usage is not None and "usage_summary" not in score.metrics:
             score.metrics["usage_summary"] = usage
+        if masking := masking_metrics(name, accounting.coverage, group.rows):
+            score.metrics.setdefault(MASKING, masking)
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
     result = RunScore(scores, total, baseline=baseline)

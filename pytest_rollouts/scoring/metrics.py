@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from pytest_rollouts.rows.schema import COLLECTOR_PREFIX, ELAPSED, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.rows.schema import (
+    COLLECTOR_PREFIX,
+    ELAPSED,
+    PERF,
+    PERF_AS_USAGE,
+    PERF_LATENCY_MS,
+    ROLLOUT_INDEX,
+    TASK_INDEX,
+)
 from pytest_rollouts.scoring.stats import (
     across_repeats,
     clustered_sem,
@@ -32,9 +40,6 @@ from pytest_rollouts.scoring.stats import (
     written,
 )
 
-# An agent's per-rollout performance record (NeMo Gym's ``ng_perf``), and the totals taken of it.
-NG_PERF = "ng_perf"
-USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "num_turns")
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
@@ -72,6 +77,11 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     (``input_tokens``, ``cached_tokens``, ...), so every number inside it is flattened to its leaf
     key. A top-level field wins over a usage leaf of the same name, and an earlier leaf over a
     later one. NaN is skipped (a missing value, as pandas takes it); infinities are kept.
+
+    An ``ng_perf`` record adds its counts (``num_turns``, ``num_tool_calls``,
+    ``token_observability_coverage``) and, for a row whose usage lacks them, its token sums under
+    the usage names (``prompt_tokens`` is ``input_tokens``): one name for one quantity, whichever
+    record reported it. Its latency is timing, which ``perf_summary`` covers, not a metric.
     """
     out: dict[str, float] = {}
     for key, value in row.items():
@@ -83,7 +93,12 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     response = row.get("response")
     if isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
-    _add_leaves(row.get(NG_PERF), out)
+    perf = row.get(PERF)
+    if isinstance(perf, Mapping):
+        for key, value in perf.items():
+            number = None if key == PERF_LATENCY_MS or type(value) in _NEVER_NUMBERS else _as_number(value)
+            if number is not None:
+                out.setdefault(PERF_AS_USAGE.get(key, key), number)
     return out
 
 
@@ -386,22 +401,6 @@ def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float 
         "seconds": seconds,
         "rollouts_per_hour": 3600 * len(durations) / max(seconds, 1e-9),
     }
-
-
-def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
-    """A group's token and turn totals (``ng_perf``'s names) and their means per rollout; None for
-    a group whose rows report no tokens. What a model run costs is its totals, which
-    ``agent_metrics``' means hide."""
-    with_tokens = [row.values for row in rows if any(name in row.values for name in USAGE_TOTALS[:3])]
-    if not with_tokens:
-        return None
-    summary: dict[str, float | int] = {"num_rollouts": len(with_tokens)}
-    for name in USAGE_TOTALS:
-        values = [v[name] for v in with_tokens if name in v]
-        if values:
-            summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
-            summary[f"mean/{name}"] = sum(values) / len(values)
-    return summary
 
 
 def token_rates(usage: Mapping[str, float | int] | None, perf: Mapping[str, Any]) -> dict[str, float]:

@@ -1,0 +1,52 @@
+"""A group's ``usage_summary``: what its rollouts cost in tokens and turns, and how much of it was seen.
+
+A rollout's tokens come from its ``response.usage`` (what a Responses API reply reports), else from
+its ``ng_perf`` (``prompt_tokens``, ``completion_tokens``: the sums over the model calls its
+trajectory observed, ``rows/trajectory.py``), never both, so no token is counted twice. Turns and
+tool calls come from ``ng_perf``. Its ``token_observability_coverage`` says what share of a
+rollout's turns those sums cover; the group's is the share of all its turns, so a total read off a
+trajectory that lost half its turns does not pass for the whole cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pytest_rollouts.rows.schema import PERF_COVERAGE, PERF_TOOL_CALLS, PERF_TURNS
+from pytest_rollouts.scoring.metrics import MetricRow
+
+# The summary's totals: ``numeric_fields`` gives a row's usage, else its ``ng_perf`` token sums, under
+# the usage names, and its ``ng_perf`` counts.
+TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+TOTALS = (*TOKENS, PERF_TURNS, PERF_TOOL_CALLS)
+
+
+def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
+    """A group's token, turn and tool-call totals and their means per rollout that reports them, and
+    its token observability; None for a group whose rows report neither tokens nor an ``ng_perf``.
+    What a model run costs is its totals, which ``agent_metrics``' means hide."""
+    counts = [(c, row.values) for row in rows if (c := _counts(row.values)) or PERF_COVERAGE in row.values]
+    if not counts:
+        return None
+    summary: dict[str, float | int] = {"num_rollouts": sum(any(n in c for n in TOKENS) for c, _ in counts)}
+    for name in TOTALS:
+        values = [c[name] for c, _ in counts if name in c]
+        if values:
+            summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
+            summary[f"mean/{name}"] = sum(values) / len(values)
+    observed = [(v[PERF_COVERAGE], v.get(PERF_TURNS, 0.0)) for _, v in counts if PERF_COVERAGE in v]
+    if observed:
+        summary["num_rollouts_with_ng_perf"] = len(observed)
+        turns = sum(t for _, t in observed)
+        # Turns whose model call (and so its tokens) was observed, over all turns of those rollouts.
+        summary[PERF_COVERAGE] = sum(c * t for c, t in observed) / turns if turns else None
+    return summary
+
+
+def _counts(values: Mapping[str, float]) -> dict[str, float]:
+    """A rollout's numbers for each total, the total tokens from the two parts when its record
+    (an ``ng_perf``) gives only those."""
+    counts = {name: values[name] for name in TOTALS if name in values}
+    if "total_tokens" not in counts and ("input_tokens" in counts or "output_tokens" in counts):
+        counts["total_tokens"] = counts.get("input_tokens", 0.0) + counts.get("output_tokens", 0.0)
+    return counts
