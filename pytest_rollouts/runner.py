@@ -31,6 +31,7 @@ from pytest_rollouts.config.collection import CollectionConfig
 from pytest_rollouts.config.routing import RoutingError
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.export.tracing import RunTrace
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.plan.build import PlanError, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
@@ -122,6 +123,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     paths = ArtifactPaths(settings.out)
     agents = Agents(settings, root)
     lock = RunLock(paths.lock, paths.out, option="out")
+    trace: RunTrace | None = None
     try:
         tasks, numbering, end = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
@@ -133,7 +135,10 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             await _check_health(settings, agents, urls)
         paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
+        trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(prepared.plan.rollouts)})
         dispatched = await _dispatch(settings, urls, _models(agents, urls, paths, prepared), paths, prepared.plan)
+        if trace is not None:
+            trace.planned_rollouts(prepared.plan.rollouts, dispatched.outcomes)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
             score = await asyncio.to_thread(
@@ -146,11 +151,20 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             )
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
+        if trace is not None:
+            trace.scored(score)
         end = replace(end, dispatch_failure=dispatched.stopped)
+        if settings.wandb or settings.mlflow:  # while the output is still this run's
+            from pytest_rollouts.export.exports import export_run
+
+            exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, getattr(settings, "html", None)))
         return RunResult(score, judge_run(score, end, Gate.of(settings)), paths, settings.count_as_zero)
     finally:
         agents.close()
         lock.release()
+        if trace is not None:
+            trace.end()
 
 
 def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:

@@ -8,13 +8,14 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.values import (
@@ -118,6 +119,8 @@ class Settings(BaseModel):
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: tuple[int, ...] | None = option_field("pass_k")
     group_by: str | None = option_field("group_by")
+    wandb: str | None = option_field("wandb", min_length=1)
+    mlflow: str | None = option_field("mlflow", min_length=1)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -286,6 +289,17 @@ class Settings(BaseModel):
         if value is not None and (not value or min(value) < 1):
             raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
         return None if value is None else tuple(sorted(set(value)))
+
+    @field_validator("wandb", "mlflow")
+    @classmethod
+    def _export_installed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """An export whose package is missing is refused before anything is sent, not found out
+        after the whole run. Looked up, not imported: importing either costs seconds."""
+        if value is not None and importlib.util.find_spec(info.field_name) is None:
+            raise ValueError(
+                f"needs the {info.field_name} package: pip install 'pytest-rollouts[{info.field_name}]'"
+            )
+        return value
 
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:

@@ -89,7 +89,24 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
+    if score is not None and not end.interrupted:
+        export(run, score, say)
     return Ending(judge_run(score, end, Gate.of(run.settings)), score, put_back)
+
+
+def export(run: RolloutRun, score: RunScore, say: Callable[[str], None]) -> None:
+    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask; a failure is a
+    ``rollouts:`` line (the files are written and the exit status stands). Nothing is imported
+    for a run that asks for neither."""
+    settings = run.settings
+    if not (settings.wandb or settings.mlflow):
+        return
+    from pytest_rollouts.export.exports import export_run
+
+    # The --rollouts-html report, when the run wrote one (the option comes with the HTML report).
+    report = getattr(settings, "html", None)
+    for problem in export_run({"wandb": settings.wandb, "mlflow": settings.mlflow}, score, run.paths.out, report):
+        say("rollouts: " + problem)
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:

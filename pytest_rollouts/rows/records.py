@@ -63,15 +63,25 @@ class RolloutOutcome:
     given_up: bool = False
     # A result the agent marked ``mask_sample``: left out of every score, as NeMo Gym does.
     masked: bool = False
+    # When its recorded try was sent, in seconds since the epoch (0.0: never sent): with ``elapsed``,
+    # where its tracing span sits (``export/tracing.py``), drawn where the outcome arrives.
+    started: float = 0.0
 
     @classmethod
     def of_result(
-        cls, rollout_index: int, row: Mapping[str, Any], elapsed: float, attempts: int, *, cached: bool = False
+        cls,
+        rollout_index: int,
+        row: Mapping[str, Any],
+        elapsed: float,
+        attempts: int,
+        *,
+        cached: bool = False,
+        started: float = 0.0,
     ) -> RolloutOutcome:
         """A result row's outcome: masked, scored with its reward, or without a reward."""
         masked = is_masked(row)
         reward = None if masked else reward_of(row)
-        return cls(rollout_index, reward, None, "", elapsed, attempts, cached=cached, masked=masked)
+        return cls(rollout_index, reward, None, "", elapsed, attempts, cached=cached, masked=masked, started=started)
 
     @property
     def status(self) -> str | None:
