@@ -27,7 +27,7 @@ def log_to_mlflow(experiment: str, export: RunExport) -> None:
     as the tag ``rollouts.coverage``, and the files as artifacts. It ends FINISHED, or FAILED when
     logging broke off (and the error propagates)."""
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
+    from mlflow import MlflowClient
 
     client = MlflowClient()
     found = client.get_experiment_by_name(experiment)
