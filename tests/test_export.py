@@ -21,7 +21,7 @@ import pytest
 from mlflow import MlflowClient
 from wandb.proto import wandb_internal_pb2
 
-from pytest_rollouts import CollectionConfig, run
+from pytest_rollouts import CollectionConfig, CollectionWarning, run
 from pytest_rollouts.export.exports import export_run
 from pytest_rollouts.export.to_mlflow import mlflow_name
 
@@ -78,6 +78,7 @@ def test_mlflow_gets_the_metrics_the_coverage_and_the_metrics_file(
     assert logged.data.params == {"out": str(pytester.path / "out" / "r.jsonl")}
     client = MlflowClient(tracking_uri=mlruns)
     assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["r_aggregate_metrics.json"]
+    assert f"rollouts: mlflow: logged run {logged.info.run_id} in experiment '{EXPERIMENT}'" in result.stdout.lines
     copy = Path(client.download_artifacts(logged.info.run_id, "r_aggregate_metrics.json", str(pytester.path)))
     assert copy.read_bytes() == metrics_file.read_bytes()
 
@@ -87,21 +88,25 @@ def test_the_python_api_exports_too_and_the_report_is_logged_when_written(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     write_rows(tmp_path / "data.jsonl", tasks(3))
-    result = run(CollectionConfig(input="data.jsonl", out="out/r.jsonl", agents={"policy": agent.url}, mlflow=EXPERIMENT))
+    config = CollectionConfig(input="data.jsonl", out="out/r.jsonl", agents={"policy": agent.url}, mlflow=EXPERIMENT)
+    with pytest.warns(CollectionWarning) as told:
+        result = run(config)
     assert result.exit_status == 0
     [logged] = mlflow_runs(mlruns)
+    assert f"mlflow: logged run {logged.info.run_id} in experiment '{EXPERIMENT}'" in [str(w.message) for w in told]
     assert logged.data.metrics["policy/mean/reward"] == pytest.approx(result.mean_reward)
     # The HTML report, once its option writes one, is a file at the end of the run: logged beside the metrics.
     report = tmp_path / "out" / "report.html"
     report.write_text("<html></html>")
-    assert export_run({"mlflow": "with-report", "wandb": None}, result.score, result.paths.out, report) == []
+    [told] = export_run({"mlflow": "with-report", "wandb": None}, result.score, result.paths.out, report)
+    assert told.startswith("mlflow: logged run ")
     [with_report] = mlflow_runs(mlruns, "with-report")
     client = MlflowClient(tracking_uri=mlruns)
     assert sorted(a.path for a in client.list_artifacts(with_report.info.run_id)) == [
         "r_aggregate_metrics.json",
         "report.html",
     ]
-    assert export_run({"mlflow": "missing-report"}, result.score, result.paths.out, tmp_path / "none.html") == []
+    export_run({"mlflow": "missing-report"}, result.score, result.paths.out, tmp_path / "none.html")
     [without] = mlflow_runs(mlruns, "missing-report")
     assert [a.path for a in client.list_artifacts(without.info.run_id)] == ["r_aggregate_metrics.json"]
 
@@ -211,5 +216,6 @@ def test_wandb_offline_gets_the_metrics_the_coverage_and_the_metrics_file(
     saved = [f.path for r in records if r.WhichOneof("record_type") == "files" for f in r.files.files]
     assert "r_aggregate_metrics.json" in saved
     assert (run_dir / "files" / "r_aggregate_metrics.json").read_bytes() == metrics_file.read_bytes()
+    assert f"rollouts: wandb: logged run in {run_dir} (offline; wandb sync uploads it)" in result.stdout.lines
     [exit_record] = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
     assert exit_record.exit_code == 0

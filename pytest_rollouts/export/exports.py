@@ -34,18 +34,19 @@ def export_run(
     destinations: Mapping[str, str | None], score: RunScore, out: Path, report: Path | None = None
 ) -> list[str]:
     """Log ``score`` to each destination given (``{"wandb": PROJECT, "mlflow": EXPERIMENT}``, None
-    for one not asked); a line for each that failed. ``report``: the HTML report, if one was written."""
+    for one not asked); a line for each, saying where the run went or why it did not.
+    ``report``: the HTML report, if one was written."""
     asked = {name: target for name, target in destinations.items() if target}
     if not asked:
         return []
     export = run_export(score, out, report)
-    problems = []
+    lines = []
     for name, target in asked.items():
         try:
-            _DESTINATIONS[name]()(target, export)
+            lines.append(f"{name}: logged {_DESTINATIONS[name]()(target, export)}")
         except Exception as exc:  # any failure of a foreign library: the run's results stand
-            problems.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc)}")
-    return problems
+            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc)}")
+    return lines
 
 
 def scrubbed(exc: BaseException) -> str:
@@ -57,16 +58,16 @@ def scrubbed(exc: BaseException) -> str:
     return Redactor({"environment": values}).cut(line, MAX_CHARS)
 
 
-def _wandb() -> Callable[[str, RunExport], None]:
+def _wandb() -> Callable[[str, RunExport], str]:
     from pytest_rollouts.export.to_wandb import log_to_wandb
 
     return log_to_wandb
 
 
-def _mlflow() -> Callable[[str, RunExport], None]:
+def _mlflow() -> Callable[[str, RunExport], str]:
     from pytest_rollouts.export.to_mlflow import log_to_mlflow
 
     return log_to_mlflow
 
 
-_DESTINATIONS: dict[str, Callable[[], Callable[[str, RunExport], None]]] = {"wandb": _wandb, "mlflow": _mlflow}
+_DESTINATIONS: dict[str, Callable[[], Callable[[str, RunExport], str]]] = {"wandb": _wandb, "mlflow": _mlflow}

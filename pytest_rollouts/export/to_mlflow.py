@@ -22,10 +22,10 @@ SPELLED = {"@": "_at_", "^": "_hat_"}
 REFUSED = re.compile(r"[^\w\-. :/]")
 
 
-def log_to_mlflow(experiment: str, export: RunExport) -> None:
+def log_to_mlflow(experiment: str, export: RunExport) -> str:
     """One MLflow run in ``experiment`` (created when missing): metrics, params, the coverage line
-    as the tag ``rollouts.coverage``, and the files as artifacts. It ends FINISHED, or FAILED when
-    logging broke off (and the error propagates)."""
+    as the tag ``rollouts.coverage``, and the files as artifacts; which run it is. It ends FINISHED,
+    or FAILED when logging broke off (and the error propagates)."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow import MlflowClient
 
@@ -46,6 +46,7 @@ def log_to_mlflow(experiment: str, export: RunExport) -> None:
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
+    return f"run {run_id} in experiment {experiment!r}"
 
 
 def mlflow_name(name: str) -> str:

@@ -14,10 +14,11 @@ from pathlib import Path
 from pytest_rollouts.export.contents import RunExport
 
 
-def log_to_wandb(project: str, export: RunExport) -> None:
+def log_to_wandb(project: str, export: RunExport) -> str:
     """One W&B run in ``project``: the numbers logged once (so they are its summary too), the
     params as its config, the coverage line as the summary's ``coverage``, and the files saved
-    with it. It ends finished, or with exit code 1 when logging broke off (and the error propagates)."""
+    with it; where it is. It ends finished, or with exit code 1 when logging broke off (and the
+    error propagates)."""
     import wandb
 
     settings = wandb.Settings(silent=True, console="off", save_code=False, disable_git=True, x_disable_stats=True)
@@ -37,3 +38,5 @@ def log_to_wandb(project: str, export: RunExport) -> None:
         exit_code = 0
     finally:
         run.finish(exit_code=exit_code)
+    # Offline, a run has no address yet: its folder is what ``wandb sync`` takes.
+    return f"run in {Path(run.dir).parent} (offline; wandb sync uploads it)" if run.offline else f"run {run.url}"

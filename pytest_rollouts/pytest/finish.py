@@ -95,9 +95,9 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
 
 
 def export(run: RolloutRun, score: RunScore, say: Callable[[str], None]) -> None:
-    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask; a failure is a
-    ``rollouts:`` line (the files are written and the exit status stands). Nothing is imported
-    for a run that asks for neither."""
+    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
+    line each saying where it went or, failed, why (the files are written and the exit status
+    stands). Nothing is imported for a run that asks for neither."""
     settings = run.settings
     if not (settings.wandb or settings.mlflow):
         return
@@ -105,8 +105,8 @@ def export(run: RolloutRun, score: RunScore, say: Callable[[str], None]) -> None
 
     # The --rollouts-html report, when the run wrote one (the option comes with the HTML report).
     report = getattr(settings, "html", None)
-    for problem in export_run({"wandb": settings.wandb, "mlflow": settings.mlflow}, score, run.paths.out, report):
-        say("rollouts: " + problem)
+    for line in export_run({"wandb": settings.wandb, "mlflow": settings.mlflow}, score, run.paths.out, report):
+        say("rollouts: " + line)
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:
