@@ -45,7 +45,12 @@ def mlruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def session(pytester: pytest.Pytester, agent: ScriptedAgent, *args: str) -> pytest.RunResult:
     write_rows(pytester.path / "data.jsonl", tasks(6))
     return pytester.runpytest_subprocess(
-        *QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl", "--rollouts-repeats=2", *args
+        *QUIET,
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        "--rollouts-out=out/r.jsonl",
+        "--rollouts-repeats=2",
+        *args,
     )
 
 
@@ -192,8 +197,12 @@ def test_wandb_offline_gets_the_metrics_the_coverage_and_the_metrics_file(
     pytester: pytest.Pytester, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
-    for variable, folder in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
-                             ("WANDB_DATA_DIR", "data")):
+    for variable, folder in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_DATA_DIR", "data"),
+    ):
         (tmp_path / folder).mkdir()
         monkeypatch.setenv(variable, str(tmp_path / folder))
     result = session(pytester, agent, "--rollouts-wandb=evals-project")
@@ -205,7 +214,9 @@ def test_wandb_offline_gets_the_metrics_the_coverage_and_the_metrics_file(
     summary: dict[str, Any] = {}
     for record in records:
         if record.WhichOneof("record_type") == "summary":
-            summary.update({"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.summary.update})
+            summary.update(
+                {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.summary.update}
+            )
     metrics_file = pytester.path / "out" / "r_aggregate_metrics.json"
     [entry] = orjson.loads(metrics_file.read_bytes())
     group = entry["agent_ref"]["name"]

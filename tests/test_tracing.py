@@ -149,7 +149,6 @@ async def test_run_from_config_traces_in_the_callers_loop(
     check_run_spans(list(spans.get_finished_spans()), Path("out/r.jsonl"), 3)
 
 
-
 def test_no_provider_no_trace() -> None:
     """OpenTelemetry imported but no provider set (the API's no-op proxy): tracing is off."""
     _reset_provider()
@@ -168,7 +167,9 @@ def pytest_unconfigure(config):
 def test_without_a_provider_nothing_is_imported(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(4))
     pytester.makeconftest(IMPORTED)
-    result = pytester.runpytest_subprocess(*QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl")
+    result = pytester.runpytest_subprocess(
+        *QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl"
+    )
     result.assert_outcomes(passed=4)
     assert json.loads((pytester.path / "imported.json").read_text()) == []
 
@@ -202,7 +203,13 @@ def test_under_xdist_each_worker_traces_its_own_rollouts(pytester: pytest.Pytest
     write_rows(pytester.path / "data.jsonl", tasks(10))
     pytester.makeconftest(WORKERS_PROVIDER)
     result = pytester.runpytest_subprocess(
-        *QUIET, "-n", "2", "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl", "--rollouts-repeats=2"
+        *QUIET,
+        "-n",
+        "2",
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        "--rollouts-out=out/r.jsonl",
+        "--rollouts-repeats=2",
     )
     result.assert_outcomes(passed=10)
     assert json.loads((pytester.path / "spans-controller.json").read_text()) == []  # it dispatches nothing

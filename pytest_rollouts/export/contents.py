@@ -56,7 +56,10 @@ def _numbers(section: Any) -> dict[str, float]:
     return {
         str(name): float(value)
         for name, value in section.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+        if isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
     }
 
 

@@ -26,8 +26,8 @@ def log_to_mlflow(experiment: str, export: RunExport) -> str:
     """One MLflow run in ``experiment`` (created when missing): metrics, params, the coverage line
     as the tag ``rollouts.coverage``, and the files as artifacts; which run it is. It ends FINISHED,
     or FAILED when logging broke off (and the error propagates)."""
-    from mlflow.entities import Metric, Param, RunTag
     from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag
 
     client = MlflowClient()
     found = client.get_experiment_by_name(experiment)
@@ -38,7 +38,9 @@ def log_to_mlflow(experiment: str, export: RunExport) -> str:
         now = int(time.time() * 1000)
         metrics = [Metric(mlflow_name(name), value, now, 0) for name, value in export.metrics.items()]
         params = [Param(name, value) for name, value in export.params.items()]
-        client.log_batch(run_id, metrics=metrics[:BATCH], params=params, tags=[RunTag("rollouts.coverage", export.coverage)])
+        client.log_batch(
+            run_id, metrics=metrics[:BATCH], params=params, tags=[RunTag("rollouts.coverage", export.coverage)]
+        )
         for start in range(BATCH, len(metrics), BATCH):
             client.log_batch(run_id, metrics=metrics[start : start + BATCH])
         for path in export.files:

@@ -62,7 +62,10 @@ class RunTrace:
                 continue
             start = int(outcome.started * 1e9)
             span = self._tracer.start_span(
-                ROLLOUT, context=self._parent, start_time=start, attributes=rollout_attributes(task_index, agent, outcome)
+                ROLLOUT,
+                context=self._parent,
+                start_time=start,
+                attributes=rollout_attributes(task_index, agent, outcome),
             )
             if outcome.failure_class is not None:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, outcome.failure_class))
@@ -80,7 +83,11 @@ class RunTrace:
         the mean reward (none when no group has one)."""
         coverage = score.coverage
         self.job.set_attributes(
-            {"rollouts.expected": coverage.expected, "rollouts.scored": coverage.scored, "rollouts.failed": coverage.failed}
+            {
+                "rollouts.expected": coverage.expected,
+                "rollouts.scored": coverage.scored,
+                "rollouts.failed": coverage.failed,
+            }
         )
         if score.mean_reward is not None:
             self.job.set_attribute("rollouts.mean_reward", score.mean_reward)
