@@ -174,28 +174,32 @@ def test_without_a_provider_nothing_is_imported(pytester: pytest.Pytester, agent
     assert json.loads((pytester.path / "imported.json").read_text()) == []
 
 
-# A conftest that sets a tracer provider, as a user would, whose exporter writes each process's
-# finished spans to its own file, for the test to read once the workers are gone.
+# A conftest that sets a tracer provider, as a user would, whose exporter appends each span as it
+# ends to a file named for the process's xdist role (a worker may end before its unconfigure runs).
 WORKERS_PROVIDER = """
-import json, os
+import json
+from pathlib import Path
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-EXPORTER = InMemorySpanExporter()
+ROLE = {}
+
+class ToFile(SpanExporter):
+    def export(self, spans):
+        with open(Path(__file__).parent / f"spans-{ROLE['name']}.jsonl", "a") as out:
+            for s in spans:
+                key = [s.attributes.get("rollouts.task_index"), s.attributes.get("rollouts.rollout_index")]
+                span = {"name": s.name, "id": s.context.span_id, "parent": s.parent and s.parent.span_id, "key": key}
+                out.write(json.dumps(span) + "\\n")
+        return SpanExportResult.SUCCESS
+
 provider = TracerProvider()
-provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+provider.add_span_processor(SimpleSpanProcessor(ToFile()))
 trace.set_tracer_provider(provider)
 
-def pytest_unconfigure(config):
-    role = os.environ.get("PYTEST_XDIST_WORKER", "controller")
-    spans = [
-        {"name": s.name, "id": s.context.span_id, "parent": s.parent and s.parent.span_id,
-         "key": [s.attributes.get("rollouts.task_index"), s.attributes.get("rollouts.rollout_index")]}
-        for s in EXPORTER.get_finished_spans()
-    ]
-    (config.rootpath / f"spans-{role}.json").write_text(json.dumps(spans))
+def pytest_configure(config):
+    ROLE["name"] = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
 """
 
 
@@ -212,12 +216,13 @@ def test_under_xdist_each_worker_traces_its_own_rollouts(pytester: pytest.Pytest
         "--rollouts-repeats=2",
     )
     result.assert_outcomes(passed=10)
-    assert json.loads((pytester.path / "spans-controller.json").read_text()) == []  # it dispatches nothing
+    assert not (pytester.path / "spans-controller.jsonl").exists()  # it dispatches nothing
     keys = []
-    for name in ("spans-gw0.json", "spans-gw1.json"):
-        worker = json.loads((pytester.path / name).read_text())
+    for path in pytester.path.glob("spans-gw*.jsonl"):
+        worker = [json.loads(line) for line in path.read_text().splitlines()]
         [job] = [span for span in worker if span["name"] == JOB]
         rollouts = [span for span in worker if span["name"] == ROLLOUT]
-        assert rollouts and all(span["parent"] == job["id"] for span in rollouts)
+        assert len(worker) == 1 + len(rollouts)
+        assert all(span["parent"] == job["id"] for span in rollouts)
         keys += [tuple(span["key"]) for span in rollouts]
     assert sorted(keys) == [(t, r) for t in range(10) for r in (0, 1)]
