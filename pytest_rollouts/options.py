@@ -385,6 +385,24 @@ OPTIONS: tuple[Option, ...] = (
         details="Recorded in the run manifest, so --rollouts-resume and `pytest-rollouts aggregate` find the "
         "file without this option.",
     ),
+    Option(
+        "wandb",
+        "At the end, log the metrics, the coverage and the metrics file (and the HTML report) to this "
+        "Weights & Biases project.",
+        "PROJECT",
+        details="Needs `pip install 'pytest-rollouts[wandb]'`. W&B's own variables (`WANDB_API_KEY`, "
+        "`WANDB_MODE=offline`, ...) apply; a failed export is a `rollouts:` line and leaves the exit status "
+        "as it was. See [observability.md](observability.md).",
+    ),
+    Option(
+        "mlflow",
+        "At the end, log the metrics, the coverage and the metrics file (and the HTML report) to this MLflow "
+        "experiment.",
+        "EXPERIMENT",
+        details="Needs `pip install 'pytest-rollouts[mlflow]'`; the tracking server is `MLFLOW_TRACKING_URI`'s. "
+        "A failed export is a `rollouts:` line and leaves the exit status as it was. See "
+        "[observability.md](observability.md).",
+    ),
 )
 
 OPTION: dict[str, Option] = {option.name: option for option in OPTIONS}

@@ -31,6 +31,7 @@ from pytest_rollouts.config.collection import CollectionConfig
 from pytest_rollouts.config.routing import RoutingError
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch, PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.export.tracing import RunTrace
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.plan.build import PlanError, PromptFor, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
@@ -126,6 +127,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     paths = settings.paths
     agents = Agents(settings, root)
     lock = RunLock(paths.lock, paths.out, option="out")
+    trace: RunTrace | None = None
     try:
         tasks, numbering, end, prompt_for = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
@@ -137,7 +139,10 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             await _check_health(settings, agents, urls)
         paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
+        trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(prepared.plan.rollouts)})
         dispatched = await _dispatch(settings, urls, _models(agents, urls, paths, prepared), paths, prepared.plan)
+        if trace is not None:
+            trace.planned_rollouts(prepared.plan.rollouts, dispatched.outcomes)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
             score = await asyncio.to_thread(
@@ -150,15 +155,25 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             )
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
+        if trace is not None:
+            trace.scored(score)
         end = replace(end, dispatch_failure=dispatched.stopped)
         verdict = judge_run(score, end, Gate.of(settings))
         report = ""
         if settings.html is not None:
             report = await asyncio.to_thread(report_at_end, root / settings.html, paths.out, score, verdict)
+        if settings.wandb or settings.mlflow:  # while the output is still this run's
+            from pytest_rollouts.export.exports import export_run
+
+            exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+            html = None if settings.html is None else root / settings.html
+            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
     finally:
         agents.close()
         lock.release()
+        if trace is not None:
+            trace.end()
 
 
 def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:

@@ -83,6 +83,9 @@ class Attempts:
         # Requests enter as they start and leave as they end, so the first entry is the oldest.
         self.in_flight_since: dict[int, float] = {}
         self._deadline = Deadline(header.budget, header.margin) if header.budget else None
+        # A try's send time is read off the monotonic clock (as ``in_flight_since`` needs it);
+        # this turns it into wall-clock time for its outcome's ``started``.
+        self._to_wall = time.time() - time.monotonic()
 
     async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
         """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
@@ -117,11 +120,12 @@ class Attempts:
                 # behind ``parallel`` others for longer than the whole budget.
                 drained = self._deadline.refuse() if self._deadline is not None else ""
                 if not drained:
-                    self.in_flight_since[planned.position] = time.monotonic()
+                    self.in_flight_since[planned.position] = sent = time.monotonic()
                     try:
                         attempt = await send(body)
                     finally:
                         del self.in_flight_since[planned.position]
+                    attempt.sent = sent
             if drained:
                 if not tries:
                     rows.failure(drained_row({ATTEMPT_INDEX: 0, **stamps}, drained))
@@ -176,6 +180,7 @@ class Attempts:
         """
         tries, summary = len(earlier) + 1, earlier[:]
         earlier.clear()
+        started = attempt.sent + self._to_wall
         # A failure written with the last attempt the cap allows: no resume tries it again.
         last = stamps.get(ATTEMPT_INDEX, 0) + 1 >= self._h.max_attempts
         reply = attempt.reply
@@ -185,7 +190,14 @@ class Attempts:
             failure.message = self._redact(failure.message) or ""
             rows.failure(failure_row(failure, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, summary))
             return RolloutOutcome(
-                rollout_index, None, failure.failure_class, _detail(failure), attempt.elapsed, tries, given_up=last
+                rollout_index,
+                None,
+                failure.failure_class,
+                _detail(failure),
+                attempt.elapsed,
+                tries,
+                given_up=last,
+                started=started,
             )
         failure_class = failure_class_of(reply)
         if failure_class is not None:
@@ -203,11 +215,12 @@ class Attempts:
                 tries,
                 given_up=given_up,
                 persisted=persisted(row),
+                started=started,
             )
         rows.result(reply, stamps, attempt.elapsed)
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
-        return RolloutOutcome.of_result(rollout_index, reply, attempt.elapsed, tries)
+        return RolloutOutcome.of_result(rollout_index, reply, attempt.elapsed, tries, started=started)
 
 
 class Deadline:

@@ -33,6 +33,8 @@ class Attempt:
     failure: Failure | None
     elapsed: float
     http_status: int | None = None
+    # When it was sent (``time.monotonic()``), set by ``attempts.py``: where its span starts.
+    sent: float = 0.0
 
 
 async def post_run(pool: Pool, target: Target, body: bytes, timeout: float, redact: Redactor) -> Attempt:

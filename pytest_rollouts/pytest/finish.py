@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -91,20 +92,36 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     finally:
         run.close()
     verdict = judge_run(score, end, Gate.of(run.settings))
-    if run.settings.html is not None and score is not None and not end.interrupted:
-        _write_report(config, run, score, verdict)
+    if score is not None and not end.interrupted:
+        report = _report_path(config, run)
+        if report is not None:
+            from pytest_rollouts.report.build import report_at_end
+
+            tell(config, report_at_end(report, run.paths.out, score, verdict).replace(str(report), run.shown(report)))
+        export(run, score, say, report)  # after the report, which the exports log
     return Ending(verdict, score, put_back)
 
 
-def _write_report(config: pytest.Config, run: RolloutRun, score: RunScore, verdict: Verdict) -> None:
-    """``--rollouts-html``: the report, once the run is scored, on the process that owns the run; a
-    relative path as ``--rollouts-out`` reads one (the command line's from where pytest started)."""
-    from pytest_rollouts.report.build import report_at_end
-
-    assert run.settings.html is not None
+def _report_path(config: pytest.Config, run: RolloutRun) -> Path | None:
+    """Where ``--rollouts-html`` puts the report: a relative path as ``--rollouts-out`` reads one
+    (the command line's from where pytest started, an ini value's from the rootdir)."""
+    if run.settings.html is None:
+        return None
     given = run.settings.source_of("html").startswith("--")
-    path = (config.invocation_params.dir if given else config.rootpath) / run.settings.html
-    tell(config, report_at_end(path, run.paths.out, score, verdict).replace(str(path), run.shown(path)))
+    return (config.invocation_params.dir if given else config.rootpath) / run.settings.html
+
+
+def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> None:
+    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
+    line each saying where it went or, failed, why (the files are written and the exit status
+    stands). Nothing is imported for a run that asks for neither."""
+    settings = run.settings
+    if not (settings.wandb or settings.mlflow):
+        return
+    from pytest_rollouts.export.exports import export_run
+
+    for line in export_run({"wandb": settings.wandb, "mlflow": settings.mlflow}, score, run.paths.out, report):
+        say("rollouts: " + line)
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:

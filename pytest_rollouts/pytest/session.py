@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.export.tracing import RunTrace
     from pytest_rollouts.model.spec import ModelPlan
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.scoring.aggregate import OutputScan, RunScore
@@ -89,6 +90,8 @@ class RolloutRun:
         self._dispatcher: Dispatcher | None = None
         self._engine: subprocess.Popen[bytes] | None = None
         self.workers = Workers(config, lambda: self.paths)
+        # The ``job`` span of this process's dispatch, when a tracer provider is set (export/tracing.py).
+        self.trace: RunTrace | None = None
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -269,6 +272,9 @@ class RolloutRun:
 
             self._outputs = OutputScan(paths.out, plan.expected)
             self._dispatcher.on_idle = self._read_ahead
+        from pytest_rollouts.export.tracing import RunTrace
+
+        self.trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
         self._handed_over = True
         try:
             self._dispatcher.start()
@@ -359,6 +365,8 @@ class RolloutRun:
             else:
                 item.session.shouldstop = self._stopped
             pytest.fail(self._stopped, pytrace=False)
+        if self.trace is not None:
+            self.trace.rollouts(item.task_index, item.agent, outcomes)
         hook = self.config.hook.pytest_rollouts_task_finished
         if outcomes and hook.get_hookimpls():  # a hook call costs microseconds even with no listener
             hook(item=item, outcomes=outcomes)
@@ -425,7 +433,7 @@ class RolloutRun:
                 )
             return None
         try:
-            return score_configured(
+            score = score_configured(
                 paths,
                 settings,
                 agent_url=self._metrics_url,
@@ -436,6 +444,9 @@ class RolloutRun:
             )
         except JsonlError as exc:
             raise pytest.UsageError(f"cannot score the run: {exc}") from None
+        if self.trace is not None:
+            self.trace.scored(score)
+        return score
 
     def scoring_interrupted(self) -> str:
         """Scoring was stopped part-way. A metrics file an earlier session of the run left would
@@ -463,6 +474,9 @@ class RolloutRun:
             self._engine = None
         if self._agents is not None:
             self._agents.close()
+        if self.trace is not None:
+            self.trace.end()
+            self.trace = None
 
     def artifact_names(self) -> list[str]:
         paths = self.paths

@@ -66,15 +66,25 @@ class RolloutOutcome:
     # False for a failure written nowhere (an agent's ``_ng_no_persist``, a drained rollout): NeMo
     # Gym's ``omitted``, where a failure in the sidecar is ``failed`` (``rows/masking.py``).
     persisted: bool = True
+    # When its recorded try was sent, in seconds since the epoch (0.0: never sent): with ``elapsed``,
+    # where its tracing span sits (``export/tracing.py``), drawn where the outcome arrives.
+    started: float = 0.0
 
     @classmethod
     def of_result(
-        cls, rollout_index: int, row: Mapping[str, Any], elapsed: float, attempts: int, *, cached: bool = False
+        cls,
+        rollout_index: int,
+        row: Mapping[str, Any],
+        elapsed: float,
+        attempts: int,
+        *,
+        cached: bool = False,
+        started: float = 0.0,
     ) -> RolloutOutcome:
         """A result row's outcome: masked, scored with its reward, or without a reward."""
         masked = is_masked(row)
         reward = None if masked else reward_of(row)
-        return cls(rollout_index, reward, None, "", elapsed, attempts, cached=cached, masked=masked)
+        return cls(rollout_index, reward, None, "", elapsed, attempts, cached=cached, masked=masked, started=started)
 
     @property
     def status(self) -> str | None:

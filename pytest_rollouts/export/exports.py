@@ -1,0 +1,73 @@
+"""The exports a run asked for, each tried once at its end; a failed one is a line to show, never
+a lost result or a changed exit status.
+
+The run's rows and metrics file are written before any export starts, so an export that fails
+(a server down, a key refused, a package broken) costs only the export: the line says which one
+and why, with every secret the environment holds cut out of it, since an error can quote a
+request (an API key, a password in a tracking URI) and the line lands in CI logs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_rollouts.export.contents import RunExport, run_export
+from pytest_rollouts.net.auth import Redactor
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.aggregate import RunScore
+
+# Environment variables whose values are secrets by their name (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN,
+# MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY, ...).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+# The user and password of a URL (``https://user:password@host``): whatever URL an error quotes.
+URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+# An error's first characters say what failed; a whole server page would bury the run's summary.
+MAX_CHARS = 500
+
+
+def export_run(
+    destinations: Mapping[str, str | None], score: RunScore, out: Path, report: Path | None = None
+) -> list[str]:
+    """Log ``score`` to each destination given (``{"wandb": PROJECT, "mlflow": EXPERIMENT}``, None
+    for one not asked); a line for each, saying where the run went or why it did not.
+    ``report``: the HTML report, if one was written."""
+    asked = {name: target for name, target in destinations.items() if target}
+    if not asked:
+        return []
+    export = run_export(score, out, report)
+    lines = []
+    for name, target in asked.items():
+        try:
+            lines.append(f"{name}: logged {_DESTINATIONS[name]()(target, export)}")
+        except Exception as exc:  # any failure of a foreign library: the run's results stand
+            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc)}")
+    return lines
+
+
+def scrubbed(exc: BaseException) -> str:
+    """``exc`` in one line, without the environment's secrets or a URL's credentials."""
+    values = {name: value for name, value in os.environ.items() if SECRET_NAME.search(name)}
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    line = " ".join(part.strip() for part in text)
+    line = URL_CREDENTIALS.sub("[redacted]@", line)
+    return Redactor({"environment": values}).cut(line, MAX_CHARS)
+
+
+def _wandb() -> Callable[[str, RunExport], str]:
+    from pytest_rollouts.export.to_wandb import log_to_wandb
+
+    return log_to_wandb
+
+
+def _mlflow() -> Callable[[str, RunExport], str]:
+    from pytest_rollouts.export.to_mlflow import log_to_mlflow
+
+    return log_to_mlflow
+
+
+_DESTINATIONS: dict[str, Callable[[], Callable[[str, RunExport], str]]] = {"wandb": _wandb, "mlflow": _mlflow}
