@@ -116,6 +116,30 @@ def test_the_python_api_exports_too_and_the_report_is_logged_when_written(
     assert [a.path for a in client.list_artifacts(without.info.run_id)] == ["r_aggregate_metrics.json"]
 
 
+def test_the_report_a_run_writes_is_the_one_logged(
+    pytester: pytest.Pytester, agent: ScriptedAgent, mlruns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--rollouts-html and --rollouts-mlflow together: the report is written first, then logged with
+    its bytes (the session's and the Python API's ends alike)."""
+    result = session(pytester, agent, f"--rollouts-mlflow={EXPERIMENT}", "--rollouts-html=out/report.html")
+    assert result.ret == 0
+    [logged] = mlflow_runs(mlruns)
+    client = MlflowClient(tracking_uri=mlruns)
+    assert sorted(a.path for a in client.list_artifacts(logged.info.run_id)) == ["r_aggregate_metrics.json", "report.html"]
+    copy = Path(client.download_artifacts(logged.info.run_id, "report.html", str(tmp_path)))
+    assert copy.read_bytes() == (pytester.path / "out" / "report.html").read_bytes()
+
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    config = CollectionConfig(
+        input="data.jsonl", out="api/r.jsonl", agents={"policy": agent.url}, mlflow="api", html="api/report.html"
+    )
+    with pytest.warns(CollectionWarning):
+        assert run(config).exit_status == 0
+    [from_api] = mlflow_runs(mlruns, "api")
+    assert "report.html" in [a.path for a in client.list_artifacts(from_api.info.run_id)]
+
+
 def test_under_xdist_only_the_controller_exports(pytester: pytest.Pytester, agent: ScriptedAgent, mlruns: str) -> None:
     result = session(pytester, agent, "-n", "2", f"--rollouts-mlflow={EXPERIMENT}")
     assert result.ret == 0
