@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from pytest_rollouts.scoring.accounting import ScoringPolicy, account
-from pytest_rollouts.scoring.aggregate import OutputScan, score_run
+from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError
 from pytest_rollouts.scoring.metrics import numeric_fields
@@ -526,7 +527,7 @@ def test_a_scan_broken_off_starts_over_cleanly(tmp_path: Path, monkeypatch: pyte
             raise KeyboardInterrupt
         return numeric_fields(row)
 
-    monkeypatch.setattr("pytest_rollouts.scoring.aggregate.numeric_fields", interrupted)
+    monkeypatch.setattr("pytest_rollouts.scoring.output_scan.numeric_fields", interrupted)
     broken = OutputScan.of_files(paths)
     with pytest.raises(KeyboardInterrupt):
         broken.advance()
@@ -575,13 +576,13 @@ def test_an_output_removed_just_after_the_scan_read_it_is_still_noticed(
 ) -> None:
     """The file's identity was taken after the read: removed in between, the scan had rows and no
     identity, and scoring read them by offset from a path with no file (seen under load)."""
-    from pytest_rollouts.scoring import aggregate
+    from pytest_rollouts.scoring import output_scan
 
     paths = ArtifactPaths(tmp_path / "r.jsonl")
     stamps = [{"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(2)]
     paths.materialized.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in stamps))
     paths.out.write_bytes(b"".join(orjson.dumps({"reward": 1.0, **s}) + b"\n" for s in stamps))
-    read = aggregate.whole_lines
+    read = output_scan.whole_lines
 
     def read_then_removed(path: Path, offset: int, budget: int = -1) -> bytes:
         data = read(path, offset, budget)
@@ -590,7 +591,7 @@ def test_an_output_removed_just_after_the_scan_read_it_is_still_noticed(
 
     read_ahead = OutputScan.of_files(paths)
     with monkeypatch.context() as patch:
-        patch.setattr(aggregate, "whole_lines", read_then_removed)
+        patch.setattr(output_scan, "whole_lines", read_then_removed)
         read_ahead.advance(1 << 16)
     with ScriptedAgent(aggregate=lambda body: {"key_metrics": {"mean/reward": 1.0}}) as agent:
         score = score_run(

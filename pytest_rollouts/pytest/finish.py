@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.scoring import score_session, scoring_interrupted
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -80,14 +81,15 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     run = RolloutRun.get(config)
     try:
         with run.stops.interruptible():
-            score = run.score(
+            score = score_session(
+                run,
                 tally.perf_summary() if tally.items else None,
                 frozenset(tally.drained),
                 coverage_only=end.interrupted,
             )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
         unscored = judge_run(None, end, Gate())
-        stopped = run.scoring_interrupted()
+        stopped = scoring_interrupted(run)
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()

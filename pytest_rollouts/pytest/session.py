@@ -9,15 +9,13 @@ never build it. Its life follows pytest's: ``number_tasks`` at collection,
 from __future__ import annotations
 
 import gc
-import math
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -32,7 +30,7 @@ from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
+from pytest_rollouts.store.jsonl import ArtifactError
 from pytest_rollouts.store.runlock import OutputBusy
 
 if TYPE_CHECKING:
@@ -43,14 +41,9 @@ if TYPE_CHECKING:
     from pytest_rollouts.export.tracing import RunTrace
     from pytest_rollouts.model.spec import ModelPlan
     from pytest_rollouts.plan.declared import Declarations
-    from pytest_rollouts.scoring.aggregate import OutputScan, RunScore
+    from pytest_rollouts.scoring.output_scan import ReadAhead
 
 
-# While pytest waits on the dispatcher it reads the outputs for scoring in pieces this
-# small (a few ms each, longer only for a row of several MB), and once caught up it looks
-# again only after a pause (a look costs syscalls; rows come by hundreds).
-READ_AHEAD_BYTES = 1 << 16
-READ_AHEAD_PAUSE_S = 0.1
 
 
 
@@ -85,8 +78,8 @@ class RolloutRun:
         self._agents: Agents | None = None
         self.planning = SessionPlan(config, lambda: self.settings, lambda: self.agents)
         self._plan: Plan | None = None
-        self._outputs: OutputScan | None = None
-        self._read_ahead_after = 0.0
+        # The outputs read for scoring while pytest waits (this process dispatching, not an xdist worker).
+        self.read_ahead: ReadAhead | None = None
         self._dispatcher: Dispatcher | None = None
         self._engine: subprocess.Popen[bytes] | None = None
         self.workers = Workers(config, lambda: self.paths)
@@ -241,7 +234,7 @@ class RolloutRun:
         paths = self.paths
         workerinput = getattr(self.config, "workerinput", None)
         try:
-            urls = self._agent_urls({r.agent for r in plan.rollouts})
+            urls = self.agent_urls({r.agent for r in plan.rollouts})
             models = self._models(urls)
         except pytest.UsageError as exc:
             self._refuse_on_worker(f"{exc}{self.planning.put_back(self.paths, workerinput)}")
@@ -268,10 +261,10 @@ class RolloutRun:
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat
         if workerinput is None:  # xdist workers never score; their controller does
-            from pytest_rollouts.scoring.aggregate import OutputScan
+            from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
-            self._outputs = OutputScan(paths.out, plan.expected)
-            self._dispatcher.on_idle = self._read_ahead
+            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
+            self._dispatcher.on_idle = self.read_ahead.step
         from pytest_rollouts.export.tracing import RunTrace
 
         self.trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
@@ -315,7 +308,7 @@ class RolloutRun:
             raise pytest.UsageError(why)
         self._stopped = why
 
-    def _agent_urls(self, names: set[str]) -> dict[str, str]:
+    def agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
 
         An xdist controller collects nothing, so it learns suite agents from the datasets
@@ -324,7 +317,7 @@ class RolloutRun:
         from pytest_rollouts.config.agents import AgentsError
 
         try:
-            return self.agents.urls(names, self._recorded_datasets)
+            return self.agents.urls(names, self.recorded_datasets)
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -337,7 +330,7 @@ class RolloutRun:
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
 
-    def _recorded_datasets(self) -> list[str]:
+    def recorded_datasets(self) -> list[str]:
         from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 
         try:
@@ -372,24 +365,6 @@ class RolloutRun:
             hook(item=item, outcomes=outcomes)
         return outcomes
 
-    def _read_ahead(self) -> bool:
-        """pytest would block on the dispatcher: read the outputs written so far, for scoring."""
-        now = time.monotonic()
-        if self._outputs is None or now < self._read_ahead_after:
-            return False
-        try:
-            more = self._outputs.advance(READ_AHEAD_BYTES)
-        except BaseException as exc:
-            # Broken off part-way: scoring starts over from the first row (and reports a bad one).
-            self._outputs = self._outputs.restarted()
-            self._read_ahead_after = math.inf
-            if isinstance(exc, JsonlError | OSError):
-                return False
-            raise
-        if not more:
-            self._read_ahead_after = now + READ_AHEAD_PAUSE_S
-        return more
-
     def _heartbeat(self) -> None:
         if self.on_heartbeat is not None:
             self.on_heartbeat()
@@ -410,61 +385,6 @@ class RolloutRun:
             dispatcher.close()
             self.sent += dispatcher.sent
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
-
-    def score(
-        self,
-        perf_summary: dict[str, Any] | None = None,
-        drained: frozenset[tuple[int, int]] = frozenset(),
-        *,
-        coverage_only: bool = False,
-    ) -> RunScore | None:
-        """Coverage and metrics from the files on disk, once per run (never on an xdist worker).
-
-        ``coverage_only``: a run stopped by the user is not scored, but says what it covered.
-        """
-        from pytest_rollouts.scoring.configured import score_configured
-
-        paths, settings = self.paths, self.settings
-        if not paths.materialized.exists():
-            if self.began() and not self.workers.taken_back:  # it wrote them: removed since, and what the score counts against
-                raise pytest.UsageError(
-                    f"cannot score the run: its materialized inputs {self.shown(paths.materialized)} were "
-                    "removed while it ran; restore them and --rollouts-resume, or start afresh"
-                )
-            return None
-        try:
-            score = score_configured(
-                paths,
-                settings,
-                agent_url=self._metrics_url,
-                coverage_only=coverage_only,
-                perf_summary=perf_summary,
-                outputs=self._outputs,
-                drained=drained,
-            )
-        except JsonlError as exc:
-            raise pytest.UsageError(f"cannot score the run: {exc}") from None
-        if self.trace is not None:
-            self.trace.scored(score)
-        return score
-
-    def scoring_interrupted(self) -> str:
-        """Scoring was stopped part-way. A metrics file an earlier session of the run left would
-        now contradict its rows, so it goes; every row stays, and a resume scores them."""
-        self.paths.metrics.unlink(missing_ok=True)
-        return (
-            "Interrupted while scoring: no metrics file written; "
-            "--rollouts-resume scores the run (none with a row is sent again)"
-        )
-
-    def _metrics_url(self, name: str) -> str | None:
-        """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
-        try:
-            if self.agents.is_model(name, self._recorded_datasets):
-                return None
-            return self._agent_urls({name})[name]
-        except pytest.UsageError:
-            return None
 
     def close(self) -> None:
         """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""

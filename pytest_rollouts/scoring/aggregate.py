@@ -7,7 +7,6 @@ metrics come from its server (``server_metrics.py``), else are computed here (``
 
 from __future__ import annotations
 
-import io
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object, whole_lines
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object
 from pytest_rollouts.scoring.metrics import (
     MetricRow,
     compute_default_metrics,
@@ -32,19 +31,18 @@ from pytest_rollouts.scoring.run_statistics import (
     TaskLabels,
     task_labels,
 )
+from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
 from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.scoring.masking import MASKING, masking_metrics
 from pytest_rollouts.scoring.usage import usage_summary
-from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.rows.resume import key_of
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.compare_runs import RunComparison
 
-# Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
-READ_CHUNK_BYTES = 1 << 20
 # What an imputed zero has of its own: which rollout it is, and the agent or server it was routed to.
 IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
 
@@ -87,19 +85,6 @@ class RunScore:
         pairs = [(g.mean_reward, g.coverage.scored) for g in self.groups if g.mean_reward is not None]
         weight = sum(n for _, n in pairs)
         return sum(m * n for m, n in pairs) / weight if weight else None
-
-
-@dataclass
-class _Group:
-    """One agent group while the files are read: keys, small numbers, and where rows sit."""
-
-    expected: dict[Key, int] = field(default_factory=dict)
-    completed: set[Key] = field(default_factory=set)
-    masked: set[Key] = field(default_factory=set)
-    unrewarded: set[Key] = field(default_factory=set)
-    rows: list[MetricRow] = field(default_factory=list)
-    fields: set[str] = field(default_factory=set)
-    output_offsets: dict[Key, int] = field(default_factory=dict)
 
 
 def _recorded_split(manifest: Path) -> str | None:
@@ -190,7 +175,7 @@ def score_run(
 
 
 def _statistics(
-    group: _Group, added: list[dict[str, Any]], options: StatisticsOptions, labels: TaskLabels | None
+    group: GroupRows, added: list[dict[str, Any]], options: StatisticsOptions, labels: TaskLabels | None
 ) -> dict[str, Any]:
     """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
     rewards: defaultdict[int, list[float]] = defaultdict(list)
@@ -206,7 +191,7 @@ def _statistics(
 
 
 def _local_metrics(
-    group: _Group, added: list[dict[str, Any]], samples: _Samples, pass_ks: tuple[int, ...] | None = None
+    group: GroupRows, added: list[dict[str, Any]], samples: _Samples, pass_ks: tuple[int, ...] | None = None
 ) -> dict[str, Any]:
     """NeMo Gym's default metrics over the group's real rows and the zeros the policies added."""
     rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
@@ -275,88 +260,6 @@ def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:
     return {(task, r): place for task, rollouts in by_task.items() for place, r in enumerate(sorted(rollouts))}
 
 
-class OutputScan:
-    """The output file read into each group's tallies as it grows: whole lines only, each once.
-
-    Scoring needs every output row parsed. A dispatching session has pytest idle while it
-    waits on its dispatcher, so it reads the rows already written then (``advance`` with a
-    budget), and only the last ones are left for the end of the run, where every second
-    is waited for. Reading is in file order either way, so the tallies are the same.
-    """
-
-    def __init__(self, path: Path, expected: Mapping[str, dict[Key, int]]) -> None:
-        """``expected``: each group's keys and where their rows sit in the materialized file
-        (a dispatching session's dicts are taken over, not copied)."""
-        self.path = path
-        self.groups = {name: _Group(expected=keys) for name, keys in expected.items()}
-        self._by_key = {key: name for name, keys in expected.items() for key in keys}
-        self._offset = 0
-        self._line_no = 0
-        # The file the rows read so far came from (device, inode), once any came.
-        self._identity: tuple[int, int] | None = None
-
-    @classmethod
-    def of_files(cls, paths: ArtifactPaths) -> OutputScan:
-        expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
-        for _, offset, _, row in artifact_rows(paths.materialized):
-            expected[routing_identity(row)][key_of(row)] = offset
-        return cls(paths.out, expected)
-
-    def advance(self, budget: int | None = None) -> bool:
-        """Take in the whole lines written since the last call: about ``budget`` bytes of them,
-        or all. True when the budget ran out first, so more is probably waiting."""
-        if budget is not None:
-            return self._read(budget)
-        while self._read(READ_CHUNK_BYTES):
-            pass
-        return False
-
-    def _read(self, budget: int) -> bool:
-        # Which file is taken before it is read: taken after, a removal in between would leave rows
-        # read from a file with no identity to compare, and scoring reading them from another.
-        identity = _file_identity(self.path) if self._identity is None else self._identity
-        data = whole_lines(self.path, self._offset, budget)
-        if data:
-            self._identity = identity
-        for line in io.BytesIO(data):
-            if line.strip():
-                self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
-            self._line_no += 1
-            self._offset += len(line)
-        return len(data) >= budget
-
-    def current(self) -> OutputScan:
-        """This scan, or a fresh one if the file it read is no longer the one at its path (removed
-        or replaced while the run wrote it): its offsets would point into another file, and the
-        score counts what the path holds now."""
-        if self._identity is not None and self._identity != _file_identity(self.path):
-            return self.restarted()
-        return self
-
-    def restarted(self) -> OutputScan:
-        """The same scan from the first row: after a read broken off part-way (a bad row, a
-        signal), whose tallies may hold half a row."""
-        return OutputScan(self.path, {name: group.expected for name, group in self.groups.items()})
-
-    def _add(self, row: dict[str, Any], offset: int) -> None:
-        key = key_of(row)
-        name = self._by_key.get(key)
-        group = self.groups.get(name) if name is not None else None
-        if group is None or key in group.completed:
-            return
-        group.completed.add(key)
-        if is_masked(row):
-            group.masked.add(key)
-            return
-        values = numeric_fields(row)
-        if reward_of(row) is None:  # none, or not finite: kept, not scored (the item says no_reward too)
-            values.pop("reward", None)
-            group.unrewarded.add(key)
-        group.rows.append(MetricRow(key[0], key[1], values))
-        group.fields.update(row)
-        group.output_offsets[key] = offset
-
-
 def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
     """The last attempt recorded for each key: its class and where its row sits."""
     latest: dict[Key, tuple[str, int]] = {}
@@ -367,7 +270,7 @@ def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:
 
 def _added_rows(
     paths: ArtifactPaths,
-    group: _Group,
+    group: GroupRows,
     counted: list[Key],
     imputed: list[Key],
     latest: Mapping[Key, tuple[str, int]],
@@ -407,11 +310,3 @@ def _as_zero(row: dict[str, Any], task_row: Mapping[str, Any], carried: set[str]
     row.update({k: v for k, v in task_row.items() if k in carried and k not in row})
     row["reward"] = 0.0 if own is None else own  # never the dataset row's field of that name
     return metric_input(row)
-
-
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_dev, stat.st_ino
