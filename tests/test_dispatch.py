@@ -202,9 +202,13 @@ def test_shipped_suites_run_offline_on_the_built_in_agent_and_the_seeded_model(p
     runs = []
     for name in ("first", "second"):
         out = pytester.path / name / "rollouts.jsonl"
-        result = pytester.runpytest("-p", "no:cacheprovider", str(REPO / "evalsuites"), f"--rollouts-out={out}")
+        report = pytester.path / name / "report.html"
+        result = pytester.runpytest(
+            "-p", "no:cacheprovider", str(REPO / "evalsuites"), f"--rollouts-out={out}", f"--rollouts-html={report}"
+        )
         result.assert_outcomes(passed=360)
         runs.append(read_rows(out))
+        assert report.read_text().startswith("<!DOCTYPE html>"), "the Quick start's report"
     by_suite: dict[str, list[dict[str, Any]]] = {}
     for row in runs[0]:
         by_suite.setdefault(row["agent_ref"]["name"], []).append(row)
