@@ -8,16 +8,16 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
+from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
@@ -122,12 +122,12 @@ class Settings(BaseModel):
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: tuple[int, ...] | None = option_field("pass_k")
     group_by: str | None = option_field("group_by")
-    html: Path | None = option_field("html")
+    html: ReportPath = option_field("html")
     split: Split = option_field("split")
     prompt_config: TemplatePath = option_field("prompt_config")
     materialized: MaterializedPath = option_field("materialized")
-    wandb: str | None = option_field("wandb", min_length=1)
-    mlflow: str | None = option_field("mlflow", min_length=1)
+    wandb: WandbProject = option_field("wandb")
+    mlflow: MlflowExperiment = option_field("mlflow")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -305,25 +305,6 @@ class Settings(BaseModel):
         if value is not None and (not value or min(value) < 1):
             raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
         return None if value is None else tuple(sorted(set(value)))
-
-    @field_validator("html", mode="before")
-    @classmethod
-    def _parse_html(cls, value: Any) -> Any:
-        """A file: an empty value or a directory would leave the report nowhere to go, found only at the end."""
-        if isinstance(value, str | Path) and (not str(value).strip() or Path(value).is_dir()):
-            raise ValueError("must name the report's HTML file")
-        return value
-
-    @field_validator("wandb", "mlflow")
-    @classmethod
-    def _export_installed(cls, value: str | None, info: ValidationInfo) -> str | None:
-        """An export whose package is missing is refused before anything is sent, not found out
-        after the whole run. Looked up, not imported: importing either costs seconds."""
-        if value is not None and importlib.util.find_spec(info.field_name) is None:
-            raise ValueError(
-                f"needs the {info.field_name} package: pip install 'pytest-rollouts[{info.field_name}]'"
-            )
-        return value
 
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:
