@@ -157,17 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar=OPTION["count_as_zero"].metavar,
-        help=OPTION["count_as_zero"].help,
+        help=OPTION["count_as_zero"].argparse_help,
     )
-    merge.add_argument("--count-missing-as-zero", action="store_true", help=OPTION["count_missing_as_zero"].help)
-    merge.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].help)
+    merge.add_argument("--count-missing-as-zero", action="store_true", help=OPTION["count_missing_as_zero"].argparse_help)
+    merge.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].argparse_help)
     merge.add_argument(
-        "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].help
+        "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].argparse_help
     )
     for name, kind in STATISTICS_OPTIONS.items():
         flag = "--" + name.replace("_", "-")
         option = OPTION[name]
-        merge.add_argument(flag, type=kind, default=None, metavar=option.metavar, help=option.help, dest=name)
+        merge.add_argument(flag, type=kind, default=None, metavar=option.metavar, help=option.argparse_help, dest=name)
     merge.add_argument(
         "--agent",
         action="append",

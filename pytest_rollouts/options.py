@@ -75,6 +75,11 @@ class Option:
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
     @property
+    def argparse_help(self) -> str:
+        """The help as argparse takes it, which reads ``%`` as a format code ("95% CI" crashed ``--help``)."""
+        return self.help.replace("%", "%%")
+
+    @property
     def described(self) -> str:
         """The help ``--help`` shows for the option and its ini twin: what it does, the variable
         it is also read from, and its default."""

@@ -217,6 +217,17 @@ def test_every_option_has_help() -> None:
     assert all(option.help for option in options), [option.option_strings for option in options if not option.help]
 
 
+@pytest.mark.parametrize("command", ["aggregate", "compare", "power", "report"])
+def test_every_commands_help_prints(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A help text with "95% CI" crashed argparse's --help (it reads % as a format code)."""
+    from pytest_rollouts.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: pytest-rollouts " + command in capsys.readouterr().out
+
+
 def test_shards_without_a_manifest_cannot_prove_the_run_complete(gym_shards: Path) -> None:
     """One NeMo Gym shard alone passed --require-complete."""
     for inputs in ("rs0.jsonl", "rs*.jsonl"):

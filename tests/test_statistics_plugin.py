@@ -386,3 +386,21 @@ def test_aggregate_refuses_bad_statistics_options_as_a_run_does(
     assert refused.returncode == 4
     assert words in refused.stderr and "Traceback" not in refused.stderr
     assert not (pytester.path / "m").exists()
+
+
+def test_a_breakdown_by_a_field_that_is_not_text_names_its_values_as_json(pytester: pytest.Pytester) -> None:
+    """They read as Python printed them: ``[r={'a': -2.5}]``, ``True``."""
+    rows = [
+        {"n": n, "tags": {"level": n % 2}, "hard": n % 2 == 1, "responses_create_params": {"input": f"q{n}"}}
+        for n in range(12)
+    ]
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent(by_row(WORSE)) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=tags")
+        assert result.ret == 0
+        result.stdout.fnmatch_lines(['default [[]tags={"level":0}[]]: mean reward *'])
+        assert set(statistics(pytester)["statistics"]["by_field"]) == {'{"level":0}', '{"level":1}'}
+        flagged = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=hard", out="b/r.jsonl"
+        )
+    flagged.stdout.fnmatch_lines(["default [[]hard=true[]]: mean reward *"])

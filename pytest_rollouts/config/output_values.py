@@ -36,3 +36,18 @@ def _installed(package: str) -> AfterValidator:
 ReportPath = Annotated[Path | None, BeforeValidator(_report_file)]
 WandbProject = Annotated[str | None, Field(min_length=1), _installed("wandb")]
 MlflowExperiment = Annotated[str | None, Field(min_length=1), _installed("mlflow")]
+
+
+def report_clash(report: Path | None, runs: dict[str, Path | None]) -> str | None:
+    """Why ``report`` may not be written where it is asked: it is one of the runs' own files (its
+    results, sidecars, inputs, metrics, manifest), which the report would replace. None if it may.
+    ``runs``: each run's output by the words that name it ("this run", "the baseline")."""
+    if report is None:
+        return None
+    from pytest_rollouts.store.artifacts import ArtifactPaths
+
+    target = report.resolve()
+    for words, out in runs.items():
+        if out is not None and target in {path.resolve() for path in ArtifactPaths(out).all()}:
+            return f"{report} is one of {words}'s files; the report would replace it: name an .html file"
+    return None

@@ -17,7 +17,7 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
-from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject
+from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject, report_clash
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
@@ -305,6 +305,13 @@ class Settings(BaseModel):
         if value is not None and (not value or min(value) < 1):
             raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
         return None if value is None else tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _report_apart(self) -> Settings:
+        clash = report_clash(self.html, {"this run": self.out, "the baseline": self.baseline})
+        if clash:
+            raise ValueError(f"{self.source_of('html')}: {clash}")
+        return self
 
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:

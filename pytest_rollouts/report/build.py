@@ -17,7 +17,7 @@ from pytest_rollouts.report.page import render
 from pytest_rollouts.report.rollouts import TEXT_CAP
 from pytest_rollouts.report.summary import comparison, score_from_files, summary
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.store.jsonl import replaced_atomically
+from pytest_rollouts.store.jsonl import ArtifactError, replaced_atomically
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -67,11 +67,20 @@ def write_report(path: Path, out: Path, **options: Any) -> Path:
     """``build_report(out, **options)`` written to ``path`` atomically (a reader sees the old file or
     the whole new one); ``ArtifactError`` when it cannot be written. Returns ``path``."""
     body = build_report(out, **options)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with replaced_atomically(path) as handle:
+    # Through a link to its target (replacing it would leave the target as it was); into a device or
+    # a pipe as it is (``/dev/stdout``; a rename would put a regular file where the node was).
+    target = Path(path).resolve()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() and not target.is_file():
+            with open(target, "wb") as handle:
+                handle.write(body)
+            return Path(path)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    with replaced_atomically(target) as handle:
         handle.write(body)
-    return path
+    return Path(path)
 
 
 def report_at_end(path: Path, out: Path, score: RunScore, verdict: Verdict) -> str:

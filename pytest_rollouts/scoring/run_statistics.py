@@ -151,8 +151,15 @@ def task_labels(materialized: Path, manifest: Path, field: str | None) -> TaskLa
             task = key_of(row)[0]
             if task not in values:
                 value = row.get(field)
-                values[task] = "(none)" if value is None else value if isinstance(value, str) else repr(value)
+                values[task] = "(none)" if value is None else value if isinstance(value, str) else _json_text(value)
     return TaskLabels(datasets, field, values)
+
+
+def _json_text(value: Any) -> str:
+    """A row's value as JSON writes it (``{"a": -2.5}``, ``true``), not as Python prints it."""
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def unknown_rollouts(coverage: Coverage) -> int:
