@@ -150,3 +150,14 @@ def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester)
     result = run_rollouts(pytester, "data.jsonl")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*no default agent is set*--rollouts-agent*"])
+
+
+def test_rows_naming_no_agent_with_only_named_agents_are_told_how_to_route_them(pytester: pytest.Pytester) -> None:
+    """With only ``--rollouts-agent gpt=URL`` the message named no way to send such rows to gpt."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--co")
+    result.stdout.fnmatch_lines(["*no default agent is set*or send them to one agent with --rollouts-agent-map _default=NAME; agents: gpt)"])
+    routed = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--rollouts-agent-map=_default=gpt", "--co"
+    )
+    assert routed.ret == 0

@@ -115,6 +115,13 @@ class Routing:
         option = self.fan_out_option if near[0] in self.fan_out else self.map_option
         return f"; {option} key {near[0]!r} matches no row: did you mean {key!r}?"
 
+    def _default_hint(self) -> str:
+        """With named agents only (``--rollouts-agent gpt=URL``), the way to send them rows that name none."""
+        if not self.known:
+            return ""
+        named = ", ".join(sorted(self.known))
+        return f", or send them to one agent with {self.map_option} {DEFAULT_KEY}=NAME; agents: {named}"
+
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = routing_key(row)
         unrouted = key not in self.fan_out and key not in self.agent_map
@@ -146,7 +153,8 @@ class Routing:
             if self.default is None:
                 raise RoutingError(
                     "row has no agent_ref and no default agent is set "
-                    f"(pass {self.agent_hint} or declare 'agent' in {self.source})"
+                    f"(pass {self.agent_hint} or declare 'agent' in {self.source}"
+                    f"{self._default_hint()})"
                 )
             agents = (self.default,)
         else:
