@@ -375,6 +375,13 @@ OPTIONS: tuple[Option, ...] = (
         computed_default="`<stem>_materialized_inputs.jsonl` beside the output",
         details="Recorded in the run manifest, so --rollouts-resume and `pytest-rollouts aggregate` find the "
         "file without this option.",
+    ),    Option(
+        "retry_invalid_judge_responses",
+        "A result with invalid_judge_response: true is a judge_invalid failure, sent again by a resume; a resume "
+        "moves such results of earlier runs from the output to the failures sidecar.",
+        flag=True,
+        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. A suite "
+        "opts in with `retry_invalid_judge_responses = true` in `rollouts.toml`. See docs/resume.md.",
     ),
 )
 

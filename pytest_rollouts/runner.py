@@ -36,6 +36,7 @@ from pytest_rollouts.plan.build import PlanError, PromptFor, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
+from pytest_rollouts.rows.judge_retry import resume_mend
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
@@ -214,7 +215,12 @@ def _prepare(
     run_id = uuid.uuid4().hex
     try:
         killed = lock.acquire(run_id)
-        start = paths.start_run(run_id, resume=numbering.resuming, overwrite=settings.overwrite)
+        start = paths.start_run(
+            run_id,
+            resume=numbering.resuming,
+            overwrite=settings.overwrite,
+            mend=resume_mend(paths, settings.retry_invalid_judge_responses),
+        )
     except OutputBusy as exc:
         raise CollectionRefused(str(exc)) from None
     except OSError as exc:  # a read-only or missing place: nothing was sent

@@ -125,6 +125,7 @@ class Settings(BaseModel):
     split: Split = option_field("split")
     prompt_config: TemplatePath = option_field("prompt_config")
     materialized: MaterializedPath = option_field("materialized")
+    retry_invalid_judge_responses: bool = option_field("retry_invalid_judge_responses")
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)

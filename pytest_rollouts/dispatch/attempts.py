@@ -28,13 +28,16 @@ from pytest_rollouts.rows.schema import (
     CANCELLED,
     ENVIRONMENT_SERVER,
     FAILURE_MESSAGE,
+    JUDGE_INVALID,
     MAX_BODY_CHARS,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
+    as_judge_invalid,
     collector_keys_message,
     drained_row,
     failure_row,
+    judged_invalid,
     persisted,
     reply_collector_keys,
 )
@@ -188,6 +191,8 @@ class Attempts:
                 rollout_index, None, failure.failure_class, _detail(failure), attempt.elapsed, tries, given_up=last
             )
         failure_class = failure_class_of(reply)
+        if failure_class is None and self._h.retry_invalid_judge and judged_invalid(reply):
+            reply, failure_class = as_judge_invalid(reply), JUDGE_INVALID
         if failure_class is not None:
             row = self._redact.row(
                 agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status, summary)

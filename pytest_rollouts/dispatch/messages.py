@@ -75,6 +75,8 @@ class PlanHeader:
     models: dict[str, ModelPlan]
     model_timeout: float
     model_parallel: int
+    # A result with ``invalid_judge_response: true`` is a ``judge_invalid`` failure (the suite opted in).
+    retry_invalid_judge: bool = False
 
     @classmethod
     def of(
@@ -118,6 +120,7 @@ class PlanHeader:
             models={name: plan for name, plan in (models or {}).items() if name in agents},
             model_timeout=settings.model_timeout,
             model_parallel=model_parallel or parallel,
+            retry_invalid_judge=settings.retry_invalid_judge_responses,
         )
 
 

@@ -14,6 +14,7 @@ from pytest_rollouts.rows.schema import (
     ALWAYS_TERMINAL,
     CANCELLED,
     ENVIRONMENT_SERVER_FAILED,
+    JUDGE_INVALID,
 )
 
 from pytest_rollouts.scoring.run_statistics import STATISTICS
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 # The failure classes the collector writes, and those agents commonly send that it knows by name.
 KNOWN_FAILURE_CLASSES = frozenset(
-    {AGENT_RUN_ERROR, AGENT_REQUEST_FAILED, ENVIRONMENT_SERVER_FAILED, CANCELLED, RETRYABLE_WITH_OPT_IN}
+    {AGENT_RUN_ERROR, AGENT_REQUEST_FAILED, ENVIRONMENT_SERVER_FAILED, CANCELLED, JUDGE_INVALID, RETRYABLE_WITH_OPT_IN}
     | ALWAYS_TERMINAL
 )
 
