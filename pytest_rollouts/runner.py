@@ -124,6 +124,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     agents = Agents(settings, root)
     lock = RunLock(paths.lock, paths.out, option="out")
     try:
+        await asyncio.to_thread(_ask_head_server, agents)
         tasks, numbering, end, prompt_for = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
@@ -180,6 +181,15 @@ def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
     if not isinstance(config, Mapping):
         raise ValueError(f"a run's config is a CollectionConfig or a mapping of its fields, not {type(config).__name__}")
     return CollectionConfig(**{str(key): value for key, value in config.items()})
+
+
+def _ask_head_server(agents: Agents) -> None:
+    """Read the head server's config (if the run names one) in a thread: its request runs an event
+    loop of its own, which cannot start inside the caller's."""
+    try:
+        _ = agents.registry
+    except AgentsError as exc:
+        raise CollectionRefused(str(exc)) from None
 
 
 def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd, PromptFor]:

@@ -63,7 +63,7 @@ class Agents:
         from pytest_rollouts.config.suite import find_declaration, load_suite
 
         declaration = find_declaration(dataset.parent, self._root)
-        return self.registry.routing_for(load_suite(declaration) if declaration else None)
+        return self.registry.routing_for(load_suite(declaration) if declaration else None, dataset, self._root)
 
     def check_named(self) -> None:
         """A per-agent repeat count or header for an agent nobody knows is a typo that would go unnoticed."""

@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,51 @@ class RoutingError(ValueError):
 
 
 @dataclass(frozen=True)
+class Pairings:
+    """Which servers a NeMo Gym config pairs, so a row sent across a pairing is refused before any
+    request (NeMo Gym's ``_validate_agent_pairings``, ``_validate_environment_servers``): an agent
+    verifies against the one resources server it fronts, and an environment server runs its rows
+    on the one agent its ``agent_server`` names. A row that crosses them would be scored by a
+    verifier that does not know its task, with no error anywhere."""
+
+    resources_servers: frozenset[str] = frozenset()
+    # Agent to the resources server it fronts (its ``resources_server.name``).
+    fronts: Mapping[str, str] = field(default_factory=dict)
+    # Environment server to the agent its ``agent_server`` names.
+    runs_on: Mapping[str, str] = field(default_factory=dict)
+
+    def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
+        """``RoutingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
+        the resources server whose ``datasets`` list the row's file."""
+        named = _agent_named(row)
+        source = row.get("task_source")
+        for target in agents:
+            runs_on = self.runs_on.get(target)
+            if runs_on is not None:
+                if named is not None and named != runs_on:
+                    raise RoutingError(
+                        f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
+                        f"{runs_on!r} (its agent_server)"
+                    )
+                continue
+            fronted = self.fronts.get(target)
+            if fronted is None:
+                continue
+            for server, said in ((source, "the row's task_source"), (dataset_server, "the server listing its dataset")):
+                if server in self.resources_servers and server != fronted:
+                    raise RoutingError(
+                        f"agent {target!r} fronts resources server {fronted!r}, but {said} is resources server "
+                        f"{server!r}: its verifier would score tasks it does not know"
+                    )
+
+
+def _agent_named(row: Mapping[str, Any]) -> str | None:
+    ref = row.get("agent_ref")
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+@dataclass(frozen=True)
 class Discovered:
     """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
     the agent of each task source."""
@@ -41,6 +86,7 @@ class Discovered:
     task_sources: Mapping[str, str]
     # Its dataset entries (``jsonl_fpath``, ``type``, ``prompt_config``): a dataset's split and prompt.
     datasets: tuple[HeadDataset, ...] = ()
+    pairings: Pairings = Pairings()
 
 
 @dataclass(frozen=True)
@@ -52,6 +98,8 @@ class HeadDataset:
     jsonl_fpath: str
     split: str | None
     prompt_config: str | None
+    # The resources server that lists it; None when an agent does.
+    server: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +153,9 @@ class Routing:
     fan_out_option: str = "--rollouts-fan-out"
     # The suite's ``keywords``: row fields whose values -k matches on the row's items.
     keywords: tuple[str, ...] = ()
+    # The head server's pairings, and the resources server that lists this file, if one does.
+    pairings: Pairings = Pairings()
+    dataset_server: str | None = None
 
     def _typo_hint(self, key: str) -> str:
         """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
@@ -158,6 +209,7 @@ class Routing:
                 raise RoutingError(
                     f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
                 )
+        self.pairings.check(row, agents, self.dataset_server)
         return agents
 
 
@@ -200,7 +252,17 @@ class AgentRegistry:
         if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
             self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
 
-    def routing_for(self, suite: Suite | None) -> Routing:
+    def routing_for(self, suite: Suite | None, dataset: Path | None = None, root: Path | None = None) -> Routing:
+        """How the rows of ``dataset`` (under ``root``, where the head server's paths start) find agents."""
+        routing = self._suite_routing(suite)
+        if dataset is None or root is None:
+            return routing
+        listed = next(
+            (d.server for d in self._head.datasets if (root / d.jsonl_fpath).resolve() == dataset.resolve()), None
+        )
+        return replace(routing, dataset_server=listed)
+
+    def _suite_routing(self, suite: Suite | None) -> Routing:
         fallback = CLI_DEFAULT_NAME if self._cli_default is not None else self._settings.fallback_agent
         if suite is None:
             return self._routing(fallback, frozenset(), "a rollouts.toml", None)
@@ -225,6 +287,7 @@ class AgentRegistry:
             map_option=self._settings.source_of("agent_map"),
             fan_out_option=self._settings.source_of("fan_out"),
             keywords=suite.config.keywords if suite else (),
+            pairings=self._head.pairings,
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:
