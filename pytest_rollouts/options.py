@@ -380,8 +380,25 @@ OPTIONS: tuple[Option, ...] = (
         "A result with invalid_judge_response: true is a judge_invalid failure, sent again by a resume; a resume "
         "moves such results of earlier runs from the output to the failures sidecar.",
         flag=True,
-        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. A suite "
-        "opts in with `retry_invalid_judge_responses = true` in `rollouts.toml`. See docs/resume.md.",
+        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. "
+        "See docs/resume.md#invalid-judge-responses.",
+    ),
+    Option(
+        "environment_routing_mode",
+        "Where flat rows (not episode rows) go: agent (their agent), legacy (all to --rollouts-environment-server) "
+        "or taskset (refused: episode rows only).",
+        "agent|legacy|taskset",
+        default="agent",
+        details="NeMo Gym's `environment_routing_mode`. A row sent to an environment server is stamped "
+        "`_ng_environment_server`, in the materialized inputs, its failures and its result, and scored in that "
+        "server's group. See docs/datasets-and-agents.md#environment-routing-modes.",
+    ),
+    Option(
+        "environment_server",
+        "The environment server legacy routing sends every flat row to (an agent name: --rollouts-agent NAME=URL, "
+        "a suite's agent or a head server's environment server).",
+        "NAME",
+        details="NeMo Gym's `environment_server_name`.",
     ),
 )
 

@@ -156,6 +156,9 @@ class Routing:
     # The head server's pairings, and the resources server that lists this file, if one does.
     pairings: Pairings = Pairings()
     dataset_server: str | None = None
+    # NeMo Gym's ``environment_routing_mode`` for flat rows, and legacy mode's ``environment_server_name``.
+    mode: str = "agent"
+    environment_server: str | None = None
 
     def _typo_hint(self, key: str) -> str:
         """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
@@ -168,6 +171,8 @@ class Routing:
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = routing_key(row)
+        if kind != "taskset" and self.mode != "agent":
+            return self._environment_route(row)
         unrouted = key not in self.fan_out and key not in self.agent_map
         if kind == "default" and unrouted and self.default is not None:
             # The default agent's rows map and fan out under its name too, as if they named it.
@@ -211,6 +216,24 @@ class Routing:
                 )
         self.pairings.check(row, agents, self.dataset_server)
         return agents
+
+
+    def _environment_route(self, row: dict[str, Any]) -> tuple[str, ...]:
+        """A flat row under ``legacy`` (every one to the named environment server) or ``taskset`` (refused:
+        a native-only run must not pick up legacy input in silence), as NeMo Gym's
+        ``_environment_server_for_config_row`` routes it."""
+        if self.mode == "taskset":
+            raise RoutingError(
+                "a flat row (no task_id.taskset and task_input) under environment routing mode 'taskset', which "
+                "runs episode rows only: convert it, or use mode 'agent' or 'legacy'"
+            )
+        server = self.environment_server
+        assert server is not None  # the settings refuse legacy without one
+        if self.known is not None and server not in self.known:
+            known = ", ".join(sorted(self.known)) or "none"
+            raise RoutingError(f"environment server {server!r} of legacy routing is unknown (known: {known})")
+        self.pairings.check(row, (server,), self.dataset_server)
+        return (server,)
 
 
 def routing_key(row: dict[str, Any]) -> tuple[str, str]:
@@ -288,6 +311,8 @@ class AgentRegistry:
             fan_out_option=self._settings.source_of("fan_out"),
             keywords=suite.config.keywords if suite else (),
             pairings=self._head.pairings,
+            mode=self._settings.environment_routing_mode,
+            environment_server=self._settings.environment_server,
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:

@@ -126,6 +126,8 @@ class Settings(BaseModel):
     prompt_config: TemplatePath = option_field("prompt_config")
     materialized: MaterializedPath = option_field("materialized")
     retry_invalid_judge_responses: bool = option_field("retry_invalid_judge_responses")
+    environment_routing_mode: Literal["agent", "legacy", "taskset"] = option_field("environment_routing_mode")
+    environment_server: str | None = option_field("environment_server", min_length=1)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -268,6 +270,11 @@ class Settings(BaseModel):
                     f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
                     "name a file of its own"
                 )
+        if (self.environment_routing_mode == "legacy") != (self.environment_server is not None):
+            raise ValueError(
+                f"{self.source_of('environment_routing_mode')} legacy sends every flat row to the server "
+                f"{self.source_of('environment_server')} names: give both, or neither"
+            )
         if self.resume and self.overwrite:
             raise ValueError(
                 f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "

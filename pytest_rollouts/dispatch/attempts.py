@@ -97,11 +97,14 @@ class Attempts:
         agent = self._h.agents[planned.agent]
         body = planned.body
         episode = loads(body) if planned.episode else None
-        stamps: dict[str, Any] = {
-            TASK_INDEX: planned.task,
-            ROLLOUT_INDEX: planned.rollout,
-            **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
-        }
+        stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
+        if episode is not None:
+            stamps[ENVIRONMENT_SERVER] = agent
+        elif self._h.via_server:  # legacy routing: the server, and the agent the row names, if any
+            ref = loads(body).get("agent_ref")
+            stamps.update({ENVIRONMENT_SERVER: agent, **({"agent_ref": ref} if ref is not None else {})})
+        else:
+            stamps["agent_ref"] = {"name": agent}
         send = self._senders[planned.agent]
         attempt_index = planned.first_attempt
         if attempt_index:

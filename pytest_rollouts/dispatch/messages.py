@@ -77,6 +77,8 @@ class PlanHeader:
     model_parallel: int
     # A result with ``invalid_judge_response: true`` is a ``judge_invalid`` failure (the suite opted in).
     retry_invalid_judge: bool = False
+    # Legacy environment routing: every flat row goes to (and is stamped with) an environment server.
+    via_server: bool = False
 
     @classmethod
     def of(
@@ -121,6 +123,7 @@ class PlanHeader:
             model_timeout=settings.model_timeout,
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
+            via_server=settings.environment_routing_mode == "legacy",
         )
 
 
