@@ -380,8 +380,8 @@ OPTIONS: tuple[Option, ...] = (
         "A result with invalid_judge_response: true is a judge_invalid failure, sent again by a resume; a resume "
         "moves such results of earlier runs from the output to the failures sidecar.",
         flag=True,
-        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. "
-        "See docs/resume.md#invalid-judge-responses.",
+        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. A head "
+        "server's config may set it (top-level `retry_invalid_judge_responses`). See docs/resume.md.",
     ),
     Option(
         "environment_routing_mode",
@@ -398,7 +398,8 @@ OPTIONS: tuple[Option, ...] = (
         "The environment server legacy routing sends every flat row to (an agent name: --rollouts-agent NAME=URL, "
         "a suite's agent or a head server's environment server).",
         "NAME",
-        details="NeMo Gym's `environment_server_name`.",
+        details="NeMo Gym's `environment_server_name`; a head server's config may set both (top-level "
+        "`environment_routing_mode`, `environment_server_name`).",
     ),
 )
 

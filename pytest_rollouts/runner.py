@@ -125,6 +125,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     lock = RunLock(paths.lock, paths.out, option="out")
     try:
         await asyncio.to_thread(_ask_head_server, agents)
+        settings = agents.settings  # with the head server's collection keys for the options not given
         tasks, numbering, end, prompt_for = _read(settings, agents, root)
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))

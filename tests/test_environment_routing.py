@@ -33,7 +33,9 @@ legacy_env:
 
 
 def fails_task_2_once(row: dict[str, Any], seen: int) -> Reply:
-    return Reply(status=500, json={"error": "boom"}) if row["_ng_task_index"] == 2 and seen == 0 else verifier(row, seen)
+    if row["_ng_task_index"] == 2 and seen == 0:
+        return Reply(status=500, json={"error": "boom"})
+    return verifier(row, seen)
 
 
 def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_it(
@@ -111,3 +113,32 @@ def test_legacy_mode_and_its_server_come_together(
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
     result.stderr.fnmatch_lines(["*legacy sends every flat row to the server*give both, or neither*"])
+
+
+def test_a_head_servers_config_sets_the_mode_and_an_option_wins_over_it(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        modes = "environment_routing_mode: legacy\nenvironment_server_name: legacy_env\n"
+        state["yaml"] = modes + config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", head).assert_outcomes(passed=2)
+        assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0)]
+        result = run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-routing-mode=taskset")
+        result.stdout.fnmatch_lines(["*data.jsonl:1: a flat row*under environment routing mode 'taskset'*"])
+        assert len(server.requests) == 2
+
+
+def test_a_bad_mode_in_a_head_servers_config_is_a_usage_error(pytester: pytest.Pytester, head_server) -> None:  # noqa: F811
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    with ScriptedAgent() as agent:
+        state["yaml"] = "environment_routing_mode: flat\n" + config(_port(agent.url), 1)
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
+        assert agent.requests == []
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*environment_routing_mode of the head server's config*'agent', 'legacy' or 'taskset'*"]
+    )

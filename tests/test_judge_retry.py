@@ -17,6 +17,7 @@ from pytest_rollouts.rows.schema import MIGRATED_INVALID_JUDGE
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
 from .helpers import Artifacts, keys, run_rollouts
+from .test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
 
 OPT_IN = "--rollouts-retry-invalid-judge-responses"
 
@@ -154,3 +155,21 @@ def test_the_python_api_moves_and_resends_them_too(tmp_path: Path, monkeypatch: 
     assert resumed.mean_reward == pytest.approx(2 / 3)  # tasks(3): task 0 is answered wrong
     assert [r["_ng_failure_class"] for r in artifacts.failures] == ["judge_invalid"]
     assert sorted(keys(artifacts.rows)) == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_a_head_servers_config_opts_in(pytester: pytest.Pytester, head_server) -> None:  # noqa: F811
+    """NeMo Gym's merged config carries the collection key at its top level: the run takes it."""
+    _, state = head_server
+    rows = tasks(3)
+    for row in rows:
+        row["agent_ref"] = {"name": "judged_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    artifacts = Artifacts(pytester.path)
+    with ScriptedAgent(judge_fails_once) as agent:
+        state["yaml"] = (
+            "retry_invalid_judge_responses: true\n"
+            f"judged_agent:\n  responses_api_agents:\n    simple_agent: {{host: 127.0.0.1, port: {_port(agent.url)}}}\n"
+        )
+        run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
+    assert [r["_ng_failure_class"] for r in artifacts.failures] == ["judge_invalid"]
+    assert sorted(keys(artifacts.rows)) == [(0, 0), (2, 0)]

@@ -54,9 +54,21 @@ class Agents:
                     discovered = discover(self._settings.head_server, timeout=HEAD_SERVER_TIMEOUT_S)
                 except HeadServerError as exc:
                     raise AgentsError(str(exc)) from None
+            if discovered is not None:
+                try:
+                    self._settings = self._settings.with_defaults(discovered.options, "the head server's config")
+                except ValueError as exc:
+                    raise AgentsError(str(exc)) from None
             self._registry = AgentRegistry(self._settings, discovered)
             self.discovered = discovered
         return self._registry
+
+    @property
+    def settings(self) -> Settings:
+        """The run's settings with the head server's collection keys (once it is asked) for the options
+        the run does not give."""
+        _ = self.registry
+        return self._settings
 
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""

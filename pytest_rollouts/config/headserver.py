@@ -21,6 +21,10 @@ Keys read, all at the top level of that config:
   that declares each dataset file, and ``<name>.environment_servers.<type>.agent_server`` (a
   name, or ``{name: ...}``), the agent an environment server runs its rows on.
 
+- Top-level collection keys, defaults for the options of the same meaning that the run does not
+  give (``RUN_KEYS``): ``retry_invalid_judge_responses``, ``environment_routing_mode``,
+  ``environment_server_name``.
+
 Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 ``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
 """
@@ -35,10 +39,17 @@ from typing import Any
 
 import yaml
 
-from pytest_rollouts.config.routing import Discovered, HeadDataset, Pairings
+from pytest_rollouts.config.pairings import Pairings
+from pytest_rollouts.config.routing import Discovered, HeadDataset
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout, request
 
 CONFIG_PATH = "/global_config_dict_yaml"
+# NeMo Gym's collection keys a merged config may carry at its top level, and the options they default.
+RUN_KEYS = {
+    "retry_invalid_judge_responses": "retry_invalid_judge_responses",
+    "environment_routing_mode": "environment_routing_mode",
+    "environment_server_name": "environment_server",
+}
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 MAX_INTERPOLATION_DEPTH = 10
 
@@ -133,7 +144,8 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         {agent: server for server, names in fronts.items() for agent in names},
         runs_on,
     )
-    return Discovered(agents, sources, config_datasets(config), pairings)
+    options = {option: config[key] for key, option in RUN_KEYS.items() if config.get(key) is not None}
+    return Discovered(agents, sources, config_datasets(config), pairings, options)
 
 
 def _name_of(reference: Any) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.config.pairings import PairingError, Pairings
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 from pytest_rollouts.config.suite import Suite
 from pytest_rollouts.config.values import check_url
@@ -33,51 +34,6 @@ class RoutingError(ValueError):
 
 
 @dataclass(frozen=True)
-class Pairings:
-    """Which servers a NeMo Gym config pairs, so a row sent across a pairing is refused before any
-    request (NeMo Gym's ``_validate_agent_pairings``, ``_validate_environment_servers``): an agent
-    verifies against the one resources server it fronts, and an environment server runs its rows
-    on the one agent its ``agent_server`` names. A row that crosses them would be scored by a
-    verifier that does not know its task, with no error anywhere."""
-
-    resources_servers: frozenset[str] = frozenset()
-    # Agent to the resources server it fronts (its ``resources_server.name``).
-    fronts: Mapping[str, str] = field(default_factory=dict)
-    # Environment server to the agent its ``agent_server`` names.
-    runs_on: Mapping[str, str] = field(default_factory=dict)
-
-    def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
-        """``RoutingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
-        the resources server whose ``datasets`` list the row's file."""
-        named = _agent_named(row)
-        source = row.get("task_source")
-        for target in agents:
-            runs_on = self.runs_on.get(target)
-            if runs_on is not None:
-                if named is not None and named != runs_on:
-                    raise RoutingError(
-                        f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
-                        f"{runs_on!r} (its agent_server)"
-                    )
-                continue
-            fronted = self.fronts.get(target)
-            if fronted is None:
-                continue
-            for server, said in ((source, "the row's task_source"), (dataset_server, "the server listing its dataset")):
-                if server in self.resources_servers and server != fronted:
-                    raise RoutingError(
-                        f"agent {target!r} fronts resources server {fronted!r}, but {said} is resources server "
-                        f"{server!r}: its verifier would score tasks it does not know"
-                    )
-
-
-def _agent_named(row: Mapping[str, Any]) -> str | None:
-    ref = row.get("agent_ref")
-    name = ref.get("name") if isinstance(ref, Mapping) else None
-    return name if isinstance(name, str) and name else None
-
-
-@dataclass(frozen=True)
 class Discovered:
     """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
     the agent of each task source."""
@@ -87,6 +43,8 @@ class Discovered:
     # Its dataset entries (``jsonl_fpath``, ``type``, ``prompt_config``): a dataset's split and prompt.
     datasets: tuple[HeadDataset, ...] = ()
     pairings: Pairings = Pairings()
+    # Its top-level collection keys, by the option each defaults (``headserver.RUN_KEYS``).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -214,9 +172,15 @@ class Routing:
                 raise RoutingError(
                     f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
                 )
-        self.pairings.check(row, agents, self.dataset_server)
+        self._check_pairings(row, agents)
         return agents
 
+
+    def _check_pairings(self, row: dict[str, Any], agents: tuple[str, ...]) -> None:
+        try:
+            self.pairings.check(row, agents, self.dataset_server)
+        except PairingError as exc:
+            raise RoutingError(str(exc)) from None
 
     def _environment_route(self, row: dict[str, Any]) -> tuple[str, ...]:
         """A flat row under ``legacy`` (every one to the named environment server) or ``taskset`` (refused:
@@ -232,7 +196,7 @@ class Routing:
         if self.known is not None and server not in self.known:
             known = ", ".join(sorted(self.known)) or "none"
             raise RoutingError(f"environment server {server!r} of legacy routing is unknown (known: {known})")
-        self.pairings.check(row, (server,), self.dataset_server)
+        self._check_pairings(row, (server,))
         return (server,)
 
 

@@ -130,6 +130,7 @@ class RolloutRun:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.routing_for(self.config.rootpath)  # discovery happens on first use, and may refuse the run
+            self._settings = self.agents.settings  # with its config's collection keys for options not given
         settings = self.settings
         if settings.drain_margin is not None and settings.dispatch_budget is None:
             from pytest_rollouts.pytest.progress import tell
