@@ -142,3 +142,19 @@ def test_a_bad_mode_in_a_head_servers_config_is_a_usage_error(pytester: pytest.P
     result.stderr.fnmatch_lines(
         ["*environment_routing_mode of the head server's config*'agent', 'legacy' or 'taskset'*"]
     )
+
+
+def test_a_resume_refuses_another_routing_than_the_recorded_runs(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", head, *LEGACY).assert_outcomes(passed=2)
+        result = run_rollouts(
+            pytester, "data.jsonl", head, "--rollouts-agent-map=_default=math_agent", "--rollouts-resume"
+        )
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
+    result.stderr.fnmatch_lines(["*environment_server: recorded 'legacy_env', now None*"])

@@ -175,7 +175,6 @@ class Routing:
         self._check_pairings(row, agents)
         return agents
 
-
     def _check_pairings(self, row: dict[str, Any], agents: tuple[str, ...]) -> None:
         try:
             self.pairings.check(row, agents, self.dataset_server)
