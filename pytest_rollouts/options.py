@@ -381,7 +381,8 @@ OPTIONS: tuple[Option, ...] = (
         "moves such results of earlier runs from the output to the failures sidecar.",
         flag=True,
         details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. A head "
-        "server's config may set it (top-level `retry_invalid_judge_responses`). See docs/resume.md.",
+        "server's config (top-level `retry_invalid_judge_responses`) or a suite's `rollouts.toml` (the same key) "
+        "may set it. See docs/resume.md.",
     ),
     Option(
         "environment_routing_mode",

@@ -125,8 +125,8 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     lock = RunLock(paths.lock, paths.out, option="out")
     try:
         await asyncio.to_thread(_ask_head_server, agents)
-        settings = agents.settings  # with the head server's collection keys for the options not given
-        tasks, numbering, end, prompt_for = _read(settings, agents, root)
+        tasks, numbering, end, prompt_for = _read(agents.settings, agents, root)
+        settings = agents.settings  # with what the head server's config and the suites set for options not given
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
         prepared = _prepare(settings, paths, lock, root, tasks, numbering, prompt_for)

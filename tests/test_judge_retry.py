@@ -173,3 +173,30 @@ def test_a_head_servers_config_opts_in(pytester: pytest.Pytester, head_server) -
         run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
     assert [r["_ng_failure_class"] for r in artifacts.failures] == ["judge_invalid"]
     assert sorted(keys(artifacts.rows)) == [(0, 0), (2, 0)]
+
+
+def suite(root: Path, name: str, opted_in: bool, agent: ScriptedAgent) -> None:
+    write_rows(root / name / "data.jsonl", tasks(3))
+    (root / name / "rollouts.toml").write_text(
+        f'datasets = ["*.jsonl"]\nagent = "judged"\nretry_invalid_judge_responses = {str(opted_in).lower()}\n'
+        f'[agents.judged]\nurl = "{agent.url}"\n'
+    )
+
+
+def test_a_suite_opts_in_and_an_option_wins_over_it(pytester: pytest.Pytester) -> None:
+    artifacts = Artifacts(pytester.path)
+    with ScriptedAgent(judge_fails_once) as agent:
+        suite(pytester.path, "judged", True, agent)
+        run_rollouts(pytester, "judged")
+        assert [r["_ng_failure_class"] for r in artifacts.failures] == ["judge_invalid"]
+        run_rollouts(pytester, "judged", "-o", "rollouts_retry_invalid_judge_responses=false")
+    assert artifacts.failures == [] and len(artifacts.rows) == 3
+
+
+def test_suites_that_disagree_cannot_share_a_run(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent(judge_fails_once) as agent:
+        suite(pytester.path, "a", True, agent)
+        suite(pytester.path, "b", False, agent)
+        result = run_rollouts(pytester, "a", "b")
+        assert agent.requests == []
+    result.stdout.fnmatch_lines(["*opts in to retry_invalid_judge_responses and *b*rollouts.toml does not*"])

@@ -98,6 +98,10 @@ class RolloutRun:
 
     @property
     def settings(self) -> Settings:
+        """The options; once datasets are routed, with what the head server's config and the suites
+        set for the options not given (``Agents.settings``)."""
+        if self._agents is not None:
+            return self._agents.settings
         if self._settings is None:
             from pytest_rollouts.pytest.resolve import resolve_settings
 
@@ -130,7 +134,6 @@ class RolloutRun:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.routing_for(self.config.rootpath)  # discovery happens on first use, and may refuse the run
-            self._settings = self.agents.settings  # with its config's collection keys for options not given
         settings = self.settings
         if settings.drain_margin is not None and settings.dispatch_budget is None:
             from pytest_rollouts.pytest.progress import tell
