@@ -16,7 +16,7 @@ from pytest_rollouts.rows.schema import MIGRATED_INVALID_JUDGE
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import Artifacts, keys, run_rollouts, subprocess_run
 from .test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
 
 OPT_IN = "--rollouts-retry-invalid-judge-responses"
@@ -200,3 +200,25 @@ def test_suites_that_disagree_cannot_share_a_run(pytester: pytest.Pytester) -> N
         result = run_rollouts(pytester, "a", "b")
         assert agent.requests == []
     result.stdout.fnmatch_lines(["*opts in to retry_invalid_judge_responses and *b*rollouts.toml does not*"])
+
+
+def test_under_xdist_the_earlier_results_move_once(pytester: pytest.Pytester) -> None:
+    """Every worker prepares the files in turn; only the first moves anything, so no row is moved twice."""
+    write_rows(pytester.path / "data.jsonl", tasks(10))
+    artifacts = Artifacts(pytester.path)
+
+    def odd_tasks_fail_once(row: dict[str, Any], seen: int) -> Reply:
+        reply = verifier(row, seen)
+        reply.json["invalid_judge_response"] = row["_ng_task_index"] % 2 == 1 and seen == 0
+        return reply
+
+    with ScriptedAgent(odd_tasks_fail_once) as agent:
+        assert subprocess_run(pytester.path, agent.url, "-n", "2").returncode == 0
+        resumed = subprocess_run(pytester.path, agent.url, "-n", "2", "--rollouts-resume", OPT_IN)
+        assert resumed.returncode == 0, resumed.stdout
+        resent = sorted(keys(agent.requests[10:]))
+    odd = [(t, 0) for t in range(1, 10, 2)]
+    assert resent == odd
+    assert sorted(keys(artifacts.failures)) == odd
+    assert all(row[MIGRATED_INVALID_JUDGE] for row in artifacts.failures)
+    assert sorted(keys(artifacts.rows)) == [(t, 0) for t in range(10)]
