@@ -389,6 +389,32 @@ OPTIONS: tuple[Option, ...] = (
         computed_default="`<stem>_materialized_inputs.jsonl` beside the output",
         details="Recorded in the run manifest, so --rollouts-resume and `pytest-rollouts aggregate` find the "
         "file without this option.",
+    ),    Option(
+        "retry_invalid_judge_responses",
+        "A result with invalid_judge_response: true is a judge_invalid failure, sent again by a resume; a resume "
+        "moves such results of earlier runs from the output to the failures sidecar.",
+        flag=True,
+        details="For verifiers whose judge can answer unparseably; others score that as a zero on purpose. A head "
+        "server's config (top-level `retry_invalid_judge_responses`) or a suite's `rollouts.toml` (the same key) "
+        "may set it. See docs/resume.md.",
+    ),
+    Option(
+        "environment_routing_mode",
+        "Where flat rows (not episode rows) go: agent (their agent), legacy (all to --rollouts-environment-server) "
+        "or taskset (refused: episode rows only).",
+        "agent|legacy|taskset",
+        default="agent",
+        details="NeMo Gym's `environment_routing_mode`. A row sent to an environment server is stamped "
+        "`_ng_environment_server`, in the materialized inputs, its failures and its result, and scored in that "
+        "server's group. See docs/datasets-and-agents.md#environment-routing-modes.",
+    ),
+    Option(
+        "environment_server",
+        "The environment server legacy routing sends every flat row to (an agent name: --rollouts-agent NAME=URL, "
+        "a suite's agent or a head server's environment server).",
+        "NAME",
+        details="NeMo Gym's `environment_server_name`; a head server's config may set both (top-level "
+        "`environment_routing_mode`, `environment_server_name`).",
     ),
     Option(
         "wandb",

@@ -38,6 +38,7 @@ from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
 from pytest_rollouts.report.build import report_at_end
+from pytest_rollouts.rows.judge_retry import resume_mend
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
@@ -129,7 +130,9 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     lock = RunLock(paths.lock, paths.out, option="out")
     trace: RunTrace | None = None
     try:
-        tasks, numbering, end, prompt_for = _read(settings, agents, root)
+        await asyncio.to_thread(_ask_head_server, agents)
+        tasks, numbering, end, prompt_for = _read(agents.settings, agents, root)
+        settings = agents.settings  # with what the head server's config and the suites set for options not given
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
         prepared = _prepare(settings, paths, lock, root, tasks, numbering, prompt_for)
@@ -204,6 +207,15 @@ def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
     return CollectionConfig(**{str(key): value for key, value in config.items()})
 
 
+def _ask_head_server(agents: Agents) -> None:
+    """Read the head server's config (if the run names one) in a thread: its request runs an event
+    loop of its own, which cannot start inside the caller's."""
+    try:
+        _ = agents.registry
+    except AgentsError as exc:
+        raise CollectionRefused(str(exc)) from None
+
+
 def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd, PromptFor]:
     """Read, route and number every task (this shard's only), before any file is touched; and what
     the run's end will say of a run with nothing to send (pytest's "no tests collected")."""
@@ -237,7 +249,12 @@ def _prepare(
     run_id = uuid.uuid4().hex
     try:
         killed = lock.acquire(run_id)
-        start = paths.start_run(run_id, resume=numbering.resuming, overwrite=settings.overwrite)
+        start = paths.start_run(
+            run_id,
+            resume=numbering.resuming,
+            overwrite=settings.overwrite,
+            mend=resume_mend(paths, settings.retry_invalid_judge_responses),
+        )
     except OutputBusy as exc:
         raise CollectionRefused(str(exc)) from None
     except OSError as exc:  # a read-only or missing place: nothing was sent

@@ -238,7 +238,7 @@ def test_a_count_as_zero_class_neither_known_nor_seen_is_named_with_the_known_on
             "--rollouts-count-as-zero no_reward: a result kept as sent, not a failure class; never counted as zero",
             "--rollouts-count-as-zero agent_run_eror: no such failure class in this run, nor a known one; "
             "did you mean agent_run_error? (known: agent_request_failed, agent_run_error, cancelled, "
-            "environment_server_failed, skipped, timeout_exceeded)",
+            "environment_server_failed, judge_invalid, skipped, timeout_exceeded)",
         ]
     )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
+from pytest_rollouts.options import OPTION
 
 if TYPE_CHECKING:
     from pytest_rollouts.config.embedded import EmbeddedServers
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from pytest_rollouts.model.spec import ModelPlan
 
 HEAD_SERVER_TIMEOUT_S = 10.0
+# The one option a suite's ``rollouts.toml`` sets for the whole run (the run's options win).
+JUDGE_RETRY = "retry_invalid_judge_responses"
 
 
 class AgentsError(ValueError):
@@ -39,6 +42,10 @@ class Agents:
         self._servers: list[EmbeddedServers] = []
         # What the head server's config said, once asked (``registry``): its datasets' splits and prompts.
         self.discovered: Discovered | None = None
+        # The first suite that opted in to or out of the judge-response retry, by its choice; and whether
+        # the run's options (or the head server's config) decide it, whatever the suites say.
+        self._judge_retry: dict[bool, Path] = {}
+        self._judge_retry_given = JUDGE_RETRY in settings.model_fields_set
 
     @property
     def registry(self) -> AgentRegistry:
@@ -54,16 +61,47 @@ class Agents:
                     discovered = discover(self._settings.head_server, timeout=HEAD_SERVER_TIMEOUT_S)
                 except HeadServerError as exc:
                     raise AgentsError(str(exc)) from None
+            if discovered is not None:
+                try:
+                    self._settings = self._settings.with_defaults(discovered.options, "the head server's config")
+                except ValueError as exc:
+                    raise AgentsError(str(exc)) from None
+                self._judge_retry_given |= JUDGE_RETRY in discovered.options
             self._registry = AgentRegistry(self._settings, discovered)
             self.discovered = discovered
         return self._registry
+
+    @property
+    def settings(self) -> Settings:
+        """The run's settings, with what the head server's config (once asked: ``registry``) and the
+        suites routed so far set for the options the run does not give."""
+        return self._settings
 
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""
         from pytest_rollouts.config.suite import find_declaration, load_suite
 
         declaration = find_declaration(dataset.parent, self._root)
-        return self.registry.routing_for(load_suite(declaration) if declaration else None)
+        suite = load_suite(declaration) if declaration else None
+        routing = self.registry.routing_for(suite, dataset, self._root)
+        if suite is not None and suite.config.retry_invalid_judge_responses is not None:
+            self._judge_retry_of(suite.path, suite.config.retry_invalid_judge_responses)
+        return routing
+
+    def _judge_retry_of(self, suite: Path, opted_in: bool) -> None:
+        """A suite's ``retry_invalid_judge_responses``: the run's unless an option or the head server
+        says otherwise. One run writes one output, so suites that disagree cannot share it."""
+        from pytest_rollouts.config.routing import RoutingError
+
+        if self._judge_retry_given:
+            return
+        self._judge_retry.setdefault(opted_in, suite)
+        if len(self._judge_retry) > 1:
+            raise RoutingError(
+                f"{self._judge_retry[True]} opts in to {JUDGE_RETRY} and {self._judge_retry[False]} does not; "
+                f"one run writes one output: collect them apart, or give {OPTION[JUDGE_RETRY].cli} to decide"
+            )
+        self._settings = self._settings.with_defaults({JUDGE_RETRY: opted_in}, str(suite))
 
     def check_named(self) -> None:
         """A per-agent repeat count or header for an agent nobody knows is a typo that would go unnoticed."""

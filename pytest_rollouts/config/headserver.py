@@ -16,6 +16,14 @@ Keys read, all at the top level of that config:
   the one agent that fronts that resources server; an agent's own name resolves to it.
 - ``datasets[].{jsonl_fpath, type, prompt_config}`` of resources servers and agents: a dataset
   file's split (``--rollouts-split``) and prompt template, for the files the run reads.
+- Pairings, checked on every row before any request (NeMo Gym's ``_validate_agent_pairings`` and
+  ``_validate_environment_servers``): the resources server each agent fronts (above), the one
+  that declares each dataset file, and ``<name>.environment_servers.<type>.agent_server`` (a
+  name, or ``{name: ...}``), the agent an environment server runs its rows on.
+
+- Top-level collection keys, defaults for the options of the same meaning that the run does not
+  give (``RUN_KEYS``): ``retry_invalid_judge_responses``, ``environment_routing_mode``,
+  ``environment_server_name``.
 
 Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 ``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
@@ -31,10 +39,17 @@ from typing import Any
 
 import yaml
 
+from pytest_rollouts.config.pairings import Pairings
 from pytest_rollouts.config.routing import Discovered, HeadDataset
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout, request
 
 CONFIG_PATH = "/global_config_dict_yaml"
+# NeMo Gym's collection keys a merged config may carry at its top level, and the options they default.
+RUN_KEYS = {
+    "retry_invalid_judge_responses": "retry_invalid_judge_responses",
+    "environment_routing_mode": "environment_routing_mode",
+    "environment_server_name": "environment_server",
+}
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 MAX_INTERPOLATION_DEPTH = 10
 
@@ -86,6 +101,7 @@ def config_datasets(config: Mapping[str, Any]) -> tuple[HeadDataset, ...]:
                             dataset["jsonl_fpath"],
                             kind_of if isinstance(kind_of, str) else None,
                             prompt if isinstance(prompt, str) else None,
+                            str(name) if kind == "resources_servers" else None,
                         )
                     )
     return tuple(found)
@@ -104,10 +120,14 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         if isinstance(resources, Mapping) and resources.get("name"):
             fronts.setdefault(str(resources["name"]), []).append(str(name))
     sources: dict[str, str] = {name: name for name in agents}
+    runs_on: dict[str, str] = {}
     for name, entry in config.items():
         server = _only_server(entry, "environment_servers")
         if server is not None and "port" in server:
             agents[str(name)] = _address(config, server, str(name))
+            agent = _name_of(server.get("agent_server"))
+            if agent is not None:
+                runs_on[str(name)] = agent
     for name, entry in config.items():
         server = _only_server(entry, "resources_servers")
         if server is None:
@@ -118,7 +138,21 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
             sources[str(name)] = pins.pop()
         elif not pins and len(fronts.get(str(name), ())) == 1:
             sources[str(name)] = fronts[str(name)][0]
-    return Discovered(agents, sources, config_datasets(config))
+    resources = frozenset(str(name) for name, entry in config.items() if _only_server(entry, "resources_servers"))
+    pairings = Pairings(
+        resources,
+        {agent: server for server, names in fronts.items() for agent in names},
+        runs_on,
+    )
+    options = {option: config[key] for key, option in RUN_KEYS.items() if config.get(key) is not None}
+    return Discovered(agents, sources, config_datasets(config), pairings, options)
+
+
+def _name_of(reference: Any) -> str | None:
+    """A server reference as NeMo Gym's configs write it: a name, or ``{type: ..., name: ...}``."""
+    if isinstance(reference, Mapping):
+        reference = reference.get("name")
+    return str(reference) if isinstance(reference, str) and reference else None
 
 
 def _address(config: Mapping[str, Any], server: Mapping[str, Any], name: str) -> str:

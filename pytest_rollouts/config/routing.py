@@ -13,12 +13,13 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.config.pairings import PairingError, Pairings
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 from pytest_rollouts.config.suite import Suite
 from pytest_rollouts.config.values import check_url
@@ -41,6 +42,9 @@ class Discovered:
     task_sources: Mapping[str, str]
     # Its dataset entries (``jsonl_fpath``, ``type``, ``prompt_config``): a dataset's split and prompt.
     datasets: tuple[HeadDataset, ...] = ()
+    pairings: Pairings = Pairings()
+    # Its top-level collection keys, by the option each defaults (``headserver.RUN_KEYS``).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class HeadDataset:
     jsonl_fpath: str
     split: str | None
     prompt_config: str | None
+    # The resources server that lists it; None when an agent does.
+    server: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,12 @@ class Routing:
     fan_out_option: str = "--rollouts-fan-out"
     # The suite's ``keywords``: row fields whose values -k matches on the row's items.
     keywords: tuple[str, ...] = ()
+    # The head server's pairings, and the resources server that lists this file, if one does.
+    pairings: Pairings = Pairings()
+    dataset_server: str | None = None
+    # NeMo Gym's ``environment_routing_mode`` for flat rows, and legacy mode's ``environment_server_name``.
+    mode: str = "agent"
+    environment_server: str | None = None
 
     def _typo_hint(self, key: str) -> str:
         """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
@@ -124,6 +136,8 @@ class Routing:
 
     def agents_for(self, row: dict[str, Any]) -> tuple[str, ...]:
         key, kind = routing_key(row)
+        if kind != "taskset" and self.mode != "agent":
+            return self._environment_route(row)
         unrouted = key not in self.fan_out and key not in self.agent_map
         if kind == "default" and unrouted and self.default is not None:
             # The default agent's rows map and fan out under its name too, as if they named it.
@@ -166,7 +180,31 @@ class Routing:
                 raise RoutingError(
                     f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
                 )
+        self._check_pairings(row, agents)
         return agents
+
+    def _check_pairings(self, row: dict[str, Any], agents: tuple[str, ...]) -> None:
+        try:
+            self.pairings.check(row, agents, self.dataset_server)
+        except PairingError as exc:
+            raise RoutingError(str(exc)) from None
+
+    def _environment_route(self, row: dict[str, Any]) -> tuple[str, ...]:
+        """A flat row under ``legacy`` (every one to the named environment server) or ``taskset`` (refused:
+        a native-only run must not pick up legacy input in silence), as NeMo Gym's
+        ``_environment_server_for_config_row`` routes it."""
+        if self.mode == "taskset":
+            raise RoutingError(
+                "a flat row (no task_id.taskset and task_input) under environment routing mode 'taskset', which "
+                "runs episode rows only: convert it, or use mode 'agent' or 'legacy'"
+            )
+        server = self.environment_server
+        assert server is not None  # the settings refuse legacy without one
+        if self.known is not None and server not in self.known:
+            known = ", ".join(sorted(self.known)) or "none"
+            raise RoutingError(f"environment server {server!r} of legacy routing is unknown (known: {known})")
+        self._check_pairings(row, (server,))
+        return (server,)
 
 
 def routing_key(row: dict[str, Any]) -> tuple[str, str]:
@@ -208,7 +246,17 @@ class AgentRegistry:
         if self._cli_default is not None and CLI_DEFAULT_NAME not in self._endpoints:
             self._endpoints[CLI_DEFAULT_NAME] = Endpoint(CLI_DEFAULT_NAME, url=self._cli_default)
 
-    def routing_for(self, suite: Suite | None) -> Routing:
+    def routing_for(self, suite: Suite | None, dataset: Path | None = None, root: Path | None = None) -> Routing:
+        """How the rows of ``dataset`` (under ``root``, where the head server's paths start) find agents."""
+        routing = self._suite_routing(suite)
+        if dataset is None or root is None:
+            return routing
+        listed = next(
+            (d.server for d in self._head.datasets if (root / d.jsonl_fpath).resolve() == dataset.resolve()), None
+        )
+        return replace(routing, dataset_server=listed)
+
+    def _suite_routing(self, suite: Suite | None) -> Routing:
         fallback = CLI_DEFAULT_NAME if self._cli_default is not None else self._settings.fallback_agent
         if suite is None:
             return self._routing(fallback, frozenset(), "a rollouts.toml", None)
@@ -233,6 +281,9 @@ class AgentRegistry:
             map_option=self._settings.source_of("agent_map"),
             fan_out_option=self._settings.source_of("fan_out"),
             keywords=suite.config.keywords if suite else (),
+            pairings=self._head.pairings,
+            mode=self._settings.environment_routing_mode,
+            environment_server=self._settings.environment_server,
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:

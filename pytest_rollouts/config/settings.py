@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -128,6 +128,9 @@ class Settings(BaseModel):
     materialized: MaterializedPath = option_field("materialized")
     wandb: WandbProject = option_field("wandb")
     mlflow: MlflowExperiment = option_field("mlflow")
+    retry_invalid_judge_responses: bool = option_field("retry_invalid_judge_responses")
+    environment_routing_mode: Literal["agent", "legacy", "taskset"] = option_field("environment_routing_mode")
+    environment_server: str | None = option_field("environment_server", min_length=1)
     # Where each value given came from ("--rollouts-parallel", "env ...", "ini ..."): a message
     # about a value names the place the user set it.
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -136,6 +139,23 @@ class Settings(BaseModel):
         """Sources arrive as validation context, so the model's own checks can name them too."""
         if isinstance(context, dict):
             self._sources = context.get("sources", {})
+
+    def with_defaults(self, values: Mapping[str, Any], where: str) -> Self:
+        """These settings, with ``values`` for the options not given (a head server's collection keys),
+        checked as given ones are; ``ValueError`` names ``where`` and the key."""
+        taken = {name: value for name, value in values.items() if name not in self.model_fields_set}
+        if taken.get("environment_routing_mode", self.environment_routing_mode) != "legacy":
+            taken.pop("environment_server", None)  # only legacy routing reads it: a run's other mode wins
+        if not taken:
+            return self
+        fields = {name: getattr(self, name) for name in self.model_fields_set}
+        sources = {**self._sources, **{name: f"{name} of {where}" for name in taken}}
+        try:
+            merged = type(self).model_validate({**fields, **taken}, context={"sources": sources})
+        except ValidationError as exc:
+            raise ValueError(describe_errors(exc, sources)) from None
+        merged._sources = sources
+        return merged
 
     def source_of(self, name: str) -> str:
         return self._sources.get(name) or OPTION[name].cli
@@ -270,6 +290,11 @@ class Settings(BaseModel):
                     f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
                     "name a file of its own"
                 )
+        if (self.environment_routing_mode == "legacy") != (self.environment_server is not None):
+            raise ValueError(
+                f"{self.source_of('environment_routing_mode')} legacy sends every flat row to the server "
+                f"{self.source_of('environment_server')} names: give both, or neither"
+            )
         if self.resume and self.overwrite:
             raise ValueError(
                 f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "

@@ -102,6 +102,8 @@ class SuiteConfig(BaseModel):
     tasksets: dict[str, str] = {}
     # Row fields whose values ``-k`` matches (``keywords = ["difficulty", "task_id"]``: ``-k hard``).
     keywords: tuple[str, ...] = ()
+    # NeMo Gym's ``retry_invalid_judge_responses`` for the runs that collect this suite (docs/resume.md).
+    retry_invalid_judge_responses: bool | None = None
 
     @field_validator("datasets", mode="before")
     @classmethod

@@ -28,13 +28,16 @@ from pytest_rollouts.rows.schema import (
     CANCELLED,
     ENVIRONMENT_SERVER,
     FAILURE_MESSAGE,
+    JUDGE_INVALID,
     MAX_BODY_CHARS,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
+    as_judge_invalid,
     collector_keys_message,
     drained_row,
     failure_row,
+    judged_invalid,
     persisted,
     reply_collector_keys,
 )
@@ -97,11 +100,14 @@ class Attempts:
         agent = self._h.agents[planned.agent]
         body = planned.body
         episode = loads(body) if planned.episode else None
-        stamps: dict[str, Any] = {
-            TASK_INDEX: planned.task,
-            ROLLOUT_INDEX: planned.rollout,
-            **({ENVIRONMENT_SERVER: agent} if episode is not None else {"agent_ref": {"name": agent}}),
-        }
+        stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
+        if episode is not None:
+            stamps[ENVIRONMENT_SERVER] = agent
+        elif self._h.via_server:  # legacy routing: the server, and the agent the row names, if any
+            ref = loads(body).get("agent_ref")
+            stamps.update({ENVIRONMENT_SERVER: agent, **({"agent_ref": ref} if ref is not None else {})})
+        else:
+            stamps["agent_ref"] = {"name": agent}
         send = self._senders[planned.agent]
         attempt_index = planned.first_attempt
         if attempt_index:
@@ -200,6 +206,8 @@ class Attempts:
                 started=started,
             )
         failure_class = failure_class_of(reply)
+        if failure_class is None and self._h.retry_invalid_judge and judged_invalid(reply):
+            reply, failure_class = as_judge_invalid(reply), JUDGE_INVALID
         if failure_class is not None:
             row = self._redact.row(
                 agent_failure_row(reply, {ATTEMPT_INDEX: 0, **stamps}, attempt.elapsed, attempt.http_status, summary)

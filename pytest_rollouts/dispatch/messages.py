@@ -76,6 +76,10 @@ class PlanHeader:
     models: dict[str, ModelPlan]
     model_timeout: float
     model_parallel: int
+    # A result with ``invalid_judge_response: true`` is a ``judge_invalid`` failure (the suite opted in).
+    retry_invalid_judge: bool = False
+    # Legacy environment routing: every flat row goes to (and is stamped with) an environment server.
+    via_server: bool = False
 
     @classmethod
     def of(
@@ -119,6 +123,8 @@ class PlanHeader:
             models={name: plan for name, plan in (models or {}).items() if name in agents},
             model_timeout=settings.model_timeout,
             model_parallel=model_parallel or parallel,
+            retry_invalid_judge=settings.retry_invalid_judge_responses,
+            via_server=settings.environment_routing_mode == "legacy",
         )
 
 

@@ -100,6 +100,7 @@ def materialize(
                 create_params=settings.responses_create_params,
                 add_seed=settings.repeats_add_seed,
                 episode=task.episode,
+                via_server=settings.environment_routing_mode == "legacy" and not task.episode,
             )
             line = dumps(materialized)
             out.write(line + b"\n")

@@ -188,6 +188,8 @@ def shape(settings: Settings, routed: Collection[str] = ()) -> dict[str, Any]:
         # Only when used, so runs recorded before routing options existed still resume.
         **({"agent_map": agent_map} if agent_map else {}),
         **({"fan_out": fan_out} if fan_out else {}),
+        # Legacy routing sends flat rows elsewhere and stamps them: another materialized set.
+        **({"environment_server": s.environment_server} if s.environment_routing_mode == "legacy" else {}),
     }
 
 

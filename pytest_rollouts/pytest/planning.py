@@ -124,7 +124,14 @@ class SessionPlan:
         from pytest_rollouts.plan.build import PlanError, build_plan
 
         settings = self._settings()
-        self.run_start = paths.start_run(run_id, resume=self.resuming, overwrite=settings.overwrite)
+        from pytest_rollouts.rows.judge_retry import resume_mend
+
+        self.run_start = paths.start_run(
+            run_id,
+            resume=self.resuming,
+            overwrite=settings.overwrite,
+            mend=resume_mend(paths, settings.retry_invalid_judge_responses),
+        )
         if not hasattr(self._config, "workerinput"):  # a worker's news reaches its controller's terminal
             tell_start(self._config, self.run_start, paths.out)
         assert self._manifest is not None

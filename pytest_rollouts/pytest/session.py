@@ -95,6 +95,10 @@ class RolloutRun:
 
     @property
     def settings(self) -> Settings:
+        """The options; once datasets are routed, with what the head server's config and the suites
+        set for the options not given (``Agents.settings``)."""
+        if self._agents is not None:
+            return self._agents.settings
         if self._settings is None:
             from pytest_rollouts.pytest.resolve import resolve_settings
 

@@ -23,11 +23,14 @@ def materialize_row(
     create_params: dict[str, Any],
     add_seed: bool,
     episode: bool = False,
+    via_server: bool = False,
 ) -> dict[str, Any]:
     """One rollout's request body: the row, run-level overrides, the seed and the stamps.
 
     An episode row names no agent: it is stamped with the environment server it runs on, and
     takes no run-level ``responses_create_params`` or seed (its request carries neither).
+    ``via_server``: a flat row legacy routing sends to the environment server ``agent``: stamped
+    with it too, its own ``agent_ref`` (the agent the server runs it on) kept as it is.
     ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
@@ -37,7 +40,7 @@ def materialize_row(
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
         out[CREATE_PARAMS] = params
-    if episode and agent is not None:
+    if (episode or via_server) and agent is not None:
         out[ENVIRONMENT_SERVER] = agent
     elif agent is not None:
         ref = out.get("agent_ref")

@@ -60,6 +60,14 @@ AGENT_REQUEST_FAILED = "agent_request_failed"
 ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
 CANCELLED = "cancelled"
 ALWAYS_TERMINAL = frozenset({"skipped"})
+# NeMo Gym's ``retry_invalid_judge_responses``: a verifier's result field saying its judge answered
+# unparseably. For a suite that opts in, such a result is a failure of this class (never terminal:
+# a judge asked again may answer), and a resume moves such results an earlier run stored as scores
+# to the sidecar, each marked so a crash mid-move never moves one twice.
+INVALID_JUDGE_RESPONSE = "invalid_judge_response"
+JUDGE_INVALID = "judge_invalid"
+MIGRATED_INVALID_JUDGE = "_ng_migrated_invalid_judge_response"
+JUDGE_INVALID_MESSAGE = "the judge's response could not be used (invalid_judge_response: true)"
 # Outcome names the collector itself gives (a result without a reward, a masked one, a rollout never
 # started): an agent's failure class by one of these would be counted as that outcome in one line and
 # as a failure in the next, so it is stored as ``agent_<name>``.
@@ -182,6 +190,38 @@ def agent_failure_row(
     else:
         row.setdefault(TERMINAL, False)
     return row
+
+
+def judged_invalid(row: Mapping[str, Any]) -> bool:
+    """A result whose verifier says its judge's response was invalid (only a real ``true``)."""
+    return row.get(INVALID_JUDGE_RESPONSE) is True
+
+
+def as_judge_invalid(reply: dict[str, Any]) -> dict[str, Any]:
+    """A judged-invalid result as the agent's own ``judge_invalid`` failure, for ``agent_failure_row``."""
+    return {
+        **reply,
+        FAILURE_CLASS: JUDGE_INVALID,
+        FAILURE_TYPE: "InvalidJudgeResponse",
+        FAILURE_MESSAGE: JUDGE_INVALID_MESSAGE,
+        TERMINAL: False,
+    }
+
+
+def migrated_judge_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An earlier run's judged-invalid result, stored as a score, as the sidecar row it should have been
+    (NeMo Gym's ``migrate_invalid_judge_main_rows``); its attempt index is the marker's key."""
+    return {
+        **row,
+        ATTEMPT_INDEX: row.get(ATTEMPT_INDEX, 0),
+        FAILURE_CLASS: JUDGE_INVALID,
+        FAILURE_TYPE: "InvalidJudgeResponse",
+        FAILURE_MESSAGE: JUDGE_INVALID_MESSAGE,
+        FAILURE_HTTP_STATUS: None,
+        FAILURE_RESPONSE_BODY: None,
+        TERMINAL: False,
+        MIGRATED_INVALID_JUDGE: True,
+    }
 
 
 def earlier_tries(earlier: Sequence[Attempt]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -102,10 +102,14 @@ class ArtifactPaths:
             found.append((self.materialized_at, self.beside_materialized.name))
         return found
 
-    def start_run(self, run_id: str, *, resume: bool, overwrite: bool = False) -> RunStart:
+    def start_run(
+        self, run_id: str, *, resume: bool, overwrite: bool = False, mend: Callable[[], object] | None = None
+    ) -> RunStart:
         """Prepare the files once per run: the first process of ``run_id`` to lock ``prepared`` does it.
 
-        A fresh run moves earlier results aside, or with ``overwrite`` deletes them.
+        A fresh run moves earlier results aside, or with ``overwrite`` deletes them. A resume
+        repairs them, then calls ``mend`` (which rewrites them for the run's options: moving judged-
+        invalid results to the sidecar) while it alone holds them.
 
         Later processes of the same run (xdist workers) find the id recorded and leave the
         files alone, so no worker can disturb rows another worker already wrote. Not the run
@@ -119,6 +123,8 @@ class ArtifactPaths:
                 return RunStart()
             if resume:
                 start = RunStart(repaired=self._repair())
+                if mend is not None:
+                    mend()
             elif overwrite:
                 moved = self._move_aside(f".{self.out.stem}.replaced")
                 start = RunStart(moved_to=moved, kept=len(self.earlier_sets()), replaced=moved is not None)

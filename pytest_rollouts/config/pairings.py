@@ -1,0 +1,56 @@
+"""Which servers a NeMo Gym head server's config pairs, checked on every row before any request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class PairingError(ValueError):
+    """A row that crosses a pairing; the router adds its file and line."""
+
+
+@dataclass(frozen=True)
+class Pairings:
+    """Which servers a NeMo Gym config pairs, so a row sent across a pairing is refused before any
+    request (NeMo Gym's ``_validate_agent_pairings``, ``_validate_environment_servers``): an agent
+    verifies against the one resources server it fronts, and an environment server runs its rows
+    on the one agent its ``agent_server`` names. A row that crosses them would be scored by a
+    verifier that does not know its task, with no error anywhere."""
+
+    resources_servers: frozenset[str] = frozenset()
+    # Agent to the resources server it fronts (its ``resources_server.name``).
+    fronts: Mapping[str, str] = field(default_factory=dict)
+    # Environment server to the agent its ``agent_server`` names.
+    runs_on: Mapping[str, str] = field(default_factory=dict)
+
+    def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
+        """``PairingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
+        the resources server whose ``datasets`` list the row's file."""
+        named = _agent_named(row)
+        source = row.get("task_source")
+        for target in agents:
+            runs_on = self.runs_on.get(target)
+            if runs_on is not None:
+                if named is not None and named != runs_on:
+                    raise PairingError(
+                        f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
+                        f"{runs_on!r} (its agent_server)"
+                    )
+                continue
+            fronted = self.fronts.get(target)
+            if fronted is None:
+                continue
+            for server, said in ((source, "the row's task_source"), (dataset_server, "the server listing its dataset")):
+                if server in self.resources_servers and server != fronted:
+                    raise PairingError(
+                        f"agent {target!r} fronts resources server {fronted!r}, but {said} is resources server "
+                        f"{server!r}: its verifier would score tasks it does not know"
+                    )
+
+
+def _agent_named(row: Mapping[str, Any]) -> str | None:
+    ref = row.get("agent_ref")
+    name = ref.get("name") if isinstance(ref, Mapping) else None
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,160 @@
+"""Environment routing modes (NeMo Gym's ``environment_routing_mode``): ``legacy`` sends every flat row to
+the named environment server, stamped ``_ng_environment_server`` from materialization to result;
+``taskset`` refuses flat rows; ``agent`` is the routing every other test runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from .agents import Reply, ScriptedAgent, verifier
+from .conftest import tasks, write_rows
+from .helpers import Artifacts, keys, run_rollouts
+from .test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
+
+LEGACY = ("--rollouts-environment-routing-mode=legacy", "--rollouts-environment-server=legacy_env")
+
+
+def config(agent_port: int, server_port: int) -> str:
+    """An agent, and an environment server that runs its rows on it."""
+    return f"""\
+math_agent:
+  responses_api_agents:
+    simple_agent: {{host: 127.0.0.1, port: {agent_port}}}
+legacy_env:
+  environment_servers:
+    compat:
+      host: 127.0.0.1
+      port: {server_port}
+      agent_server: {{type: responses_api_agents, name: math_agent}}
+"""
+
+
+def fails_task_2_once(row: dict[str, Any], seen: int) -> Reply:
+    if row["_ng_task_index"] == 2 and seen == 0:
+        return Reply(status=500, json={"error": "boom"})
+    return verifier(row, seen)
+
+
+def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_it(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    rows = tasks(3)
+    rows[0]["agent_ref"] = {"name": "math_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    artifacts = Artifacts(pytester.path)
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent(fails_task_2_once) as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", head, *LEGACY)
+        assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0), (2, 0)]
+        assert all(r["_ng_environment_server"] == "legacy_env" for r in server.requests)
+        assert [r["_ng_environment_server"] for r in artifacts.materialized] == ["legacy_env"] * 3
+        assert [r.get("agent_ref") for r in artifacts.materialized] == [{"name": "math_agent"}, None, None]
+        (failure,) = artifacts.failures
+        assert (failure["_ng_task_index"], failure["_ng_environment_server"]) == (2, "legacy_env")
+        run_rollouts(pytester, "data.jsonl", head, *LEGACY, "--rollouts-resume")
+        assert agent.requests == [] and server.keys()[3:] == [(2, 0)]
+        assert server.requests[3]["_ng_attempt_index"] == 1
+    assert sorted(keys(artifacts.rows)) == [(0, 0), (1, 0), (2, 0)]
+    assert {r["_ng_environment_server"] for r in artifacts.rows} == {"legacy_env"}
+    assert [r.get("agent_ref") for r in sorted(artifacts.rows, key=lambda r: r["_ng_task_index"])] == [
+        {"name": "math_agent"},
+        None,
+        None,
+    ]
+    metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert [group["agent_ref"] for group in metrics] == [{"name": "legacy_env"}]
+
+
+def test_legacy_mode_refuses_a_row_naming_another_agent_than_the_servers(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    rows = tasks(2)
+    rows[1]["agent_ref"] = {"name": "code_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url)) + (
+            f"code_agent:\n  responses_api_agents:\n    simple_agent: {{host: 127.0.0.1, port: {_port(agent.url)}}}\n"
+        )
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}", *LEGACY)
+        assert server.requests == [] and agent.requests == []
+    result.stdout.fnmatch_lines(
+        ["*data.jsonl:2: row names agent 'code_agent', but environment server 'legacy_env' runs its rows on*"]
+    )
+
+
+def test_taskset_mode_refuses_flat_rows_before_any_request(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    rows: list[dict[str, Any]] = [{"task_id": {"taskset": "arith", "id": 0}, "task_input": {"q": 0}}, *tasks(1)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    result = run_rollouts(
+        pytester,
+        "data.jsonl",
+        f"--rollouts-agent=episodes={agent.url}",
+        "--rollouts-agent-map=arith=episodes",
+        "--rollouts-environment-routing-mode=taskset",
+    )
+    assert agent.requests == []
+    result.stdout.fnmatch_lines(["*data.jsonl:2: a flat row (no task_id.taskset and task_input) under environment*"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--rollouts-environment-routing-mode=legacy",), ("--rollouts-environment-server=legacy_env",)],
+)
+def test_legacy_mode_and_its_server_come_together(
+    pytester: pytest.Pytester, agent: ScriptedAgent, args: tuple[str, ...]
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
+    result.stderr.fnmatch_lines(["*legacy sends every flat row to the server*give both, or neither*"])
+
+
+def test_a_head_servers_config_sets_the_mode_and_an_option_wins_over_it(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        modes = "environment_routing_mode: legacy\nenvironment_server_name: legacy_env\n"
+        state["yaml"] = modes + config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", head).assert_outcomes(passed=2)
+        assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0)]
+        result = run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-routing-mode=taskset")
+        result.stdout.fnmatch_lines(["*data.jsonl:1: a flat row*under environment routing mode 'taskset'*"])
+        assert len(server.requests) == 2
+
+
+def test_a_bad_mode_in_a_head_servers_config_is_a_usage_error(pytester: pytest.Pytester, head_server) -> None:  # noqa: F811
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    with ScriptedAgent() as agent:
+        state["yaml"] = "environment_routing_mode: flat\n" + config(_port(agent.url), 1)
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
+        assert agent.requests == []
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*environment_routing_mode of the head server's config*'agent', 'legacy' or 'taskset'*"]
+    )
+
+
+def test_a_resume_refuses_another_routing_than_the_recorded_runs(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", head, *LEGACY).assert_outcomes(passed=2)
+        result = run_rollouts(
+            pytester, "data.jsonl", head, "--rollouts-agent-map=_default=math_agent", "--rollouts-resume"
+        )
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
+    result.stderr.fnmatch_lines(["*environment_server: recorded 'legacy_env', now None*"])
