@@ -13,7 +13,7 @@ from pytest_rollouts import CollectionConfig
 from pytest_rollouts.cli import main
 
 from .helpers import run_rollouts
-from .test_report import embedded, here, make_run  # noqa: F401 (here: the fixture)
+from .test_report import embedded, here, make_run  # noqa: F401, F811 (here: the fixture)
 
 
 @pytest.mark.parametrize(

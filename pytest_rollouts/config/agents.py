@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.config.layers import with_defaults
 from pytest_rollouts.config.settings import DEFAULT_KEY, Settings
 from pytest_rollouts.options import OPTION
 
@@ -63,7 +64,7 @@ class Agents:
                     raise AgentsError(str(exc)) from None
             if discovered is not None:
                 try:
-                    self._settings = self._settings.with_defaults(discovered.options, "the head server's config")
+                    self._settings = with_defaults(self._settings, discovered.options, "the head server's config")
                 except ValueError as exc:
                     raise AgentsError(str(exc)) from None
                 self._judge_retry_given |= JUDGE_RETRY in discovered.options
@@ -101,7 +102,7 @@ class Agents:
                 f"{self._judge_retry[True]} opts in to {JUDGE_RETRY} and {self._judge_retry[False]} does not; "
                 f"one run writes one output: collect them apart, or give {OPTION[JUDGE_RETRY].cli} to decide"
             )
-        self._settings = self._settings.with_defaults({JUDGE_RETRY: opted_in}, str(suite))
+        self._settings = with_defaults(self._settings, {JUDGE_RETRY: opted_in}, str(suite))
 
     def check_named(self) -> None:
         """A per-agent repeat count or header for an agent nobody knows is a typo that would go unnoticed."""

@@ -67,3 +67,20 @@ def _parse_alone(name: str, value: Any, where: str) -> Any:
         return getattr(Settings.model_validate({name: value}, context={"sources": {name: where}}), name)
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc, {name: where})) from None
+
+
+def with_defaults(settings: Settings, values: Mapping[str, Any], where: str) -> Settings:
+    """``settings``, with ``values`` for the options not given (a head server's collection keys, a
+    suite's), checked as given ones are: one more layer, under every source the user gave.
+    ``ValueError`` names ``where`` and the key."""
+    taken = {name: value for name, value in values.items() if name not in settings.model_fields_set}
+    if taken.get("environment_routing_mode", settings.environment_routing_mode) != "legacy":
+        taken.pop("environment_server", None)  # only legacy routing reads it: a run's other mode wins
+    if not taken:
+        return settings
+    fields = {name: getattr(settings, name) for name in settings.model_fields_set}
+    sources = {**settings.sources, **{name: f"{name} of {where}" for name in taken}}
+    try:
+        return type(settings).model_validate({**fields, **taken}, context={"sources": sources})
+    except ValidationError as exc:
+        raise ValueError(describe_errors(exc, sources)) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -140,22 +140,10 @@ class Settings(BaseModel):
         if isinstance(context, dict):
             self._sources = context.get("sources", {})
 
-    def with_defaults(self, values: Mapping[str, Any], where: str) -> Self:
-        """These settings, with ``values`` for the options not given (a head server's collection keys),
-        checked as given ones are; ``ValueError`` names ``where`` and the key."""
-        taken = {name: value for name, value in values.items() if name not in self.model_fields_set}
-        if taken.get("environment_routing_mode", self.environment_routing_mode) != "legacy":
-            taken.pop("environment_server", None)  # only legacy routing reads it: a run's other mode wins
-        if not taken:
-            return self
-        fields = {name: getattr(self, name) for name in self.model_fields_set}
-        sources = {**self._sources, **{name: f"{name} of {where}" for name in taken}}
-        try:
-            merged = type(self).model_validate({**fields, **taken}, context={"sources": sources})
-        except ValidationError as exc:
-            raise ValueError(describe_errors(exc, sources)) from None
-        merged._sources = sources
-        return merged
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each value given came from, by option name."""
+        return dict(self._sources)
 
     def source_of(self, name: str) -> str:
         return self._sources.get(name) or OPTION[name].cli
