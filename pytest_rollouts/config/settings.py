@@ -8,7 +8,6 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,6 +16,7 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
+from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
 from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject, report_clash
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
@@ -118,9 +118,9 @@ class Settings(BaseModel):
     drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     baseline: Path | None = option_field("baseline")
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
-    reward_range: tuple[float, float] = option_field("reward_range")
+    reward_range: RewardRangeValue = option_field("reward_range")
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
-    pass_k: tuple[int, ...] | None = option_field("pass_k")
+    pass_k: PassKs = option_field("pass_k")
     group_by: str | None = option_field("group_by")
     html: ReportPath = option_field("html")
     split: Split = option_field("split")
@@ -296,28 +296,6 @@ class Settings(BaseModel):
                 f"(pytest-rollouts aggregate ... --fail-under X) or drop {skip}"
             )
         return self
-
-    @field_validator("reward_range", "pass_k", mode="before")
-    @classmethod
-    def _split_numbers(cls, value: Any) -> Any:
-        """``LO,HI`` and ``K[,K...]`` as text (an option, an ini line) become tuples to check."""
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
-
-    @field_validator("reward_range")
-    @classmethod
-    def _range_in_order(cls, value: tuple[float, float]) -> tuple[float, float]:
-        if not all(map(math.isfinite, value)) or value[0] >= value[1]:
-            raise ValueError("must be LO,HI with LO < HI")
-        return value
-
-    @field_validator("pass_k")
-    @classmethod
-    def _positive_ks(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
-        if value is not None and (not value or min(value) < 1):
-            raise ValueError("must be whole numbers at least 1, e.g. 1,5,10")
-        return None if value is None else tuple(sorted(set(value)))
 
     @model_validator(mode="after")
     def _report_apart(self) -> Settings:
