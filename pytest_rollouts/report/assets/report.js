@@ -105,7 +105,7 @@
   }
 
   // ---- charts -----------------------------------------------------------------------------
-  const W = 560, H = 230, M = { l: 44, r: 12, t: 10, b: 34 };
+  const W = 560, H = 230, M = { l: 54, r: 12, t: 10, b: 34 }; // room for "0.025" beside the axis title
   // A tick step of 1, 2, 2.5 or 5 times a power of ten giving at most 5 intervals up to yMax
   // (whole counts: a whole step), and the decimals that write each tick exactly.
   function niceTicks(yMax, whole) {
