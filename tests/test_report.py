@@ -17,7 +17,8 @@ import pytest
 from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.cli import main
 from pytest_rollouts.report import build_report
-from pytest_rollouts.report.rollouts import TEXT_CAP
+from pytest_rollouts.report.rollouts import SNIPPET_CAP, TEXT_CAP, final_answer, output_items, prompt_of
+from pytest_rollouts.rows.schema import CREATE_PARAMS
 
 from .agents import Reply, ScriptedAgent
 from .conftest import write_rows
@@ -306,3 +307,26 @@ def test_under_xdist_only_the_controller_writes_the_report(tmp_path: Path) -> No
     assert done.stdout.count("rollouts: report written to r.html") == 1
     assert len(embedded((tmp_path / "r.html").read_bytes(), "report-data")["rows"]) == ROWS
     assert sorted(p.name for p in tmp_path.glob("*.html")) == ["r.html"] and not list(tmp_path.glob(".r.html.*"))
+
+
+def test_the_tables_answer_says_the_length_of_the_whole_answer(here: Path) -> None:
+    make_run(here)
+    data = embedded(build_report(here / "out/r.jsonl"), "report-data")
+    answer = data["rows"][row_of(data, 3, 0)][7]
+    assert answer == f"{'x' * SNIPPET_CAP} … [truncated: {SNIPPET_CAP} of {len(LONG):,} characters shown]"
+
+
+def test_what_is_not_responses_shaped_is_shown_as_it_came() -> None:
+    chat = {"choices": [{"message": {"role": "assistant", "content": "chat answer"}}]}
+    for response in (chat, "just a string", {"output": "not a list"}):
+        items = output_items(response)
+        assert items == [["raw", "", json.dumps(response, indent=2)]]
+        assert final_answer(items) == items[0][2]
+    assert output_items(None) == []
+    assert prompt_of({CREATE_PARAMS: {"input": 42}}) == [["input", "42"]]
+    assert prompt_of({CREATE_PARAMS: {"input": {"a": 1}, "instructions": "be brief"}}) == [
+        ["instructions", "be brief"],
+        ["input", '{"a":1}'],
+    ]
+    reasoning = {"type": "reasoning", "summary": [{"text": "in short"}], "content": [{"text": "at length"}]}
+    assert output_items({"output": [reasoning]}) == [["reasoning", "", "in short\nat length"]]

@@ -8,13 +8,18 @@ not to reach out (its background services would try). Without /usr/bin/chromium 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_rollouts import CollectionConfig, CollectionWarning, run
 from pytest_rollouts.cli import main
 
+from .agents import Reply, ScriptedAgent
+from .conftest import write_rows
 from .test_report import ROWS, make_run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -48,8 +53,86 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _answer(text: str) -> dict[str, Any]:
+    return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
+
+
+# Rows whose agent replies with their ``reply``: responses of other shapes than Responses', prompts
+# that are not messages, a masked zero and a scored one. Each row ``SHAPE_REPEATS`` times.
+SHAPES = [
+    (
+        {"input": "q"},
+        {"reward": 1.0, "response": {"choices": [{"message": {"role": "assistant", "content": "chat answer"}}]}},
+    ),
+    ({"input": "q"}, {"reward": 1.0, "response": "just a string"}),
+    ({"input": "q"}, {"reward": 1.0, "response": {"output": "not a list"}}),
+    (
+        {"input": 42},
+        {
+            "reward": 1.0,
+            "response": {
+                "output": [
+                    {
+                        "type": "reasoning",
+                        "summary": [{"type": "summary_text", "text": "in short"}],
+                        "content": [{"type": "reasoning_text", "text": "thinking it through"}],
+                    },
+                    *_answer("42")["output"],
+                ]
+            },
+        },
+    ),
+    (None, {"reward": 1.0, "response": _answer("no prompt")}),
+    ({"input": {"weird": "dict"}}, {"reward": 1.0, "response": _answer("dict")}),
+    ({"input": "q"}, {"reward": 0.0, "mask_sample": True, "response": _answer("masked zero")}),
+    ({"input": "q"}, {"reward": 0.0, "response": _answer("scored zero")}),
+    ({"input": "q"}, {"reward": 1.0, "response": _answer("right")}),
+]
+SHAPE_REPEATS = 8  # 72 results: latency buckets of 2, the last one ending at the 72nd
+
+
+def _report_of(root: Path, rows: list[dict[str, Any]], behaviour: Any, repeats: int) -> Path:
+    """A run of ``rows`` against ``behaviour`` through the Python API, and its report."""
+    write_rows(root / "data.jsonl", rows)
+    with (
+        ScriptedAgent(behaviour) as agent,
+        pytest.warns(CollectionWarning) if any("responses_create_params" not in row for row in rows) else nullcontext(),
+    ):
+        run(
+            CollectionConfig(
+                input=str(root / "data.jsonl"),
+                out=str(root / "out/r.jsonl"),
+                agents={"policy": agent.url},
+                repeats=repeats,
+                retries=0,
+            )
+        )
+    path = root / "report.html"
+    assert main(["report", str(root / "out/r.jsonl"), "-o", str(path)]) == 0
+    return path
+
+
 @pytest.fixture(scope="module")
-def browser(report: Path) -> Iterator[Any]:
+def shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rows = [
+        {"n": n, "reply": reply, **({} if params is None else {"responses_create_params": params})}
+        for n, (params, reply) in enumerate(SHAPES)
+    ]
+    return _report_of(
+        tmp_path_factory.mktemp("shapes"), rows, lambda row, seen: Reply(json=row["reply"]), SHAPE_REPEATS
+    )
+
+
+@pytest.fixture(scope="module")
+def all_failed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rows = [{"n": n, "responses_create_params": {"input": "q"}} for n in range(3)]
+    return _report_of(
+        tmp_path_factory.mktemp("failed"), rows, lambda row, seen: Reply(status=500, json={"detail": "x"}), 1
+    )
+
+
+@pytest.fixture(scope="module")
+def browser(report: Path, shapes: Path, all_failed: Path) -> Iterator[Any]:
     """After the runs: Playwright's sync API keeps an event loop running, where ``run`` would refuse."""
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -182,3 +265,111 @@ def test_show_the_wrong_answers_filters_the_table_to_reward_zero(tab: Page) -> N
     rows = tab.rows()
     assert len(rows) == 2 * REPEATS and {row[3] for row in rows} == {"0.000"}
     assert {row[7] for row in rows} == {"</script><script>alert(1)</script><!-- <b>bold</b>"}
+
+
+@pytest.fixture
+def opened(browser: Any) -> Iterator[Any]:
+    """Tabs on other reports than ``report``: each closed after the test, which none may trouble."""
+    tabs: list[Page] = []
+
+    def open_(path: Path) -> Page:
+        tabs.append(Page(browser, path))
+        return tabs[-1]
+
+    yield open_
+    for tab in tabs:
+        assert tab.problems == []
+        tab.page.close()
+
+
+def open_task(tab: Page, task: int) -> None:
+    tab.page.keyboard.press("Escape")
+    tab.page.fill("#f-text", f"task:{task}")
+    tab.page.locator("#rollouts tbody tr").first.click()
+
+
+def test_a_response_of_another_shape_is_shown_as_it_came(opened: Any, shapes: Path) -> None:
+    tab = opened(shapes)
+    page = tab.page
+    for task, shown in ((0, '"content": "chat answer"'), (1, '"just a string"'), (2, '"output": "not a list"')):
+        open_task(tab, task)
+        assert shown in (page.locator("#drawer-turns .item.raw pre").text_content() or ""), task
+        assert shown in tab.rows()[0][7], task  # the table's answer column too
+        assert "shown as returned" in (page.locator("#drawer-answer").text_content() or "")
+    open_task(tab, 3)
+    assert page.locator("#drawer-prompt").text_content() == "input42"
+    assert page.locator("#drawer-turns .item.reasoning pre").text_content() == "in short\nthinking it through"
+    open_task(tab, 4)
+    assert page.locator("#drawer-prompt").text_content() == "no prompt (the row has no responses_create_params)"
+    open_task(tab, 5)
+    assert page.locator("#drawer-prompt").text_content() == 'input{"weird":"dict"}'
+
+
+def test_show_the_wrong_answers_leaves_out_masked_rollouts(opened: Any, shapes: Path) -> None:
+    tab = opened(shapes)
+    tab.page.click("#show-wrong")
+    assert {(row[0], row[4], row[7]) for row in tab.rows()} == {("7", "scored", "scored zero")}
+    assert tab.count() == f"{SHAPE_REPEATS} of {len(SHAPES) * SHAPE_REPEATS} rollouts"
+
+
+def test_a_flipped_task_and_the_wrong_answers_clear_the_other_filters(tab: Page) -> None:
+    page = tab.page
+    page.click("#show-wrong")
+    page.locator("#baseline .flip", has_text="11").click()  # task 11 is right in this run
+    assert {row[0] for row in tab.rows()} == {"11"} and len(tab.rows()) == REPEATS
+    page.select_option("#f-status", label="agent_run_error")
+    page.select_option("#f-group", label="policy")
+    page.click("#show-wrong")
+    assert tab.count() == f"{2 * REPEATS} of {ROWS * REPEATS} rollouts"
+
+
+def test_sorting_goes_back_to_the_first_page(tab: Page) -> None:
+    page = tab.page
+    page.click("#t-next")
+    page.click("#rollouts th[data-col=reward]")
+    assert page.locator("#t-page").text_content() == "page 1 of 2"
+    assert tab.rows()[0][3] == "0.000"
+
+
+def tick_labels(page: Any, chart: str) -> list[str]:
+    return page.locator(f"#{chart} text.ytick").all_text_contents()
+
+
+@pytest.mark.parametrize("which", ["report", "shapes"])
+def test_chart_axes_are_labelled_exactly(opened: Any, report: Path, shapes: Path, which: str) -> None:
+    tab = opened(report if which == "report" else shapes)
+    page = tab.page
+    charts = page.locator("svg.chart").evaluate_all("nodes => nodes.map(n => n.id)")
+    assert len(charts) == 5
+    for chart in charts:
+        labels = tick_labels(page, chart)
+        values = [float(v) for v in labels]
+        steps = {round(b - a, 9) for a, b in pairwise(values)}
+        # Evenly spaced, each written exactly (so no two alike), counts as whole numbers.
+        assert len(steps) == 1 and len(set(labels)) == len(labels) and values[0] == 0, (chart, labels)
+        exact = [f"{v:.{len(label.partition('.')[2])}f}" for v, label in zip(values, labels, strict=True)]
+        assert exact == labels, chart
+        if chart in ("chart-rewards", "chart-latency", "chart-outcomes"):
+            assert all("." not in label for label in labels), (chart, labels)
+    completed = ROWS * REPEATS - 2 * REPEATS if which == "report" else len(SHAPES) * SHAPE_REPEATS
+    ends = page.locator("#chart-latency-run > text").all_text_contents()
+    assert ends[-1] == str(completed)
+
+
+def test_outcome_colours_go_by_name_and_one_chart_keeps_its_size(opened: Any, report: Path, all_failed: Path) -> None:
+    def fills(path: Path) -> tuple[dict[str, set[str]], float]:
+        tab = opened(path)
+        marks = tab.page.locator("#chart-outcomes rect.mark").evaluate_all(
+            "rs => rs.map(r => [r.textContent.split(' · ')[0], r.getAttribute('fill')])"
+        )
+        width = tab.page.locator("#chart-outcomes").bounding_box()["width"]
+        by_name: dict[str, set[str]] = {}
+        for name, fill in marks:
+            by_name.setdefault(name, set()).add(fill)
+        return by_name, width
+
+    mixed, _ = fills(report)
+    failed, width = fills(all_failed)
+    assert set(failed) == {"agent_run_error"} and failed["agent_run_error"] == mixed["agent_run_error"]
+    assert len(mixed["scored"]) == 1 and mixed["scored"] != mixed["agent_run_error"]
+    assert width <= 760  # the run's only chart: as wide as one of two, not the whole page

@@ -8,7 +8,9 @@ not a string is shown as its JSON. Nothing here is HTML: the page inserts all of
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,11 +35,18 @@ SNIPPET_CAP = 120
 NOT_VERIFIER = frozenset({"response", "agent_ref", ELAPSED, CREATE_PARAMS})
 
 
+# The marker ``capped`` ends a cut text with; a text cut again (the table's snippet of an answer
+# already cut for the drawer) still says the length of the original.
+_MARKER = re.compile(r" … \[truncated: [\d,]+ of ([\d,]+) characters shown\]\Z")
+
+
 def capped(text: str, cap: int = TEXT_CAP) -> str:
     """``text``, or its first ``cap`` characters and a marker saying what was cut."""
     if len(text) <= cap:
         return text
-    return f"{text[:cap]} … [truncated: {cap:,} of {len(text):,} characters shown]"
+    cut = _MARKER.search(text)
+    whole = int(cut.group(1).replace(",", "")) if cut else len(text)
+    return f"{text[:cap]} … [truncated: {cap:,} of {whole:,} characters shown]"
 
 
 def shown(value: Any, cap: int = TEXT_CAP) -> str:
@@ -70,7 +79,9 @@ def prompt_of(row: Mapping[str, Any]) -> list[list[str]]:
     given = params.get("input")
     if isinstance(given, str):
         return [*messages, ["user", capped(given)]]
-    for item in given if isinstance(given, list) else []:
+    if not isinstance(given, list):  # a number, an object, null: what the agent was sent, as JSON
+        return [*messages, ["input", shown(given)]]
+    for item in given:
         if isinstance(item, Mapping) and "role" in item:
             messages.append([str(item["role"]), capped(_content_text(item.get("content")))])
         else:  # a function call or its output replayed in the input
@@ -90,10 +101,16 @@ def task_fields(row: Mapping[str, Any]) -> list[list[str]]:
 def output_items(response: Any) -> list[list[str]]:
     """A Responses-shaped ``response``'s output in order, each item ``[kind, label, text]``:
     ``message`` (its role, its text), ``call`` (the tool's name, its arguments), ``result`` (the
-    call id, the tool's output), ``reasoning``, or the item's type with its JSON."""
+    call id, the tool's output), ``reasoning``, or the item's type with its JSON. Any other
+    ``response`` (a chat completion, a string, an ``output`` that is no list) is one ``raw`` item,
+    its pretty JSON: what the agent returned is shown even when it is not the shape read here."""
     output = response.get("output") if isinstance(response, Mapping) else None
+    if response is None:
+        return []
+    if not isinstance(output, list):
+        return [["raw", "", capped(json.dumps(response, indent=2, ensure_ascii=False, default=str))]]
     items = []
-    for item in output if isinstance(output, list) else []:
+    for item in output:
         if not isinstance(item, Mapping):
             items.append(["item", "", shown(item)])
             continue
@@ -105,16 +122,17 @@ def output_items(response: Any) -> list[list[str]]:
         elif kind == "function_call_output":
             items.append(["result", str(item.get("call_id", "")), shown(item.get("output", ""))])
         elif kind == "reasoning":
-            summary = item.get("summary") or item.get("content") or []
-            items.append(["reasoning", "", capped(_content_text(summary))])
+            parts = [_content_text(item.get(name)) for name in ("summary", "content")]
+            items.append(["reasoning", "", capped("\n".join(part for part in parts if part))])
         else:
             items.append([str(kind or "item"), "", shown(dict(item))])
     return items
 
 
 def final_answer(items: list[list[str]]) -> str:
-    """The text of the last assistant message, which is what a verifier reads."""
-    return next((text for kind, _, text in reversed(items) if kind == "message"), "")
+    """The text of the last assistant message, which is what a verifier reads; else a response
+    not Responses-shaped as it came, so the table shows what the agent returned."""
+    return next((text for kind, _, text in reversed(items) if kind in ("message", "raw")), "")
 
 
 def verifier_fields(row: Mapping[str, Any]) -> list[list[str]]:

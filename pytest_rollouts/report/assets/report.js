@@ -8,6 +8,17 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   const COLORS = ["#2b6cb0", "#dd6b20", "#2f855a", "#805ad5", "#c53030", "#2c7a7b", "#b7791f", "#d53f8c", "#4a5568", "#38a169"];
   const PAGE = 50;
+  // Each outcome's colour by its name, the same in every run: a failure class's from a palette of
+  // warm colours by a hash of its name (never the scored blue), so a chart's colours mean one thing.
+  const OUTCOME_COLORS = { scored: "#2b6cb0", mask_sample: "#a0aec0", no_reward: "#b7791f", "no row": "#4a5568" };
+  const FAILURE_COLORS = ["#c53030", "#dd6b20", "#805ad5", "#d53f8c", "#9c4221", "#2c7a7b", "#6b46c1", "#e53e3e", "#975a16", "#b83280"];
+  function outcomeColor(name) {
+    if (OUTCOME_COLORS[name]) return OUTCOME_COLORS[name];
+    let h = 0;
+    for (const ch of name) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+    return FAILURE_COLORS[h % FAILURE_COLORS.length];
+  }
+  const byPosition = (names) => names.map((_, i) => COLORS[i % COLORS.length]);
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -45,11 +56,11 @@
       el("p", { class: "muted" }, "The mean reward averages the rewards of the scored rollouts, per group (",
         el("a", { href: "#metrics" }, "metrics"), "), measured against every rollout the run meant to make (",
         el("a", { href: "#coverage" }, "coverage"), "). ",
-        el("button", { id: "show-wrong", onclick: showWrong }, "Show the wrong answers"), " lists the rollouts with a reward of 0 or less; click one to read it."));
+        el("button", { id: "show-wrong", onclick: showWrong }, "Show the wrong answers"), " lists the scored rollouts with a reward of 0 or less (not masked ones); click one to read it."));
   }
   function showWrong() {
+    resetFilters();
     controls.reward.value = "zero";
-    controls.text.value = "";
     refresh();
     document.getElementById("rollouts").scrollIntoView();
   }
@@ -94,29 +105,49 @@
   }
 
   // ---- charts -----------------------------------------------------------------------------
-  const W = 560, H = 230, M = { l: 44, r: 12, t: 10, b: 34 };
-  function frame(id, xLabel, yLabel, yMax) {
+  const W = 560, H = 230, M = { l: 54, r: 12, t: 10, b: 34 }; // room for "0.025" beside the axis title
+  // A tick step of 1, 2, 2.5 or 5 times a power of ten giving at most 5 intervals up to yMax
+  // (whole counts: a whole step), and the decimals that write each tick exactly.
+  function niceTicks(yMax, whole) {
+    const top = yMax > 0 ? yMax : 1;
+    let step = null;
+    for (let p = Math.floor(Math.log10(top / 5)) - 1; step === null; p++) {
+      for (const m of [1, 2, 2.5, 5]) {
+        const s = m * Math.pow(10, p);
+        if ((!whole || Number.isInteger(s)) && s * 5 >= top) { step = s; break; }
+      }
+    }
+    let decimals = 0;
+    while (decimals < 6 && Math.abs(Math.round(step * 10 ** decimals) - step * 10 ** decimals) > 1e-9) decimals++;
+    const n = Math.ceil(top / step - 1e-9);
+    return { max: n * step, ticks: Array.from({ length: n + 1 }, (_, i) => i * step), decimals };
+  }
+  function tickLabel(v, decimals) {
+    return v >= 10000 && decimals === 0 ? (v / 1000).toLocaleString("en-US") + "k" : v.toFixed(decimals);
+  }
+  function frame(id, xLabel, yLabel, yMax, whole) {
     const root = svg("svg", { class: "chart", id, viewBox: `0 0 ${W} ${H}`, role: "img" });
-    const y = (v) => M.t + (H - M.t - M.b) * (1 - v / (yMax || 1));
-    for (let i = 0; i <= 4; i++) {
-      const v = (yMax * i) / 4;
+    const nice = niceTicks(yMax, whole);
+    const y = (v) => M.t + (H - M.t - M.b) * (1 - v / nice.max);
+    for (const v of nice.ticks) {
       root.appendChild(svg("line", { class: "gridline", x1: M.l, x2: W - M.r, y1: y(v), y2: y(v) }));
-      root.appendChild(svg("text", { x: M.l - 4, y: y(v) + 4, "text-anchor": "end" }, yMax <= 1.0001 ? v.toFixed(2) : v >= 1000 ? Math.round(v / 100) / 10 + "k" : yMax >= 10 ? String(Math.round(v)) : String(Math.round(v * 100) / 100)));
+      root.appendChild(svg("text", { class: "ytick", x: M.l - 4, y: y(v) + 4, "text-anchor": "end" }, tickLabel(v, nice.decimals)));
     }
     root.appendChild(svg("line", { class: "axis", x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b }));
     root.appendChild(svg("text", { x: (W + M.l) / 2, y: H - 4, "text-anchor": "middle" }, xLabel));
     root.appendChild(svg("text", { x: 10, y: M.t + 4, transform: `rotate(-90 10 ${M.t + 4})`, "text-anchor": "end" }, yLabel));
     return { root, y, x0: M.l, x1: W - M.r, base: H - M.b };
   }
-  function legend(names) {
-    return el("div", { class: "legend" }, names.map((n, i) => { const s = el("span", {}, n); s.style.setProperty("--c", COLORS[i % COLORS.length]); return s; }));
+  function legend(names, colors) {
+    return el("div", { class: "legend" }, names.map((n, i) => { const s = el("span", {}, n); s.style.setProperty("--c", colors[i]); return s; }));
   }
-  function chartCard(title, note, chart, names) {
-    return el("section", { class: "card" }, el("h2", {}, title), chart, names ? legend(names) : null, el("div", { class: "muted" }, note));
+  function chartCard(title, note, chart, names, colors) {
+    return el("section", { class: "card" }, el("h2", {}, title), chart, names ? legend(names, colors || byPosition(names)) : null, el("div", { class: "muted" }, note));
   }
-  function bars(id, labels, series, xLabel, yLabel, stacked) {
+  function bars(id, labels, series, xLabel, yLabel, stacked, colors, names) {
     const totals = labels.map((_, i) => (stacked ? series.reduce((a, s) => a + s[i], 0) : Math.max(...series.map((s) => s[i]))));
-    const f = frame(id, xLabel, yLabel, Math.max(1, ...totals));
+    const f = frame(id, xLabel, yLabel, Math.max(1, ...totals), true);
+    colors = colors || byPosition(series);
     const slot = (f.x1 - f.x0) / Math.max(1, labels.length);
     const every = Math.ceil(labels.length / 12);
     labels.forEach((label, i) => {
@@ -126,8 +157,8 @@
         const x = f.x0 + slot * i + slot * 0.1 + (stacked ? 0 : w * j);
         const y0 = f.y(top), y1 = f.y(top + s[i]);
         if (s[i] > 0) {
-          const r = svg("rect", { class: "mark", x, y: y1, width: Math.max(1, w - 1), height: Math.max(0.5, y0 - y1), fill: COLORS[j % COLORS.length] });
-          r.appendChild(svg("title", {}, `${label}: ${s[i]}`));
+          const r = svg("rect", { class: "mark", x, y: y1, width: Math.max(1, w - 1), height: Math.max(0.5, y0 - y1), fill: colors[j] });
+          r.appendChild(svg("title", {}, `${names ? names[j] + " · " : ""}${label}: ${s[i]}`));
           f.root.appendChild(r);
         }
         if (stacked) top += s[i];
@@ -169,16 +200,17 @@
       cards.push(chartCard("Latency", `${count(lat.n)} results: p50 ${secs(lat.p50)}, p90 ${secs(lat.p90)}, p99 ${secs(lat.p99)}, max ${secs(lat.max)}. Bars up to p99, the slower in the last.`, bars("chart-latency", labels, [lat.counts], "seconds", "results", false)));
       const run = c.latency_over_run, pts = run.points;
       const yMax = Math.max(...pts.map((p) => p[3]));
-      const xs = (i) => pts[i][0] + 1;
-      cards.push(chartCard("Latency over the run", `Results in the order they completed, in buckets of ${count(run.size)}: p50, p90 and slowest.`,
-        lines("chart-latency-run", [1, 2, 3].map((j) => pts.map((p, i) => [xs(i), p[j]])), Math.max(2, pts[pts.length - 1][0] + 1), yMax || 1, "completed results", "seconds",
-          [[1, "1"], [pts[pts.length - 1][0] + 1, count(pts[pts.length - 1][0] + 1)]]), ["p50", "p90", "max"]));
+      const end = (p) => Math.min(p[0] + run.size, run.n); // a bucket's point at its last result
+      cards.push(chartCard("Latency over the run", `Results in the order they completed, in buckets of ${count(run.size)}, each drawn at its last result: p50, p90 and slowest.`,
+        lines("chart-latency-run", [1, 2, 3].map((j) => pts.map((p) => [end(p), p[j]])), Math.max(2, run.n), yMax || 1, "completed results", "seconds",
+          [[1, "1"], [run.n, count(run.n)]]), ["p50", "p90", "max"]));
     }
     const oc = c.outcomes_over_run;
     if (oc.n) {
       const labels = oc.buckets.map((_, i) => count(i * oc.size + 1));
       const series = oc.statuses.map((_, j) => oc.buckets.map((b) => b[j]));
-      cards.push(chartCard("Outcomes and failures by class over the run", `Rollouts in dispatch order (the materialized inputs'), in buckets of ${count(oc.size)}.`, bars("chart-outcomes", labels, series, "rollout (dispatch order)", "rollouts", true), oc.statuses));
+      const colors = oc.statuses.map(outcomeColor);
+      cards.push(chartCard("Outcomes and failures by class over the run", `Rollouts in dispatch order (the materialized inputs'), in buckets of ${count(oc.size)}.`, bars("chart-outcomes", labels, series, "rollout (dispatch order)", "rollouts", true, colors, oc.statuses), oc.statuses, colors));
     }
     return el("div", { class: "grid", id: "charts" }, cards);
   }
@@ -188,7 +220,7 @@
   const state = { sort: null, desc: false, page: 0, view: DATA.rows.map((_, i) => i) };
   const controls = {};
   function tableCard() {
-    controls.reward = el("select", { id: "f-reward", onchange: refresh }, [["any", "any reward"], ["full", "reward ≥ 1 (right)"], ["partial", "0 < reward < 1"], ["zero", "reward ≤ 0 (wrong)"], ["none", "no reward"]].map(([v, t]) => el("option", { value: v }, t)));
+    controls.reward = el("select", { id: "f-reward", onchange: refresh }, [["any", "any reward"], ["full", "reward ≥ 1 (right)"], ["partial", "0 < reward < 1"], ["zero", "scored, reward ≤ 0 (wrong)"], ["none", "no reward"]].map(([v, t]) => el("option", { value: v }, t)));
     controls.status = el("select", { id: "f-status", onchange: refresh }, el("option", { value: "" }, "any outcome"), DATA.statuses.map((s, i) => el("option", { value: String(i) }, s)));
     controls.group = el("select", { id: "f-group", onchange: refresh }, el("option", { value: "" }, "any group"), DATA.groups.map((g, i) => el("option", { value: String(i) }, g)));
     controls.text = el("input", { id: "f-text", type: "search", placeholder: "search answers, groups, outcomes; task:12", oninput: refresh });
@@ -210,7 +242,7 @@
     const r = row[COL.reward];
     if (reward === "full" && !(r !== null && r >= 1)) return false;
     if (reward === "partial" && !(r !== null && r > 0 && r < 1)) return false;
-    if (reward === "zero" && !(r !== null && r <= 0)) return false;
+    if (reward === "zero" && !(r !== null && r <= 0 && DATA.statuses[row[COL.status]] === "scored")) return false; // masked: not the policy's
     if (reward === "none" && r !== null) return false;
     if (status !== "" && row[COL.status] !== Number(status)) return false;
     if (group !== "" && row[COL.group] !== Number(group)) return false;
@@ -220,6 +252,12 @@
       if (!hay.includes(text)) return false;
     }
     return true;
+  }
+  function resetFilters() {
+    controls.reward.value = "any";
+    controls.status.value = "";
+    controls.group.value = "";
+    controls.text.value = "";
   }
   function refresh() {
     const text = controls.text.value.trim().toLowerCase();
@@ -236,6 +274,7 @@
     state.desc = state.sort === col ? !state.desc : false;
     state.sort = col;
     applySort();
+    state.page = 0;
     draw();
   }
   function applySort() {
@@ -278,7 +317,8 @@
     let turn = null, n = 0, afterResult = false;
     for (const [kind, label, text] of items) {
       if (!turn || (afterResult && kind !== "result")) { turn = el("div", { class: "turn" }, el("div", { class: "muted" }, "turn " + ++n)); out.push(turn); }
-      const title = kind === "call" ? "tool call " + label : kind === "result" ? "tool result " + label : kind === "message" ? label || "message" : kind;
+      const title = kind === "call" ? "tool call " + label : kind === "result" ? "tool result " + label : kind === "message" ? label || "message"
+        : kind === "raw" ? "response as returned (not Responses-shaped: no output list)" : kind;
       turn.appendChild(el("div", { class: "item " + kind }, el("div", { class: "kind" }, title), el("pre", {}, text)));
       afterResult = kind === "result";
     }
@@ -295,10 +335,11 @@
       el("button", { class: "close", id: "drawer-close", onclick: () => { drawer.hidden = true; } }, "close ✕"),
       el("h2", { id: "drawer-title" }, `Task ${row[COL.task]}, rollout ${row[COL.rollout]} · ${DATA.groups[row[COL.group]]} · ${DATA.statuses[row[COL.status]]}`),
       el("p", { class: "muted" }, `reward ${row[COL.reward] === null ? "none" : fmt(row[COL.reward], 4)} · latency ${secs(row[COL.latency])} · ${row[COL.attempts]} attempt(s) recorded`),
-      el("h3", {}, "Prompt"), el("div", { id: "drawer-prompt" }, prompt.map(([role, text]) => el("div", { class: "item" }, el("div", { class: "kind" }, role), el("pre", {}, text)))),
+      el("h3", {}, "Prompt"), el("div", { id: "drawer-prompt" }, prompt.length ? prompt.map(([role, text]) => el("div", { class: "item" }, el("div", { class: "kind" }, role), el("pre", {}, text)))
+        : el("p", { class: "muted" }, "no prompt (the row has no responses_create_params)")),
       taskFields.length ? [el("h3", {}, "Dataset fields"), fields(taskFields)] : null,
       el("h3", {}, "Turns"), items.length ? el("div", { id: "drawer-turns" }, turns(items)) : el("p", { class: "muted" }, "No output recorded."),
-      el("h3", {}, "Final answer"), el("div", { class: "answer-box", id: "drawer-answer" }, el("pre", {}, answer === null ? "(no assistant message)" : answer)),
+      el("h3", {}, "Final answer"), el("div", { class: "answer-box", id: "drawer-answer" }, el("pre", {}, answer !== null ? answer : items.some((it) => it[0] === "raw") ? "(no assistant message: the response is shown as returned, above)" : "(no assistant message)")),
       verifier.length ? [el("h3", {}, "Verifier and agent fields"), el("div", { id: "drawer-verifier" }, fields(verifier))] : null,
       failure.length ? [el("h3", {}, "Failure (its latest failed attempt)"), el("div", { class: "failure-box", id: "drawer-failure" }, fields(failure))] : null,
     ].flat().filter((node) => node !== null));
@@ -322,6 +363,7 @@
       el("pre", { class: "lines" }, b.lines.join("\n")), el("h3", {}, "Flipped tasks"), flips);
   }
   function showTask(label) {
+    resetFilters();
     const index = DATA.task_labels[label];
     controls.text.value = index === undefined ? label : "task:" + index;
     refresh();
