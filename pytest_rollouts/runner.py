@@ -162,14 +162,12 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             trace.scored(score)
         end = replace(end, dispatch_failure=dispatched.stopped)
         verdict = judge_run(score, end, Gate.of(settings))
-        report = ""
-        if settings.html is not None:
-            report = await asyncio.to_thread(report_at_end, root / settings.html, paths.out, score, verdict)
-        if settings.wandb or settings.mlflow:  # while the output is still this run's
+        html = None if settings.html is None else root / settings.html
+        report = "" if html is None else await asyncio.to_thread(report_at_end, html, paths.out, score, verdict)
+        if settings.wandb or settings.mlflow:  # while the output is still this run's; after the report it logs
             from pytest_rollouts.export.exports import export_run
 
             exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-            html = None if settings.html is None else root / settings.html
             _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
     finally:
