@@ -33,7 +33,7 @@ from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch,
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.export.tracing import RunTrace
 from pytest_rollouts.model.spec import ModelPlan
-from pytest_rollouts.plan.build import PlanError, PromptFor, build_plan
+from pytest_rollouts.plan.build import PlanError, RowShaping, build_plan
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
@@ -131,11 +131,11 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
     trace: RunTrace | None = None
     try:
         await asyncio.to_thread(_ask_head_server, agents)
-        tasks, numbering, end, prompt_for = _read(agents.settings, agents, root)
+        tasks, numbering, end, shaping = _read(agents.settings, agents, root)
         settings = agents.settings  # with what the head server's config and the suites set for options not given
         if not numbering.resuming:  # before anything is moved aside: a refusal leaves no trace
             await _check_health(settings, agents, _urls(agents, {task.agent for task in tasks}))
-        prepared = _prepare(settings, paths, lock, root, tasks, numbering, prompt_for)
+        prepared = _prepare(settings, paths, lock, root, tasks, numbering, shaping)
         agents_used = {r.agent for r in prepared.plan.rollouts}
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
@@ -214,7 +214,7 @@ def _ask_head_server(agents: Agents) -> None:
         raise CollectionRefused(str(exc)) from None
 
 
-def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd, PromptFor]:
+def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[Task], Numbering, RunEnd, RowShaping]:
     """Read, route and number every task (this shard's only), before any file is touched; and what
     the run's end will say of a run with nothing to send (pytest's "no tests collected")."""
     try:
@@ -231,7 +231,7 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
             task.slot = len(tasks)
             tasks.append(task)
     end = RunEnd(status=OK if tasks else NO_TESTS_COLLECTED, no_task_here=bool(read.tasks) and not tasks)
-    return tasks, numbering, end, read.prompts.get
+    return tasks, numbering, end, RowShaping(read.prompts.get, agents.server_agent())
 
 
 def _prepare(
@@ -241,7 +241,7 @@ def _prepare(
     root: Path,
     tasks: list[Task],
     numbering: Numbering,
-    prompt_for: PromptFor,
+    shaping: RowShaping,
 ) -> _Prepared:
     """Take the output, move earlier results aside (or repair them, resuming), write or read the plan."""
     run_id = uuid.uuid4().hex
@@ -263,7 +263,7 @@ def _prepare(
     resuming, shown = numbering.resuming, os.path.relpath(paths.materialized, root)
     try:
         plan = build_plan(
-            tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, prompt_for=prompt_for
+            tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, shaping=shaping
         )
     except PlanError as exc:
         raise CollectionRefused(str(exc)) from None

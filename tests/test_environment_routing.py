@@ -53,7 +53,8 @@ def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_i
         assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0), (2, 0)]
         assert all(r["_ng_environment_server"] == "legacy_env" for r in server.requests)
         assert [r["_ng_environment_server"] for r in artifacts.materialized] == ["legacy_env"] * 3
-        assert [r.get("agent_ref") for r in artifacts.materialized] == [{"name": "math_agent"}, None, None]
+        # A row naming no agent is stamped with the one the server runs it on (its agent_server).
+        assert [r.get("agent_ref") for r in artifacts.materialized] == [{"name": "math_agent"}] * 3
         (failure,) = artifacts.failures
         assert (failure["_ng_task_index"], failure["_ng_environment_server"]) == (2, "legacy_env")
         run_rollouts(pytester, "data.jsonl", head, *LEGACY, "--rollouts-resume")
@@ -62,10 +63,9 @@ def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_i
     assert sorted(keys(artifacts.rows)) == [(0, 0), (1, 0), (2, 0)]
     assert {r["_ng_environment_server"] for r in artifacts.rows} == {"legacy_env"}
     assert [r.get("agent_ref") for r in sorted(artifacts.rows, key=lambda r: r["_ng_task_index"])] == [
-        {"name": "math_agent"},
-        None,
-        None,
-    ]
+        {"name": "math_agent"}
+    ] * 3
+    assert artifacts.failures[0]["agent_ref"] == {"name": "math_agent"}
     metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
     assert [group["agent_ref"] for group in metrics] == [{"name": "legacy_env"}]
 
@@ -158,3 +158,78 @@ def test_a_resume_refuses_another_routing_than_the_recorded_runs(
         )
         assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
     result.stderr.fnmatch_lines(["*environment_server: recorded 'legacy_env', now None*"])
+
+
+
+def test_a_legacy_server_without_an_agent_server_leaves_rows_naming_none_as_they_are(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    run_rollouts(pytester, "data.jsonl", f"--rollouts-agent=legacy_env={agent.url}", *LEGACY).assert_outcomes(passed=2)
+    materialized = Artifacts(pytester.path).materialized
+    assert [(r["_ng_environment_server"], r.get("agent_ref")) for r in materialized] == [("legacy_env", None)] * 2
+
+
+def episode_server(body: dict[str, Any], seen: int) -> Reply:
+    episode = {"episode_id": body["episode_id"], "task_id": body["task"]["task_id"]}
+    return Reply(json={**episode, "result": {"reward": 1.0}})
+
+
+def servers_yaml(**servers: ScriptedAgent) -> str:
+    return "".join(
+        f"{name}:\n  environment_servers:\n    episodes: {{host: 127.0.0.1, port: {_port(server.url)}}}\n"
+        for name, server in servers.items()
+    )
+
+
+def test_a_head_servers_environment_server_routes_send_tasksets_to_their_servers(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    rows = [{"task_id": {"taskset": name, "id": 0}, "task_input": {"q": 0}} for name in ("math_v1", "code_v1")]
+    write_rows(pytester.path / "data.jsonl", rows)
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent(episode_server) as math_env, ScriptedAgent(episode_server) as code_env:
+        routes = "environment_server_routes: {math_v1: math_env, code_v1: code_env}\n"
+        state["yaml"] = routes + servers_yaml(math_env=math_env, code_env=code_env)
+        run_rollouts(pytester, "data.jsonl", head).assert_outcomes(passed=2)
+        assert [r["task"]["task_id"]["taskset"] for r in math_env.requests] == ["math_v1"]
+        assert [r["task"]["task_id"]["taskset"] for r in code_env.requests] == ["code_v1"]
+    results = sorted(Artifacts(pytester.path).rows, key=lambda r: r["_ng_task_index"])
+    assert [r["_ng_environment_server"] for r in results] == ["math_env", "code_env"]
+
+
+@pytest.mark.parametrize(
+    ("routes", "status", "stream", "message"),
+    [
+        (
+            "{math_v1: ghost_env}",
+            pytest.ExitCode.INTERRUPTED,
+            "stdout",
+            "*data.jsonl:1: taskset 'math_v1' routes to environment server 'ghost_env', which is unknown*",
+        ),
+        (
+            "[math_v1]",
+            pytest.ExitCode.USAGE_ERROR,
+            "stderr",
+            "*environment_server_routes must map taskset names to environment server names*",
+        ),
+    ],
+)
+def test_a_head_servers_bad_environment_server_routes_are_refused_before_any_request(
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
+    routes: str,
+    status: pytest.ExitCode,
+    stream: str,
+    message: str,
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", [{"task_id": {"taskset": "math_v1", "id": 0}, "task_input": {}}])
+    with ScriptedAgent(episode_server) as math_env:
+        state["yaml"] = f"environment_server_routes: {routes}\n" + servers_yaml(math_env=math_env)
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}")
+        assert math_env.requests == []
+    assert result.ret == status
+    getattr(result, stream).fnmatch_lines([message])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

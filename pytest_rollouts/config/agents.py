@@ -78,6 +78,14 @@ class Agents:
         suites routed so far set for the options the run does not give."""
         return self._settings
 
+    def server_agent(self) -> str | None:
+        """Under legacy routing, the agent the environment server runs flat rows on, as the head
+        server's config says (its ``agent_server``); None when no config says it."""
+        settings = self._settings
+        if settings.environment_routing_mode != "legacy" or self.discovered is None:
+            return None
+        return self.discovered.pairings.runs_on.get(settings.environment_server or "")
+
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""
         from pytest_rollouts.config.suite import find_declaration, load_suite

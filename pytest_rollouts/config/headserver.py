@@ -23,7 +23,8 @@ Keys read, all at the top level of that config:
 
 - Top-level collection keys, defaults for the options of the same meaning that the run does not
   give (``RUN_KEYS``): ``retry_invalid_judge_responses``, ``environment_routing_mode``,
-  ``environment_server_name``.
+  ``environment_server_name``; and ``environment_server_routes`` (taskset to environment server),
+  routes a suite's ``[tasksets]`` may override.
 
 Hosts and ports may hold OmegaConf interpolations (``${head_server.host}``,
 ``${oc.env:VAR,default}``), which ``to_yaml`` leaves unresolved; those two forms are resolved.
@@ -145,7 +146,21 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         runs_on,
     )
     options = {option: config[key] for key, option in RUN_KEYS.items() if config.get(key) is not None}
-    return Discovered(agents, sources, config_datasets(config), pairings, options)
+    return Discovered(agents, sources, config_datasets(config), pairings, options, _taskset_routes(config))
+
+
+def _taskset_routes(config: Mapping[str, Any]) -> dict[str, str]:
+    """``environment_server_routes``: which environment server runs each taskset's episode rows."""
+    routes = config.get("environment_server_routes")
+    if routes is None:
+        return {}
+    if not isinstance(routes, Mapping) or not all(
+        isinstance(server, str) and server and isinstance(taskset, str) for taskset, server in routes.items()
+    ):
+        raise HeadServerError(
+            f"environment_server_routes must map taskset names to environment server names, not {routes!r}"
+        )
+    return dict(routes)
 
 
 def _name_of(reference: Any) -> str | None:

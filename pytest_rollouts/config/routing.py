@@ -45,6 +45,8 @@ class Discovered:
     pairings: Pairings = Pairings()
     # Its top-level collection keys, by the option each defaults (``headserver.RUN_KEYS``).
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Its ``environment_server_routes``: the environment server of each taskset.
+    tasksets: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,11 @@ class Routing:
             self.used.add(key)
         elif kind == "taskset":
             agents = (self.tasksets.get(key, key),)
+            if self.known is not None and agents[0] not in self.known and key in self.tasksets:
+                known = ", ".join(sorted(self.known)) or "none"
+                raise RoutingError(
+                    f"taskset {key!r} routes to environment server {agents[0]!r}, which is unknown (known: {known})"
+                )
             if self.known is not None and agents[0] not in self.known:
                 raise RoutingError(
                     f"no environment server route is configured for taskset {key!r} (declare it under "
@@ -273,7 +280,7 @@ class AgentRegistry:
             declared | frozenset(self._fixed) | _maybe(default),
             source,
             task_sources={**self._head.task_sources, **(suite.config.task_sources if suite else {})},
-            tasksets=suite.config.tasksets if suite else {},
+            tasksets={**self._head.tasksets, **(suite.config.tasksets if suite else {})},
             agent_map=self._settings.agent_map,
             fan_out=self._settings.fan_out,
             used=self.used_keys,

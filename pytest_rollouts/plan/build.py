@@ -9,6 +9,7 @@ only what they still lack. Both take tasks as the pytest items or the Python API
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +49,17 @@ class PlannedTask(Protocol):
 PromptFor = Callable[[Path], "PromptTemplate | None"]
 
 
+@dataclass(frozen=True)
+class RowShaping:
+    """What makes a dataset row its request besides the run's options: its file's prompt template,
+    and under legacy routing the agent the environment server runs rows on (its ``agent_server``),
+    stamped as the ``agent_ref`` of a row that names none, as NeMo Gym's
+    ``_stamp_environment_server_agent_refs`` does: results and metrics keep the agent they ran on."""
+
+    prompt_for: PromptFor | None = None
+    server_agent: str | None = None
+
+
 def build_plan(
     tasks: Sequence[PlannedTask],
     paths: ArtifactPaths,
@@ -56,7 +68,7 @@ def build_plan(
     *,
     resuming: bool,
     shown: str,
-    prompt_for: PromptFor | None = None,
+    shaping: RowShaping = RowShaping(),
 ) -> Plan:
     """The plan of a run whose files are prepared (``ArtifactPaths.start_run``): a resumed run's from
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
@@ -64,11 +76,11 @@ def build_plan(
     if resuming:
         return plan_resume(tasks, paths, settings, shown)
     write_manifest(paths.manifest, manifest)
-    return materialize(tasks, paths.materialized, settings, prompt_for)
+    return materialize(tasks, paths.materialized, settings, shaping)
 
 
 def materialize(
-    tasks: Sequence[PlannedTask], path: Path, settings: Settings, prompt_for: PromptFor | None = None
+    tasks: Sequence[PlannedTask], path: Path, settings: Settings, shaping: RowShaping = RowShaping()
 ) -> Plan:
     """Write every planned rollout's request body, remembering where each one sits; a dataset with
     a prompt template has its rows' input built by it first (the scan checked every row fills).
@@ -89,7 +101,7 @@ def materialize(
             if position != last_position:
                 row = parse_object(reader.read(task.path, task.offset), task.path, 0)
                 last_position = position
-                prompt = prompt_for(task.path) if prompt_for is not None and not task.episode else None
+                prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
                 if prompt is not None:
                     row = prompt.apply(row)
             materialized = materialize_row(
@@ -101,6 +113,7 @@ def materialize(
                 add_seed=settings.repeats_add_seed,
                 episode=task.episode,
                 via_server=settings.environment_routing_mode == "legacy" and not task.episode,
+                server_agent=shaping.server_agent,
             )
             line = dumps(materialized)
             out.write(line + b"\n")

@@ -121,7 +121,7 @@ class SessionPlan:
         Raises ``OSError`` when the files cannot be prepared, ``ArtifactError`` when a fresh
         run's cannot be written, and a usage error when a resumed run's are damaged.
         """
-        from pytest_rollouts.plan.build import PlanError, build_plan
+        from pytest_rollouts.plan.build import PlanError, RowShaping, build_plan
 
         settings = self._settings()
         from pytest_rollouts.rows.judge_retry import resume_mend
@@ -136,9 +136,10 @@ class SessionPlan:
             tell_start(self._config, self.run_start, paths.out)
         assert self._manifest is not None
         shown = self.shown(paths.materialized)
+        shaping = RowShaping(prompt_for, self._agents().server_agent())
         try:
             return build_plan(
-                selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, prompt_for=prompt_for
+                selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, shaping=shaping
             )
         except PlanError as exc:
             raise pytest.UsageError(str(exc)) from None

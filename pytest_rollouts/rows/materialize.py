@@ -24,13 +24,15 @@ def materialize_row(
     add_seed: bool,
     episode: bool = False,
     via_server: bool = False,
+    server_agent: str | None = None,
 ) -> dict[str, Any]:
     """One rollout's request body: the row, run-level overrides, the seed and the stamps.
 
     An episode row names no agent: it is stamped with the environment server it runs on, and
     takes no run-level ``responses_create_params`` or seed (its request carries neither).
     ``via_server``: a flat row legacy routing sends to the environment server ``agent``: stamped
-    with it too, its own ``agent_ref`` (the agent the server runs it on) kept as it is.
+    with it too, its own ``agent_ref`` (the agent the server runs it on) kept as it is, and one that
+    names none given ``server_agent``, the agent the server runs it on, when that is known.
     ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
@@ -42,6 +44,8 @@ def materialize_row(
         out[CREATE_PARAMS] = params
     if (episode or via_server) and agent is not None:
         out[ENVIRONMENT_SERVER] = agent
+        if via_server and server_agent is not None and "agent_ref" not in out:
+            out["agent_ref"] = {"name": server_agent}
     elif agent is not None:
         ref = out.get("agent_ref")
         out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
