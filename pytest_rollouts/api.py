@@ -36,6 +36,8 @@ def preprocess_examples(
     fan_out: Mapping[str, Sequence[str]] | None = None,
     num_repeats: int | Mapping[str, int] = 1,
     num_repeats_add_seed: bool = False,
+    environment_routing_mode: str = "agent",
+    environment_server: str | None = None,
 ) -> list[dict[str, Any]]:
     """Stamped copies of ``examples``, one per rollout; the input rows are never changed.
 
@@ -45,10 +47,23 @@ def preprocess_examples(
     or counts by agent name with ``_default`` for the rest. A ``task_source`` no ``agent_map``
     entry names is left for the run to resolve, as NeMo Gym leaves it without a config.
 
+    ``environment_routing_mode`` routes flat rows (not episode rows) as a run's
+    ``--rollouts-environment-routing-mode`` does: ``legacy`` sends each one to ``environment_server``
+    (stamped ``_ng_environment_server``, its ``agent_ref`` kept), ``taskset`` refuses them.
+
     Raises ``ValueError`` for bad arguments and for a row whose agent cannot be decided.
     """
-    settings = _settings(agent_map, fan_out, num_repeats)
-    routing = Routing(None, None, WHERE, agent_map=settings.agent_map, fan_out=settings.fan_out)
+    settings = _settings(agent_map, fan_out, num_repeats, environment_routing_mode, environment_server)
+    routing = Routing(
+        None,
+        None,
+        WHERE,
+        agent_map=settings.agent_map,
+        fan_out=settings.fan_out,
+        mode=settings.environment_routing_mode,
+        environment_server=settings.environment_server,
+    )
+    via_server = settings.environment_routing_mode == "legacy"
     stamped: list[dict[str, Any]] = []
     for task_index, example in enumerate(_rows(examples, WHERE)):
         if not isinstance(example, Mapping):
@@ -75,13 +90,14 @@ def preprocess_examples(
                         create_params={},
                         add_seed=num_repeats_add_seed,
                         episode=episode,
+                        via_server=via_server and not episode,
                     )
                 )
                 rollout_index += 1
     return stamped
 
 
-def _settings(agent_map: Any, fan_out: Any, num_repeats: Any) -> Settings:
+def _settings(agent_map: Any, fan_out: Any, num_repeats: Any, mode: Any, server: Any) -> Settings:
     for name, value in (("agent_map", agent_map), ("fan_out", fan_out)):
         if value is not None and not isinstance(value, Mapping):
             raise ValueError(f"{WHERE}: {name} must be a mapping, e.g. {{'_default': 'policy'}}, not {type(value).__name__}")
@@ -91,6 +107,8 @@ def _settings(agent_map: Any, fan_out: Any, num_repeats: Any) -> Settings:
         "agent_map": dict(agent_map or {}),
         "fan_out": dict(fan_out or {}),
         "repeats": dict(num_repeats) if isinstance(num_repeats, Mapping) else num_repeats,
+        "environment_routing_mode": mode,
+        "environment_server": server,
     }
     return _validated(given, {"repeats": "num_repeats"})
 
@@ -127,6 +145,7 @@ def run_examples(
     no_health_check: bool = False,
     health_ignore: Iterable[str] = (),
     health_workers: int = 8,
+    environment_server: str | None = None,
 ) -> ExampleRun:
     """Run ``rows`` in the running event loop; ``async with`` the result for ``(row, result)`` pairs.
 
@@ -139,6 +158,11 @@ def run_examples(
     At most ``parallel`` requests are in flight and at most ``max_resident`` (default 8 x
     ``parallel``) rollouts are started and not yet taken by the caller. The other arguments are
     the plugin's options of the same names. Leaving the block cancels whatever is in flight.
+
+    ``environment_server`` (NeMo Gym's ``environment_server_name``, one of ``agents``) receives every
+    flat row, as legacy routing sends it; a flat row stamped ``_ng_environment_server`` (by
+    ``preprocess_examples(environment_routing_mode="legacy", ...)``) goes to its stamp without it.
+    Either way its result and failure rows carry the stamp, and its own ``agent_ref`` if any.
 
     Raises ``ValueError`` for a bad argument, and, before anything is sent, for a row that lacks its
     stamps or names an agent not in ``agents`` (a ``Sequence`` of rows is checked whole first; rows
@@ -165,23 +189,30 @@ def run_examples(
         "no_health_check": no_health_check,
         "health_ignore": list(health_ignore),
         "health_workers": health_workers,
+        "environment_server": environment_server,
+        # Given a server, flat rows go to it: legacy routing, which the settings check as a pair.
+        "environment_routing_mode": "agent" if environment_server is None else "legacy",
     }
     settings = _validated(given, {"agent": "agents"})
     unknown = sorted({h.agent for h in settings.agent_header if h.agent is not None} - set(settings.named_agent_urls))
     if unknown:  # a typo would send those agents' requests without the header
         raise ValueError(f"{RUN}: agent_header names agents not in agents: {', '.join(unknown)}")
+    if environment_server is not None and environment_server not in settings.named_agent_urls:
+        raise ValueError(f"{RUN}: environment_server {environment_server!r} is not in agents")
     # The HTTP client is loaded with the first run: preprocessing alone does not pay for it.
     from pytest_rollouts.dispatch.examples import ExampleRun
 
     header = PlanHeader.of(
         settings, settings.named_agent_urls, parallel=settings.parallel, limit=settings.resident_limit
     )
-    return ExampleRun(header, rows)
+    return ExampleRun(header, rows, environment_server)
 
 
 def _agents(routing: Routing, row: dict[str, Any]) -> tuple[str | None, ...]:
     """The agents ``row`` runs on; ``(None,)`` when that is left to the run (an unmapped task source)."""
     key, kind = routing_key(row)
+    if kind != "taskset" and routing.mode != "agent":
+        return routing.agents_for(row)
     if kind == "task_source" and key not in routing.agent_map and key not in routing.fan_out:
         return (None,)
     if kind == "default" and key not in routing.agent_map and key not in routing.fan_out:

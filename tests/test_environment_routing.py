@@ -233,3 +233,21 @@ def test_a_head_servers_bad_environment_server_routes_are_refused_before_any_req
     assert result.ret == status
     getattr(result, stream).fnmatch_lines([message])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_python_api_routes_as_the_head_servers_config_says(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, head_server  # noqa: F811
+) -> None:
+    from pytest_rollouts import CollectionConfig, run
+
+    _, state = head_server
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(2))
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        modes = "environment_routing_mode: legacy\nenvironment_server_name: legacy_env\n"
+        state["yaml"] = modes + config(_port(agent.url), _port(server.url))
+        result = run(CollectionConfig(input="data.jsonl", out="out/r.jsonl", head_server=state["address"]))
+        assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0)]
+    assert result.exit_status == 0
+    rows = Artifacts(tmp_path).rows
+    assert {(r["_ng_environment_server"], r["agent_ref"]["name"]) for r in rows} == {("legacy_env", "math_agent")}

@@ -306,6 +306,53 @@ async def test_episode_rows_go_to_their_environment_server_as_episodes() -> None
     assert result == {"reward": 1.0, "_ng_task_id": {"taskset": "ts", "id": 7}}
 
 
+@pytest.mark.asyncio
+async def test_legacy_routing_sends_flat_rows_to_the_environment_server_stamped() -> None:
+    """Rows stamped by ``preprocess_examples`` in legacy mode, and rows sent with ``environment_server``:
+    each to the server, stamped in the body, the result and the failure row, its agent_ref kept."""
+    raw = [*tasks(2), {"task_id": {"taskset": "ts", "id": 7}, "task_input": {"q": 1}}]
+    raw[1]["agent_ref"] = {"name": "math_agent"}
+    stamped_rows = preprocess_examples(
+        raw, agent_map={"ts": "env"}, environment_routing_mode="legacy", environment_server="legacy_env"
+    )
+    assert [r["_ng_environment_server"] for r in stamped_rows] == ["legacy_env", "legacy_env", "env"]
+    assert [r.get("agent_ref") for r in stamped_rows] == [None, {"name": "math_agent"}, None]
+
+    def server(request: dict[str, Any], seen: int) -> Reply:
+        if "episode_id" in request:
+            episode = {"episode_id": request["episode_id"], "task_id": request["task"]["task_id"]}
+            return Reply(json={**episode, "result": {"reward": 1.0}})
+        if request["_ng_task_index"] == 1:
+            return Reply(status=400, json={"error": "no"})
+        return Reply(json={"reward": 0.5})
+
+    plain = preprocess_examples(tasks(1), agent_map={"_default": "policy"})
+    with ScriptedAgent(server) as legacy, ScriptedAgent(server) as env, ScriptedAgent() as policy:
+        agents = {"legacy_env": legacy.url, "env": env.url, "policy": policy.url}
+        async with run_examples(stamped_rows, agents, retries=0) as results:
+            pairs = {row["_ng_task_index"]: result for row, result in await collect(results)}
+        async with run_examples(plain, agents, environment_server="legacy_env") as results:
+            [(row, sent_result)] = await collect(results)
+        assert policy.requests == [] and len(env.requests) == 1
+        assert [r["_ng_environment_server"] for r in legacy.requests] == ["legacy_env"] * 3
+        assert legacy.requests[2]["agent_ref"] == {"name": "policy"}
+    assert pairs[0] == {"reward": 0.5}, "a reply is handed back exactly as it came"
+    assert pairs[1]["_ng_failure_class"] == "agent_run_error"
+    assert (pairs[1]["_ng_environment_server"], pairs[1]["agent_ref"]) == ("legacy_env", {"name": "math_agent"})
+    assert "_ng_environment_server" not in row, "the caller's row is handed back as given"
+    assert sent_result == {"reward": 0.5}
+
+
+def test_legacy_routing_arguments_are_checked_as_the_options_are(agent: ScriptedAgent) -> None:
+    with pytest.raises(ValueError, match="legacy sends every flat row to the server environment_server names"):
+        preprocess_examples(tasks(1), environment_routing_mode="legacy")
+    with pytest.raises(ValueError, match="row 0: a flat row .* under environment routing mode 'taskset'"):
+        preprocess_examples(tasks(1), environment_routing_mode="taskset")
+    with pytest.raises(ValueError, match="environment_server 'ghost' is not in agents"):
+        run_examples(stamped(1), {"policy": agent.url}, environment_server="ghost")
+    assert agent.requests == []
+
+
 def test_runs_on_asyncio_and_on_uvloop(agent: ScriptedAgent) -> None:
     uvloop = pytest.importorskip("uvloop")
 
