@@ -400,8 +400,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "environment_routing_mode",
-        "Where flat rows (not episode rows) go: agent (their agent), legacy (all to --rollouts-environment-server) "
-        "or taskset (refused: episode rows only).",
+        "Where flat rows (not episode rows) go: agent (their agent, or the one environment server a head server's "
+        "config puts in front of it), legacy (all to --rollouts-environment-server) or taskset (refused: episode "
+        "rows only).",
         "agent|legacy|taskset",
         default="agent",
         details="NeMo Gym's `environment_routing_mode`. A row sent to an environment server is stamped "

@@ -251,3 +251,51 @@ def test_the_python_api_routes_as_the_head_servers_config_says(
     assert result.exit_status == 0
     rows = Artifacts(tmp_path).rows
     assert {(r["_ng_environment_server"], r["agent_ref"]["name"]) for r in rows} == {("legacy_env", "math_agent")}
+
+
+def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front_of_it(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    """NeMo Gym's agent routing resolves a flat row's agent to the one environment server in front of it
+    (``_environment_server_for_agent``): the row goes there, is stamped with it, and is scored in its group."""
+    _, state = head_server
+    rows = tasks(3)
+    rows[0]["agent_ref"] = {"name": "math_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    args = (f"--rollouts-head-server={state['address']}", "--rollouts-agent-map=_default=math_agent")
+    with ScriptedAgent() as agent, ScriptedAgent(fails_task_2_once) as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        run_rollouts(pytester, "data.jsonl", *args, "--rollouts-repeats=math_agent=2")
+        assert agent.requests == [] and len(server.requests) == 6
+        assert {(r["_ng_environment_server"], r["agent_ref"]["name"]) for r in server.requests} == {
+            ("legacy_env", "math_agent")
+        }
+        run_rollouts(pytester, "data.jsonl", *args, "--rollouts-repeats=math_agent=2", "--rollouts-resume")
+        assert agent.requests == [] and server.keys()[6:] == [(2, 0), (2, 1)]
+    artifacts = Artifacts(pytester.path)
+    assert sorted(keys(artifacts.rows)) == [(t, r) for t in range(3) for r in range(2)]
+    assert {(r["_ng_environment_server"], r["agent_ref"]["name"]) for r in artifacts.rows} == {
+        ("legacy_env", "math_agent")
+    }
+    assert artifacts.failures[0]["_ng_environment_server"] == "legacy_env"
+    metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert [group["agent_ref"] for group in metrics] == [{"name": "legacy_env"}]
+
+
+def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_agent(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    rows = tasks(2)
+    rows[1]["agent_ref"] = {"name": "math_agent"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        other = f"other_env:\n  environment_servers:\n    compat: {{host: 127.0.0.1, port: {_port(server.url)}, "
+        state["yaml"] = config(_port(agent.url), _port(server.url)) + other + "agent_server: math_agent}\n"
+        head = f"--rollouts-head-server={state['address']}"
+        result = run_rollouts(pytester, "data.jsonl", head, f"--rollouts-agent={agent.url}")
+        assert agent.requests == [] and server.requests == []
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*data.jsonl:2: agent 'math_agent' is behind several environment servers (legacy_env, other_env)*"]
+    )

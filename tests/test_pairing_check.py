@@ -78,10 +78,11 @@ def test_paired_rows_run(pytester: pytest.Pytester, head_server) -> None:  # noq
     rows[0].update(task_source="math_rs")
     rows[1].update(task_source="code_rs", agent_ref={"name": "code_agent"})
     write_rows(pytester.path / "data.jsonl", rows)
-    with ScriptedAgent() as math, ScriptedAgent() as code:
-        state["yaml"] = paired_config(_port(math.url), _port(code.url))
+    with ScriptedAgent() as math, ScriptedAgent() as code, ScriptedAgent() as episodes:
+        state["yaml"] = paired_config(_port(math.url), _port(code.url), _port(episodes.url))
         run_against(pytester, state, "data.jsonl").assert_outcomes(passed=2)
-        assert (math.keys(), code.keys()) == ([(0, 0)], [(1, 0)])
+        # math_agent's rows go through the environment server in front of it (see test_environment_routing).
+        assert (math.keys(), episodes.keys(), code.keys()) == ([], [(0, 0)], [(1, 0)])
 
 
 def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_it(

@@ -78,13 +78,19 @@ class Agents:
         suites routed so far set for the options the run does not give."""
         return self._settings
 
-    def server_agent(self) -> str | None:
-        """Under legacy routing, the agent the environment server runs flat rows on, as the head
-        server's config says (its ``agent_server``); None when no config says it."""
+    def environment_servers(self) -> dict[str, str | None]:
+        """The environment servers flat rows are sent through, each to the agent it runs them on
+        (its ``agent_server`` in the head server's config; None when no config says): the server
+        legacy routing names, and under agent routing those the head server's config puts in front
+        of an agent."""
+        runs_on: dict[str, str | None] = {}
+        if self.discovered is not None:
+            runs_on.update(self.discovered.pairings.runs_on)
         settings = self._settings
-        if settings.environment_routing_mode != "legacy" or self.discovered is None:
-            return None
-        return self.discovered.pairings.runs_on.get(settings.environment_server or "")
+        if settings.environment_routing_mode == "legacy":
+            assert settings.environment_server is not None  # the settings refuse legacy without one
+            return {settings.environment_server: runs_on.get(settings.environment_server)}
+        return runs_on
 
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""

@@ -25,6 +25,11 @@ class Pairings:
     # Environment server to the agent its ``agent_server`` names.
     runs_on: Mapping[str, str] = field(default_factory=dict)
 
+    def in_front_of(self, agent: str) -> list[str]:
+        """The environment servers whose ``agent_server`` is ``agent`` (NeMo Gym's
+        ``_environment_servers_by_agent``), sorted."""
+        return sorted(server for server, runs_on in self.runs_on.items() if runs_on == agent)
+
     def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
         """``PairingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
         the resources server whose ``datasets`` list the row's file."""

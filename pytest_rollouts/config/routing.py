@@ -188,7 +188,24 @@ class Routing:
                     f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
                 )
         self._check_pairings(row, agents)
-        return agents
+        return agents if kind == "taskset" else tuple(map(self._through_server, agents))
+
+    def _through_server(self, agent: str) -> str:
+        """Where a flat row routed to ``agent`` is sent: the one environment server in front of it
+        (NeMo Gym's ``_environment_server_for_agent``), which runs it on the agent, else the agent."""
+        servers = self.pairings.in_front_of(agent)
+        if len(servers) > 1:
+            raise RoutingError(
+                f"agent {agent!r} is behind several environment servers ({', '.join(servers)}), and a row routed "
+                "by its agent cannot choose one: send every flat row to one with environment routing mode "
+                "'legacy' and its environment server name"
+            )
+        return servers[0] if servers else agent
+
+    def counted_as(self, target: str) -> str:
+        """The name per-agent repeat counts know ``target`` by: the agent behind an environment server
+        that agent routing sends its rows through, else ``target`` itself."""
+        return self.pairings.runs_on.get(target, target) if self.mode == "agent" else target
 
     def _check_pairings(self, row: dict[str, Any], agents: tuple[str, ...]) -> None:
         try:

@@ -57,7 +57,7 @@ class PlannedAttempt:
     first_attempt: int
     # An episode row is sent as an episode request built from it, and names no agent.
     episode: bool
-    # A flat row routed to an environment server (legacy routing): stamped with it, its agent_ref kept.
+    # A flat row sent through an environment server: stamped with it, its agent_ref kept.
     via_server: bool = False
 
 
@@ -105,7 +105,7 @@ class Attempts:
         stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
         if episode is not None:
             stamps[ENVIRONMENT_SERVER] = agent
-        elif planned.via_server:  # legacy routing: the server, and the agent the row names, if any
+        elif planned.via_server:  # through an environment server: it, and the agent the row names, if any
             ref = loads(body).get("agent_ref")
             stamps.update({ENVIRONMENT_SERVER: agent, **({"agent_ref": ref} if ref is not None else {})})
         else:

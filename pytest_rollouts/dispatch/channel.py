@@ -173,6 +173,7 @@ class Dispatcher:
             "first_attempt": [r.first_attempt for r in self._rollouts],
             "agent": [agent_index[r.agent] for r in self._rollouts],
             "episode": [r.episode for r in self._rollouts],
+            "via_server": [r.via_server for r in self._rollouts],
         }
         columns = [array(COLUMN_TYPES.get(name, "q"), values[name]) for name in COLUMNS]
         if self._proc is None:

@@ -262,7 +262,7 @@ class Engine:
             self._bodies.read(col["offset"][position], col["length"][position]),
             col["first_attempt"][position],
             bool(col["episode"][position]),
-            self._h.via_server,
+            bool(col["via_server"][position]),
         )
 
     def _written_elsewhere(self, position: int) -> RolloutOutcome | None:

@@ -240,7 +240,7 @@ async def dispatch_plan(header: PlanHeader, rollouts: Sequence[PlannedRollout]) 
                 body,
                 rollout.first_attempt,
                 rollout.episode,
-                header.via_server,
+                rollout.via_server,
             )
             return rollout, await dispatch.attempts.run(planned, rows)
 

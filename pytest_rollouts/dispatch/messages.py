@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for p
     from pytest_rollouts.config.settings import Settings
 
 # The plan's columns, one value per rollout in plan order, and their array type codes ("q" unless given).
-COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode")
-COLUMN_TYPES = {"agent": "H", "episode": "B"}
+COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode", "via_server")
+COLUMN_TYPES = {"agent": "H", "episode": "B", "via_server": "B"}
 
 
 class MessageError(ValueError):
@@ -78,8 +78,6 @@ class PlanHeader:
     model_parallel: int
     # A result with ``invalid_judge_response: true`` is a ``judge_invalid`` failure (the suite opted in).
     retry_invalid_judge: bool = False
-    # Legacy environment routing: every flat row goes to (and is stamped with) an environment server.
-    via_server: bool = False
 
     @classmethod
     def of(
@@ -124,7 +122,6 @@ class PlanHeader:
             model_timeout=settings.model_timeout,
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
-            via_server=settings.environment_routing_mode == "legacy",
         )
 
 

@@ -8,8 +8,8 @@ only what they still lack. Both take tasks as the pytest items or the Python API
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,6 +20,7 @@ from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
 
@@ -52,12 +53,13 @@ PromptFor = Callable[[Path], "PromptTemplate | None"]
 @dataclass(frozen=True)
 class RowShaping:
     """What makes a dataset row its request besides the run's options: its file's prompt template,
-    and under legacy routing the agent the environment server runs rows on (its ``agent_server``),
-    stamped as the ``agent_ref`` of a row that names none, as NeMo Gym's
+    and the environment servers flat rows go through (``Agents.environment_servers``). A flat row
+    routed to one is stamped ``_ng_environment_server`` with it, and with the agent it runs rows on
+    (its ``agent_server``, when known) as ``agent_ref``, as NeMo Gym's
     ``_stamp_environment_server_agent_refs`` does: results and metrics keep the agent they ran on."""
 
     prompt_for: PromptFor | None = None
-    server_agent: str | None = None
+    servers: Mapping[str, str | None] = field(default_factory=dict)
 
 
 def build_plan(
@@ -104,6 +106,7 @@ def materialize(
                 prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
                 if prompt is not None:
                     row = prompt.apply(row)
+            via_server = not task.episode and task.agent in shaping.servers
             materialized = materialize_row(
                 row,
                 task_index=task.task_index,
@@ -112,15 +115,22 @@ def materialize(
                 create_params=settings.responses_create_params,
                 add_seed=settings.repeats_add_seed,
                 episode=task.episode,
-                via_server=settings.environment_routing_mode == "legacy" and not task.episode,
-                server_agent=shaping.server_agent,
+                via_server=via_server,
+                server_agent=shaping.servers.get(task.agent),
             )
             line = dumps(materialized)
             out.write(line + b"\n")
             expected.setdefault(routing_identity(materialized), {})[(task.task_index, rollout_index)] = offset
             rollouts.append(
                 PlannedRollout(
-                    task.slot, task.task_index, rollout_index, task.agent, offset, len(line), episode=task.episode
+                    task.slot,
+                    task.task_index,
+                    rollout_index,
+                    task.agent,
+                    offset,
+                    len(line),
+                    episode=task.episode,
+                    via_server=via_server,
                 )
             )
             offset += len(line) + 1
@@ -164,6 +174,7 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
             history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
         )
         if verdict is Verdict.RUN:
+            episode = taskset_of(entry.row) is not None
             plan.rollouts.append(
                 PlannedRollout(
                     slot,
@@ -173,7 +184,8 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
                     entry.offset,
                     entry.size,
                     first_attempt=history.failures if history else 0,
-                    episode=taskset_of(entry.row) is not None,
+                    episode=episode,
+                    via_server=not episode and ENVIRONMENT_SERVER in entry.row,
                 )
             )
         else:

@@ -100,7 +100,7 @@ class DatasetScan:
                 str(row[name]) for name in self._routing.keywords if isinstance(row.get(name), str | int | float)
             )
             for agent in agents:
-                repeats = settings.repeats_for(agent)
+                repeats = settings.repeats_for(self._routing.counted_as(agent))
                 yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned, keywords)
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows

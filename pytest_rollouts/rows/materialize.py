@@ -30,9 +30,9 @@ def materialize_row(
 
     An episode row names no agent: it is stamped with the environment server it runs on, and
     takes no run-level ``responses_create_params`` or seed (its request carries neither).
-    ``via_server``: a flat row legacy routing sends to the environment server ``agent``: stamped
-    with it too, its own ``agent_ref`` (the agent the server runs it on) kept as it is, and one that
-    names none given ``server_agent``, the agent the server runs it on, when that is known.
+    ``via_server``: a flat row sent through the environment server ``agent``: stamped with it too,
+    its ``agent_ref`` naming ``server_agent``, the agent the server runs it on, when that is known
+    (the routing checked that a row naming an agent names that one), else kept as it is.
     ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
@@ -42,13 +42,13 @@ def materialize_row(
         if add_seed:
             params["metadata"] = _with_seed(params.get("metadata"), rollout_index)
         out[CREATE_PARAMS] = params
+    named = agent
     if (episode or via_server) and agent is not None:
         out[ENVIRONMENT_SERVER] = agent
-        if via_server and server_agent is not None and "agent_ref" not in out:
-            out["agent_ref"] = {"name": server_agent}
-    elif agent is not None:
+        named = server_agent if via_server else None
+    if named is not None:
         ref = out.get("agent_ref")
-        out["agent_ref"] = {**ref, "name": agent} if isinstance(ref, dict) else {"name": agent}
+        out["agent_ref"] = {**ref, "name": named} if isinstance(ref, dict) else {"name": named}
     out.pop(ATTEMPT_INDEX, None)
     out[TASK_INDEX] = task_index
     out[ROLLOUT_INDEX] = rollout_index

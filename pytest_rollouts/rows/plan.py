@@ -26,6 +26,8 @@ class PlannedRollout:
     length: int
     first_attempt: int = 0
     episode: bool = False
+    # A flat row sent through an environment server (stamped with it in its materialized row).
+    via_server: bool = False
 
 
 
