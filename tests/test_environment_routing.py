@@ -299,3 +299,15 @@ def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_a
     result.stdout.fnmatch_lines(
         ["*data.jsonl:2: agent 'math_agent' is behind several environment servers (legacy_env, other_env)*"]
     )
+
+
+def test_legacy_rows_are_counted_by_the_agent_their_server_runs_them_on(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent() as agent, ScriptedAgent() as server:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        head = f"--rollouts-head-server={state['address']}"
+        run_rollouts(pytester, "data.jsonl", head, *LEGACY, "--rollouts-repeats=math_agent=3,legacy_env=2")
+        assert sorted(server.keys()) == [(t, r) for t in range(2) for r in range(3)]

@@ -98,7 +98,7 @@ def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_i
         result = run_against(pytester, state, "math.jsonl")
         assert math.requests == [] and code.requests == []
     result.stdout.fnmatch_lines(
-        ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but the server listing its dataset*"]
+        ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file's is resources server 'math_rs'*"]
     )
 
 
@@ -138,3 +138,27 @@ def test_the_python_api_refuses_it_too(
         with pytest.raises(CollectionRefused, match=r"data\.jsonl:1: agent 'code_agent' fronts resources server"):
             run(CollectionConfig(input="data.jsonl", out="out/r.jsonl", head_server=state["address"]))
         assert math.requests == [] and code.requests == []
+
+
+def test_a_dataset_listed_by_an_agent_runs_only_on_agents_of_that_agents_resources_server(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    """NeMo Gym's benchmarks list their datasets under their agent: the file's rows are verified by the
+    resources server that agent fronts, so a map sending them to another resources server's agent is refused."""
+    _, state = head_server
+    write_rows(pytester.path / "code.jsonl", tasks(2))
+    listed = "      datasets: [{name: c, type: benchmark, jsonl_fpath: code.jsonl}]\n"
+    with ScriptedAgent() as math, ScriptedAgent() as code:
+        extra = (
+            f"extra:\n  responses_api_agents:\n    simple_agent:\n      host: 127.0.0.1\n      port: {_port(code.url)}\n"
+            "      resources_server: {type: resources_servers, name: code_rs}\n"
+        )
+        state["yaml"] = paired_config(_port(math.url), _port(code.url)) + extra + listed
+        result = run_against(pytester, state, "code.jsonl", "--rollouts-agent-map=_default=math_agent")
+        assert math.requests == [] and code.requests == []
+    result.stdout.fnmatch_lines(
+        [
+            "*code.jsonl:1: agent 'math_agent' fronts resources server 'math_rs', but its dataset file's is "
+            "resources server 'code_rs'*"
+        ]
+    )

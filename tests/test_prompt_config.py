@@ -127,6 +127,7 @@ def test_the_option_overrides_and_a_row_with_its_own_input_is_refused(pytester: 
         ("user: [unclosed\n", "not valid YAML"),
         ("user: hi\nfew_shot: [{role: robot, content: x}]\n", "few_shot.0.role"),
         ("user: hi\nshots: []\n", "shots: Extra inputs are not permitted"),
+        ("user: '{question.upper}'\n", "uses {question.upper}: a placeholder names a row field"),
     ],
 )
 def test_a_template_that_cannot_be_used_is_a_usage_error(pytester: pytest.Pytester, text: str, said: str) -> None:
@@ -139,6 +140,21 @@ def test_a_template_that_cannot_be_used_is_a_usage_error(pytester: pytest.Pytest
     result.stderr.fnmatch_lines([f"*--rollouts-prompt-config*{said}*"])
     with pytest.raises(PromptError, match=said.split(":")[0]):
         load_template(pytester.path / "p.yaml")
+
+
+def test_a_suites_template_that_is_not_text_or_meets_a_run_level_input_is_refused(pytester: pytest.Pytester) -> None:
+    with ScriptedAgent() as agent:
+        suite = _suite(pytester.path, agent.url)
+        create_params = '--rollouts-responses-create-params={"input": "run level"}'
+        result = run_rollouts(pytester, "suite", create_params)
+        result.stdout.fnmatch_lines(
+            ["*suite/data.jsonl: its prompt template (*prompt.yaml) builds each row's input, and the run's*"]
+        )
+        (suite / "prompt.yaml").write_bytes(b"user: '\xff {question}'\n")
+        result = run_rollouts(pytester, "suite")
+        result.stdout.fnmatch_lines(["*the prompt template *prompt.yaml is not UTF-8 text*"])
+        assert "Traceback" not in result.stdout.str() and "UnicodeDecodeError" not in result.stdout.str()
+        assert agent.requests == []
 
 
 def test_a_head_servers_dataset_entry_names_the_template(pytester: pytest.Pytester, head_server) -> None:  # noqa: F811

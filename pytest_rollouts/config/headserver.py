@@ -87,11 +87,14 @@ def discover(base_url: str, *, timeout: float) -> Discovered:
 
 
 def config_datasets(config: Mapping[str, Any]) -> tuple[HeadDataset, ...]:
-    """The dataset entries of every resources server and agent in a NeMo Gym global config."""
+    """The dataset entries of every resources server and agent in a NeMo Gym global config, each
+    with the resources server its rows are verified by: the one listing it, or the one the agent
+    listing it fronts (NeMo Gym's benchmarks list their datasets under their agent)."""
     found = []
     for name, entry in config.items():
         for kind in ("resources_servers", "responses_api_agents"):
             server = _only_server(entry, kind)
+            verifier = str(name) if kind == "resources_servers" else _name_of((server or {}).get("resources_server"))
             for dataset in (server or {}).get("datasets") or ():
                 if isinstance(dataset, Mapping) and isinstance(dataset.get("jsonl_fpath"), str):
                     kind_of = dataset.get("type")
@@ -102,7 +105,7 @@ def config_datasets(config: Mapping[str, Any]) -> tuple[HeadDataset, ...]:
                             dataset["jsonl_fpath"],
                             kind_of if isinstance(kind_of, str) else None,
                             prompt if isinstance(prompt, str) else None,
-                            str(name) if kind == "resources_servers" else None,
+                            verifier,
                         )
                     )
     return tuple(found)

@@ -32,7 +32,7 @@ class Pairings:
 
     def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
         """``PairingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
-        the resources server whose ``datasets`` list the row's file."""
+        the resources server of the row's file (listing it, or fronted by the agent listing it)."""
         named = _agent_named(row)
         source = row.get("task_source")
         for target in agents:
@@ -47,7 +47,7 @@ class Pairings:
             fronted = self.fronts.get(target)
             if fronted is None:
                 continue
-            for server, said in ((source, "the row's task_source"), (dataset_server, "the server listing its dataset")):
+            for server, said in ((source, "the row's task_source"), (dataset_server, "its dataset file's")):
                 if server in self.resources_servers and server != fronted:
                     raise PairingError(
                         f"agent {target!r} fronts resources server {fronted!r}, but {said} is resources server "

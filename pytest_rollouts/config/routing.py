@@ -58,7 +58,7 @@ class HeadDataset:
     jsonl_fpath: str
     split: str | None
     prompt_config: str | None
-    # The resources server that lists it; None when an agent does.
+    # The resources server that verifies its rows: the one listing it, or the one its listing agent fronts.
     server: str | None = None
 
 
@@ -113,7 +113,7 @@ class Routing:
     fan_out_option: str = "--rollouts-fan-out"
     # The suite's ``keywords``: row fields whose values -k matches on the row's items.
     keywords: tuple[str, ...] = ()
-    # The head server's pairings, and the resources server that lists this file, if one does.
+    # The head server's pairings, and the resources server that verifies this file's rows, if one is listed.
     pairings: Pairings = Pairings()
     dataset_server: str | None = None
     # NeMo Gym's ``environment_routing_mode`` for flat rows, and legacy mode's ``environment_server_name``.
@@ -202,10 +202,12 @@ class Routing:
             )
         return servers[0] if servers else agent
 
-    def counted_as(self, target: str) -> str:
-        """The name per-agent repeat counts know ``target`` by: the agent behind an environment server
-        that agent routing sends its rows through, else ``target`` itself."""
-        return self.pairings.runs_on.get(target, target) if self.mode == "agent" else target
+    def counted_as(self, target: str, episode: bool) -> tuple[str, ...]:
+        """The names per-agent repeat counts know a row sent to ``target`` by, first match wins: for a
+        flat row sent through an environment server, the agent it runs on (NeMo Gym counts repeats
+        by agent), then the server; else ``target`` itself."""
+        agent = None if episode else self.pairings.runs_on.get(target)
+        return (target,) if agent is None else (agent, target)
 
     def _check_pairings(self, row: dict[str, Any], agents: tuple[str, ...]) -> None:
         try:

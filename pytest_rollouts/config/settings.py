@@ -335,10 +335,12 @@ class Settings(BaseModel):
         unlisted = () if DEFAULT_KEY in self.repeats else (1,)
         return min((*self.repeats.values(), *unlisted))
 
-    def repeats_for(self, agent: str) -> int:
+    def repeats_for(self, *names: str) -> int:
+        """The count of the first of ``names`` (an agent, then the environment server its rows go
+        through) that the run gives one, else ``_default``'s."""
         if isinstance(self.repeats, int):
             return self.repeats
-        return self.repeats.get(agent, self.repeats.get(DEFAULT_KEY, 1))
+        return next((self.repeats[name] for name in names if name in self.repeats), self.repeats.get(DEFAULT_KEY, 1))
 
     @field_validator("count_as_zero", "health_ignore", mode="before")
     @classmethod

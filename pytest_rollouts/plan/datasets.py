@@ -67,6 +67,11 @@ class DatasetScan:
     def tasks(self) -> Iterator[TaskRow]:
         """Every row's tasks in file order, up to the run's ``limit``; ``DatasetError`` on a bad row."""
         settings, shown = self._settings, self._shown
+        if self._prompt is not None and "input" in settings.responses_create_params:
+            raise DatasetError(
+                f"{shown}: its prompt template ({self._prompt.path}) builds each row's input, and the run's "
+                f"{settings.source_of('responses_create_params')} gives one too: they exclude each other; drop one"
+            )
         limit = settings.limit
         digest = hashlib.sha256()
         rows = 0
@@ -100,7 +105,7 @@ class DatasetScan:
                 str(row[name]) for name in self._routing.keywords if isinstance(row.get(name), str | int | float)
             )
             for agent in agents:
-                repeats = settings.repeats_for(self._routing.counted_as(agent))
+                repeats = settings.repeats_for(*self._routing.counted_as(agent, episode))
                 yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned, keywords)
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -93,6 +95,8 @@ def load_template(path: Path) -> PromptTemplate:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise PromptError(f"cannot read the prompt template {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"the prompt template {path} is not UTF-8 text: {exc}") from None
     except yaml.YAMLError as exc:
         raise PromptError(f"the prompt template {path} is not valid YAML: {exc}") from None
     try:
@@ -100,7 +104,25 @@ def load_template(path: Path) -> PromptTemplate:
     except ValidationError as exc:
         where = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors())
         raise PromptError(f"the prompt template {path}: {where} (keys: user, system, few_shot)") from None
+    for text in filter(None, (parsed.system, parsed.user)):
+        _refuse_attributes(path, text)
     few_shot = tuple(message.model_dump() for message in parsed.few_shot)
     said = {"system": parsed.system, "few_shot": few_shot, "user": parsed.user}
     digest = hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()
     return PromptTemplate(path, parsed.user, parsed.system, few_shot, digest)
+
+
+def _refuse_attributes(path: Path, text: str) -> None:
+    """A placeholder reading an attribute (``{question.upper}``) fills in a Python object's repr
+    (``<built-in method upper ...>``), never a row's field: refused when the file is read. Indexing
+    (``{meta[level]}``) reads a nested field and is kept."""
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(text) if field]
+    except ValueError:
+        return  # a lone brace: said, with the row, when the template is filled
+    for field in fields:
+        if "." in re.sub(r"\[[^\]]*\]", "", field):  # a dot outside an index reads an attribute
+            raise PromptError(
+                f"the prompt template {path} uses {{{field}}}: a placeholder names a row field ({{field}}, or "
+                "{field[key]} inside it), not an attribute"
+            )
