@@ -101,3 +101,54 @@ def test_the_python_api_moves_and_finds_them(tmp_path: Path, monkeypatch: pytest
         result = asyncio.run(run_from_config(CollectionConfig(**given, resume=True)))
         assert result.exit_status == 0
         assert [(r["_ng_task_index"], r["_ng_attempt_index"]) for r in agent.requests] == [(1, 1)]
+
+
+def test_a_place_holding_another_runs_inputs_or_a_dataset_is_refused_and_left_alone(pytester: pytest.Pytester) -> None:
+    """Two runs given one place: the second would move the first's inputs into its own earlier results,
+    and the first's resume would score its results against the second's rows."""
+    write_rows(pytester.path / "a.jsonl", tasks(2))
+    write_rows(pytester.path / "b.jsonl", tasks(1))
+    with ScriptedAgent() as agent:
+        url = f"--rollouts-agent={agent.url}"
+        run_rollouts(pytester, "a.jsonl", url, "--rollouts-materialized=shared/m.jsonl", out="a/r.jsonl")
+        first = (pytester.path / "shared/m.jsonl").read_bytes()
+        result = run_rollouts(pytester, "b.jsonl", url, "--rollouts-materialized=shared/m.jsonl", out="b/r.jsonl")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*shared/m.jsonl already holds a file that no earlier run of b/r.jsonl wrote*"])
+        dataset = (pytester.path / "b.jsonl").read_bytes()
+        result = run_rollouts(pytester, "b.jsonl", url, "--rollouts-materialized=b.jsonl", out="c/r.jsonl")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert len(agent.requests) == 2
+    assert (pytester.path / "shared/m.jsonl").read_bytes() == first
+    assert (pytester.path / "b.jsonl").read_bytes() == dataset
+    assert not (pytester.path / "b").exists() and not list((pytester.path / "c").glob("*prev*"))
+
+
+def test_a_resume_and_aggregate_refuse_inputs_that_are_not_the_runs_own(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(_task_1_fails_once()) as agent:
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}")
+        run_rollouts(pytester, *args, "--rollouts-materialized=inputs/m.jsonl")
+        place = pytester.path / "inputs/m.jsonl"
+        place.write_bytes(place.read_bytes().replace(b'"_ng_task_index":1', b'"_ng_task_index":7'))
+        result = run_rollouts(pytester, *args, "--rollouts-resume")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*cannot resume: inputs/m.jsonl is not the materialized inputs this run wrote*"])
+        assert len(agent.requests) == 2
+    done = aggregate(pytester.path, "--input", "out/r.jsonl", "--out", "merged/all.jsonl")
+    assert done.returncode == 8 and "inputs/m.jsonl: not the materialized inputs " in done.stderr, done.stderr
+
+
+def test_a_resume_told_where_the_inputs_moved_records_it(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent(_task_1_fails_once()) as agent:
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}")
+        run_rollouts(pytester, *args, "--rollouts-materialized=a/m.jsonl")
+        (pytester.path / "b").mkdir()
+        (pytester.path / "a/m.jsonl").rename(pytester.path / "b/m.jsonl")
+        run_rollouts(pytester, *args, "--rollouts-resume", "--rollouts-materialized=b/m.jsonl").assert_outcomes(
+            passed=3
+        )
+    assert orjson.loads((pytester.path / "out/r_run_manifest.json").read_bytes())["materialized"] == "../b/m.jsonl"
+    done = aggregate(pytester.path, "--input", "out/r.jsonl", "--out", "merged/all.jsonl", "--require-complete")
+    assert done.returncode == 0, done.stderr

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.rows.episodes import taskset_of
-from pytest_rollouts.rows.manifest import RunManifest, write_manifest
+from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, file_sha256, read_rows, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
 
 if TYPE_CHECKING:
@@ -76,9 +76,21 @@ def build_plan(
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
     and materialized inputs (``ArtifactError`` when they cannot be written)."""
     if resuming:
-        return plan_resume(tasks, paths, settings, shown)
+        plan = plan_resume(tasks, paths, settings, shown)
+        _record_new_place(paths, manifest)
+        return plan
     write_manifest(paths.manifest, manifest)
-    return materialize(tasks, paths.materialized, settings, shaping)
+    plan = materialize(tasks, paths.materialized, settings, shaping)
+    write_manifest(paths.manifest, manifest.model_copy(update={"materialized_sha256": file_sha256(paths.materialized)}))
+    return plan
+
+
+def _record_new_place(paths: ArtifactPaths, manifest: RunManifest) -> None:
+    """A resume told where the materialized inputs are now (``--rollouts-materialized``, the file
+    moved) records that place, so later resumes, ``aggregate`` and ``compare`` find it there."""
+    recorded = read_manifest(paths.manifest) if paths.materialized_at is not None else None
+    if recorded is not None and recorded.materialized != manifest.materialized:
+        write_manifest(paths.manifest, recorded.model_copy(update={"materialized": manifest.materialized}))
 
 
 def materialize(
@@ -137,6 +149,24 @@ def materialize(
     return Plan(rollouts, len(tasks), expected=expected)
 
 
+def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str) -> None:
+    """``PlanError`` when the materialized inputs are not the file the run recorded: another run given
+    the same ``--rollouts-materialized`` wrote its own there, or it was edited. Resumed against
+    them, this run's results would be scored against another run's rows."""
+    try:
+        recorded = read_manifest(paths.manifest)
+    except ManifestError as exc:
+        raise PlanError(f"cannot resume: {exc}") from None
+    if recorded is None or recorded.materialized_sha256 is None:
+        return
+    if file_sha256(paths.materialized) != recorded.materialized_sha256:
+        raise PlanError(
+            f"cannot resume: {shown} is not the materialized inputs this run wrote (its sha256 is not the one "
+            f"{paths.manifest.name} records): another run wrote its own there (one {option} for "
+            "two runs?), or it was edited. Restore this run's, or run without --rollouts-resume to start afresh"
+        )
+
+
 def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Settings, shown: str) -> Plan:
     """Re-run what the recorded materialized set still lacks; settle the rest from disk.
 
@@ -156,6 +186,7 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
             f"cannot resume: {shown} ends in a line cut short ({cut} bytes); "
             "it is written whole, so the file was damaged: restore it, or start a fresh run"
         )
+    _check_fingerprint(paths, shown, settings.source_of("materialized"))
     try:
         recorded = [
             (entry, key_of(entry.row), routing_identity(entry.row)) for entry in artifact_rows(paths.materialized)

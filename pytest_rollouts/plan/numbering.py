@@ -79,6 +79,8 @@ def wants_resume(asked: bool, paths: ArtifactPaths, shown: Callable[[Path], str]
     and without the run's denominator there is nothing to resume against.
     """
     if not asked or paths.materialized.exists():
+        if not asked:
+            _refuse_foreign(paths, shown)
         return asked
     held = [shown(p) for p in (paths.out, paths.failures) if p.exists() and p.stat().st_size]
     if held:
@@ -87,7 +89,21 @@ def wants_resume(asked: bool, paths: ArtifactPaths, shown: Callable[[Path], str]
             f"{' and '.join(held)} hold rows of the run they belong to; they are what a resume runs against: "
             "restore them, or run without --rollouts-resume to start afresh (the earlier results are moved aside)"
         )
+    _refuse_foreign(paths, shown)
     return False
+
+
+def _refuse_foreign(paths: ArtifactPaths, shown: Callable[[Path], str]) -> None:
+    """A fresh run may not take a ``--rollouts-materialized`` place holding a file its output's runs
+    did not write there (another run's inputs, a dataset): starting, it would move that file aside
+    into this run's earlier results, where its own run would never find it again."""
+    place = paths.materialized_at
+    if place is None or not place.exists() or place.resolve() == ArtifactPaths(paths.out).materialized.resolve():
+        return
+    raise PlanError(
+        f"{shown(place)} already holds a file that no earlier run of {shown(paths.out)} wrote (another run's "
+        "materialized inputs, or a dataset?): name another place for the materialized inputs, or move that file"
+    )
 
 
 def number_datasets(

@@ -11,6 +11,7 @@ materialize, or a fingerprint that differs is named, and nothing is written.
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Collection
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, torn_tail
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, file_sha256, read_rows, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, replaced_atomically
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from pytest_rollouts.rows.resume import Key, key_of
@@ -112,6 +113,9 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
     ]
     if torn:
         return None, torn
+    foreign = _not_their_inputs(shards)
+    if foreign:
+        return None, foreign
     unreadable = _unreadable(shards)
     if unreadable:
         return None, unreadable
@@ -175,7 +179,9 @@ def _stray_rows(shards: list[Shard], keys_by_shard: dict[str, list[Key]]) -> lis
 def _unsharded(manifest: RunManifest) -> RunManifest:
     """A shard's manifest as the merged run's: no shard, and its materialized inputs beside the
     merged output (where ``write_merged`` puts them), wherever each shard kept its own."""
-    return manifest.model_copy(update={"shape": {**manifest.shape, "shard": None}, "materialized": None})
+    return manifest.model_copy(
+        update={"shape": {**manifest.shape, "shard": None}, "materialized": None, "materialized_sha256": None}
+    )
 
 
 def _shard_ids(shards: list[Shard]) -> list[str]:
@@ -238,6 +244,23 @@ def _more(items: list[Key] | list[str]) -> str:
     return f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else ""
 
 
+def _not_their_inputs(shards: list[Shard]) -> list[str]:
+    """Materialized inputs missing, or not the file their shard's run wrote (the sha256 its manifest
+    records): two runs given one ``--rollouts-materialized`` leave one run's rows under the other."""
+    problems = []
+    for shard in shards:
+        place = Path(os.path.normpath(shard.paths.materialized))
+        recorded = shard.manifest.materialized_sha256 if shard.manifest else None
+        if not place.exists():
+            problems.append(f"{shard.name}: its materialized inputs {place} are missing: restore them")
+        elif recorded is not None and file_sha256(place) != recorded:
+            problems.append(
+                f"{place}: not the materialized inputs {shard.name}'s run wrote (their sha256 is not the one its "
+                "manifest records): another run wrote its own there, or the file was edited"
+            )
+    return problems
+
+
 def _unreadable(shards: list[Shard]) -> list[str]:
     """Lines that are not JSON objects, named in their input: found only when the merged copy was
     scored, they were named in the merged file, which the merge had already written."""
@@ -264,7 +287,8 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
             for shard in shards:
                 _copy_whole_lines(source(shard.paths), sink)
     if manifest is not None:
-        write_manifest(out.manifest, manifest)
+        fingerprint = file_sha256(out.beside_materialized)
+        write_manifest(out.manifest, manifest.model_copy(update={"materialized_sha256": fingerprint}))
 
 
 def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:

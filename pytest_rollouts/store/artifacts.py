@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -207,6 +208,12 @@ def recorded_materialized(manifest: Path) -> Path | None:
     except (OSError, ValueError, AttributeError):
         return None
     return manifest.parent / where if isinstance(where, str) and where else None
+
+
+def file_sha256(path: Path) -> str:
+    """``path``'s sha256: the materialized inputs' fingerprint, which the run manifest records."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def repair_tail(path: Path) -> int:
