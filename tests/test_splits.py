@@ -140,6 +140,49 @@ math_agent:
         ).assert_outcomes(passed=3)
         assert _sent_files(agent) == {"train"}
         assert _manifest(pytester.path)["split"] == "train"
+        agent.requests.clear()
+        (pytester.path / "data/bench.jsonl").unlink()
+        result = run_rollouts(pytester, head, "--rollouts-agent-map=_default=math_agent")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
+        result.stderr.fnmatch_lines(["*the head server's config lists datasets that are not on disk: 'm_bench'*"])
+
+
+def test_a_file_named_beside_its_suites_directory_runs(pytester: pytest.Pytester) -> None:
+    """pytest drops an argument inside another from its initial paths; the file named still runs."""
+    with ScriptedAgent() as agent:
+        _suite(pytester.path, agent.url)
+        run_rollouts(pytester, "suite/train.jsonl", "suite").assert_outcomes(passed=5)
+        assert _sent_files(agent) == {"train", "bench"}
+
+
+@pytest.mark.parametrize("where", ["suite", "head server"])
+def test_a_file_declared_in_two_splits_is_refused_naming_both(
+    pytester: pytest.Pytester, head_server, where: str  # noqa: F811
+) -> None:
+    _, state = head_server
+    with ScriptedAgent() as agent:
+        suite = _suite(pytester.path, agent.url)
+        if where == "suite":
+            toml = suite / "rollouts.toml"
+            toml.write_text(toml.read_text().replace('train = ["train.jsonl"]', 'train = ["*.jsonl"]'))
+            result = run_rollouts(pytester, "suite/bench.jsonl")
+            said = "*suite/rollouts.toml:9: bench.jsonl is declared in the train and the benchmark splits*"
+        else:
+            (suite / "rollouts.toml").unlink()
+            entries = "".join(
+                f"        - {{name: {name}, type: {split}, jsonl_fpath: suite/bench.jsonl}}\n"
+                for name, split in (("b", "benchmark"), ("t", "train"))
+            )
+            state["yaml"] = (
+                "math_agent:\n  responses_api_agents:\n    simple_agent:\n      host: 127.0.0.1\n"
+                f"      port: {_port(agent.url)}\n      datasets:\n{entries}"
+            )
+            head = f"--rollouts-head-server={state['address']}"
+            result = run_rollouts(pytester, "suite/bench.jsonl", head, "--rollouts-agent-map=_default=math_agent")
+            said = "*lists suite/bench.jsonl as benchmark (dataset 'b') and train (dataset 't'); a dataset belongs*"
+        assert result.ret != pytest.ExitCode.OK and agent.requests == []
+        result.stdout.fnmatch_lines([said])
+        assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
 def test_the_python_api_reads_a_suites_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -149,8 +149,16 @@ class Suite:
         return any(self._matches(file_path, patterns) for patterns in self._patterns().values())
 
     def split_of(self, file_path: Path) -> str | None:
-        """The split ``[splits]`` puts the file in (the first that matches), or None."""
-        return next((s for s, patterns in self.config.splits.items() if self._matches(file_path, patterns)), None)
+        """The split ``[splits]`` puts the file in, or None; ``SuiteError`` when two splits name it:
+        taking either would run a benchmark file in training, or drop it from the benchmark."""
+        found = [split for split, patterns in self.config.splits.items() if self._matches(file_path, patterns)]
+        if len(found) > 1:
+            relative = file_path.relative_to(self.root).as_posix()
+            raise SuiteError(
+                f"{self.path}:{self.line_of(found[1])}: {relative} is declared in the {' and the '.join(found)} "
+                "splits; a dataset belongs to one: narrow the patterns"
+            )
+        return found[0] if found else None
 
     def selects(self, file_path: Path, asked: str | None) -> bool:
         """Whether collecting the suite's directory runs this dataset: those of the ``asked`` split;

@@ -56,11 +56,29 @@ class Declarations:
         entry = self._head_entry(dataset.resolve())
         return entry is not None and entry[0] == (self._settings.split or "benchmark")
 
+    def head_missing(self, under: list[Path]) -> list[str]:
+        """The head server's datasets in the run's split that lie under ``under`` (the directories a
+        run collects) but are not on disk: collecting them would shrink the eval without a word."""
+        if self._settings.head_server is None:
+            return []
+        _ = self._agents.registry
+        discovered = self._agents.discovered
+        split = self._settings.split or "benchmark"
+        missing = []
+        for entry in discovered.datasets if discovered is not None else ():
+            path = (self._root / entry.jsonl_fpath).resolve()
+            if entry.split == split and not path.exists() and any(path.is_relative_to(d) for d in under):
+                missing.append(f"{entry.name!r} ({self._shown(path)})")
+        return missing
+
     def _declare(self, path: Path) -> Declared:
         suite = self._suite(path)
         split, where, prompt = None, "", None
         if suite is not None and suite.declares(path):
-            split = suite.split_of(path)
+            try:
+                split = suite.split_of(path)
+            except SuiteError as exc:
+                raise DeclarationError(str(exc)) from None
             where = f"{self._shown(suite.path)}:{suite.line_of(split or 'datasets')}"
             prompt = suite.prompt_config()
         elif (entry := self._head_entry(path)) is not None:
@@ -84,10 +102,17 @@ class Declarations:
             return None
         _ = self._agents.registry  # the head server is asked once, here or by routing
         discovered = self._agents.discovered
-        for entry in discovered.datasets if discovered is not None else ():
-            if (self._root / entry.jsonl_fpath).resolve() == path:
-                return entry.split, entry.name, entry.prompt_config
-        return None
+        found = [
+            entry
+            for entry in (discovered.datasets if discovered is not None else ())
+            if (self._root / entry.jsonl_fpath).resolve() == path
+        ]
+        if len({entry.split for entry in found}) > 1:
+            said = " and ".join(f"{entry.split} (dataset {entry.name!r})" for entry in found)
+            raise DeclarationError(
+                f"the head server's config lists {self._shown(path)} as {said}; a dataset belongs to one split"
+            )
+        return (found[0].split, found[0].name, found[0].prompt_config) if found else None
 
     def _template(self, given: Path) -> PromptTemplate:
         """The template at ``given``, read once, named in messages relative to the run's root."""

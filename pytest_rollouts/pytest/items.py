@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[[], Any]) -> DatasetFile | None:
     """A ``DatasetFile`` for a ``.jsonl`` named on the command line, a dataset a suite declares in
     the run's split, or one the head server's config lists in it. ``run_of``: the session's run."""
-    if parent.session.isinitpath(file_path):
+    if parent.session.isinitpath(file_path) or _named(parent.config, file_path):
         return DatasetFile.from_parent(parent, path=file_path)
     declaration = find_declaration(file_path.parent, parent.config.rootpath)
     if declaration is not None:
@@ -57,13 +57,44 @@ def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[
     return None
 
 
+def _named(config: pytest.Config, file_path: Path) -> bool:
+    """Whether the command line names ``file_path`` itself. pytest drops an argument inside another
+    one (``pytest suite/train/a.jsonl suite``) from its initial paths, but a file named runs
+    whatever split its suite collects."""
+    return file_path.resolve() in _arguments(config)
+
+
+def _arguments(config: pytest.Config) -> list[Path]:
+    here = config.invocation_params.dir
+    return [(here / arg.split("::", 1)[0]).resolve() for arg in config.args]
+
+
+def refuse_missing_head_datasets(config: pytest.Config, run: Any) -> None:
+    """A usage error when the head server's config lists datasets of the run's split, under the
+    directories collected, that are not on disk: a suite refuses a pattern that matches no file."""
+    from pytest_rollouts.config.agents import AgentsError
+
+    if run.settings.head_server is None:
+        return
+    try:
+        missing = run.declarations.head_missing([p for p in _arguments(config) if p.is_dir()])
+    except AgentsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if missing:
+        raise pytest.UsageError(
+            f"the head server's config lists datasets that are not on disk: {', '.join(missing)} (paths are "
+            f"read from {config.rootpath}): restore them, run from NeMo Gym's directory, or name the files to run"
+        )
+
+
 def _head_selects(run: Any, file_path: Path) -> bool:
     """A file the head server's config lists in the run's split (a usage error if it is unreadable)."""
     from pytest_rollouts.config.agents import AgentsError
+    from pytest_rollouts.plan.declared import DeclarationError
 
     try:
         return bool(run.declarations.head_selects(file_path))
-    except AgentsError as exc:
+    except (AgentsError, DeclarationError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
 

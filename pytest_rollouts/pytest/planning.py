@@ -53,13 +53,15 @@ class SessionPlan:
         """A path as the user should read it: relative to where pytest was started."""
         return os.path.relpath(path, self._config.invocation_params.dir)
 
-    def number_tasks(self, items: list[pytest.Item]) -> None:
+    def number_tasks(self, items: list[pytest.Item], check: Callable[[], None] = lambda: None) -> None:
         """Give every collected row its run-wide task index, before ``-k``/``-m``/``--lf`` deselect.
 
         A fresh run numbers rows in collection order; a resumed one takes each file's first
-        index from the recorded manifest, so files this session skips shift nothing.
+        index from the recorded manifest, so files this session skips shift nothing. ``check``:
+        what else refuses the collected run first (``pytest.UsageError``).
         """
         try:
+            check()
             self._number_tasks(items)
         except pytest.UsageError:
             self.refused = True

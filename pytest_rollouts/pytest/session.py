@@ -178,7 +178,9 @@ class RolloutRun:
     # -- collection ----------------------------------------------------------------------
 
     def number_tasks(self, items: list[pytest.Item]) -> None:
-        self.planning.number_tasks(items)
+        from pytest_rollouts.pytest.items import refuse_missing_head_datasets
+
+        self.planning.number_tasks(items, lambda: refuse_missing_head_datasets(self.config, self))
 
     def began(self) -> bool:
         """This session started the run: it dispatched (or was stopped while handing the plan over,
