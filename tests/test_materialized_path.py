@@ -152,3 +152,21 @@ def test_a_resume_told_where_the_inputs_moved_records_it(pytester: pytest.Pytest
     assert orjson.loads((pytester.path / "out/r_run_manifest.json").read_bytes())["materialized"] == "../b/m.jsonl"
     done = aggregate(pytester.path, "--input", "out/r.jsonl", "--out", "merged/all.jsonl", "--require-complete")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_suite_collects_none_of_the_runs_own_files_as_datasets(pytester: pytest.Pytester) -> None:
+    """A suite declaring ``*.jsonl`` with the run's files inside it: the next run collects its dataset
+    only, not its output, its materialized inputs or an earlier set moved aside."""
+    suite = pytester.path / "suite"
+    with ScriptedAgent(_task_1_fails_once()) as agent:
+        (suite / "sub").mkdir(parents=True)
+        declaration = f'datasets = ["*.jsonl"]\nagent = "policy"\n\n[agents.policy]\nurl = "{agent.url}"\n'
+        (suite / "rollouts.toml").write_text(declaration)
+        write_rows(suite / "data.jsonl", tasks(2))
+        args = ("suite", "--rollouts-materialized=suite/sub/m.jsonl")
+        run_rollouts(pytester, *args, out="suite/out/r.jsonl")
+        run_rollouts(pytester, *args, "--rollouts-resume", out="suite/out/r.jsonl").assert_outcomes(passed=2)
+        run_rollouts(pytester, *args, out="suite/out/r.jsonl").assert_outcomes(passed=2)
+        assert list((suite / "out").glob("r.prev-*"))
+        result = run_rollouts(pytester, *args, "--co", out="suite/out/r.jsonl")
+    assert [line.strip() for line in result.stdout.lines if "DatasetFile" in line] == ["<DatasetFile data.jsonl>"]

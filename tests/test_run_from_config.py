@@ -97,6 +97,8 @@ def test_a_bad_row_is_refused_with_file_and_line_before_anything_is_sent(agent: 
         ({"input": []}, "input"),
         ({"out": "results"}, "<stem>.jsonl"),
         ({"agnet": "x"}, "agnet"),
+        ({"environment_server_name": "env"}, "NeMo Gym's names: environment_server_name is environment_server here"),
+        ({"num_repeats": 4}, "num_repeats is repeats here"),
     ],
 )
 def test_a_bad_config_is_a_value_error_naming_the_field(agent: ScriptedAgent, changes: dict[str, Any], words: str) -> None:

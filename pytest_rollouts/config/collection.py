@@ -18,6 +18,17 @@ from pytest_rollouts.options import OPTION
 # How the Python API names each setting in messages: its own field names (``agents`` for the
 # agents), not the plugin's ``--rollouts-*`` options.
 API_NAMES = {name: name for name in OPTION} | {"agent": "agents", "input": "input"}
+# NeMo Gym's names for fields of another name here: a config moved over is told the name to use.
+NEMO_GYM_NAMES = {
+    "num_repeats": "repeats",
+    "num_repeats_add_seed": "repeats_add_seed",
+    "environment_server_name": "environment_server",
+    "materialized_jsonl_fpath": "materialized",
+    "input_jsonl_fpath": "input",
+    "output_jsonl_fpath": "out",
+    "num_samples_in_parallel": "parallel",
+    "max_resident_rollout_tasks": "max_resident",
+}
 
 
 class CollectionConfig(Settings):
@@ -30,6 +41,9 @@ class CollectionConfig(Settings):
     def __init__(self, **given: Any) -> None:
         """Messages name the fields as the Python API spells them, and never echo a secret
         (pydantic's own message repeats every value given, passwords and header values included)."""
+        renamed = [f"{name} is {NEMO_GYM_NAMES[name]} here" for name in given if name in NEMO_GYM_NAMES]
+        if renamed:
+            raise ValueError(f"invalid rollouts settings: NeMo Gym's names: {'; '.join(renamed)}")
         try:
             self.__pydantic_validator__.validate_python(given, self_instance=self, context={"sources": API_NAMES})
         except ValidationError as exc:

@@ -21,6 +21,7 @@ from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.prompts import PromptError, PromptTemplate
 from pytest_rollouts.rows.schema import CREATE_PARAMS
+from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError, parse_object, scan_lines
 
 _ABSENT = object()
@@ -156,7 +157,7 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
     at the first bad one; files are named relative to ``root`` in the manifest and in messages."""
     read = ReadDatasets([], [], [])
     declarations = Declarations(settings, agents, root)
-    for path in dataset_files(paths, root, settings.split):
+    for path in dataset_files(paths, root, settings.split, settings.paths if settings.out is not None else None):
         shown = Path(os.path.relpath(path, root))
         try:
             declared = declarations.of(path)
@@ -178,10 +179,12 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
     return read
 
 
-def dataset_files(paths: Sequence[Path], root: Path, split: str | None = None) -> list[Path]:
+def dataset_files(
+    paths: Sequence[Path], root: Path, split: str | None = None, own: ArtifactPaths | None = None
+) -> list[Path]:
     """The dataset files ``paths`` name: a file as given; a directory's ``.jsonl`` files that the
-    nearest ``rollouts.toml`` declares in the run's ``split`` (``Suite.selects``), in name order.
-    Each file once."""
+    nearest ``rollouts.toml`` declares in the run's ``split`` (``Suite.selects``), in name order,
+    but the run's own (``own``). Each file once."""
     from pytest_rollouts.config.suite import SuiteError, find_declaration, load_suite
 
     files: list[Path] = []
@@ -196,6 +199,7 @@ def dataset_files(paths: Sequence[Path], root: Path, split: str | None = None) -
                     for f in sorted(given.rglob("*.jsonl"))
                     if (declaration := find_declaration(f.parent.resolve(), root.resolve())) is not None
                     and load_suite(declaration).selects(f.resolve(), split)
+                    and not (own is not None and own.owns(f))
                 ]
             except SuiteError as exc:
                 raise DatasetError(str(exc)) from None

@@ -38,6 +38,8 @@ def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[
     if parent.session.isinitpath(file_path) or _named(parent.config, file_path):
         return DatasetFile.from_parent(parent, path=file_path)
     declaration = find_declaration(file_path.parent, parent.config.rootpath)
+    if declaration is not None and run_of().settings.paths.owns(file_path):
+        return None  # the run's own output, inside a suite whose patterns match it
     if declaration is not None:
         from pytest_rollouts.config.suite import SuiteError, load_suite
 

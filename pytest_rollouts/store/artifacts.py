@@ -167,6 +167,13 @@ class ArtifactPaths:
         hidden = self.out.parent.glob(f".{glob.escape(self.out.stem)}.replaced-*")
         return self.earlier_sets() + sorted(p for p in hidden if p.is_dir())
 
+    def owns(self, path: Path) -> bool:
+        """Whether ``path`` is one of the run's files, or in a set of earlier results moved aside: a
+        suite whose dataset patterns match it must not collect a run's own output as a dataset."""
+        path = path.resolve()
+        mine = {p.resolve() for p in (*self.all(), self.beside_materialized)}
+        return path in mine or any(path.is_relative_to(folder.resolve()) for folder in self.moved_aside())
+
     def earlier_sets(self) -> list[Path]:
         """The folders earlier fresh runs moved their predecessors' results into."""
         return sorted(p for p in self.out.parent.glob(f"{glob.escape(self.out.stem)}.prev-*") if p.is_dir())
