@@ -311,3 +311,21 @@ def test_legacy_rows_are_counted_by_the_agent_their_server_runs_them_on(
         head = f"--rollouts-head-server={state['address']}"
         run_rollouts(pytester, "data.jsonl", head, *LEGACY, "--rollouts-repeats=math_agent=3,legacy_env=2")
         assert sorted(server.keys()) == [(t, r) for t in range(2) for r in range(3)]
+
+
+def test_a_server_given_alone_overrides_the_head_servers_and_needs_its_legacy_mode(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    head = f"--rollouts-head-server={state['address']}"
+    with ScriptedAgent() as agent, ScriptedAgent() as server, ScriptedAgent() as other:
+        other_env = f"other_env:\n  environment_servers:\n    compat: {{host: 127.0.0.1, port: {_port(other.url)}}}\n"
+        modes = "environment_routing_mode: legacy\nenvironment_server_name: legacy_env\n"
+        state["yaml"] = modes + config(_port(agent.url), _port(server.url)) + other_env
+        run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-server=other_env").assert_outcomes(passed=1)
+        assert len(other.requests) == 1 and server.requests == []
+        state["yaml"] = config(_port(agent.url), _port(server.url)) + other_env
+        result = run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-server=other_env")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR and len(other.requests) == 1
+    result.stderr.fnmatch_lines(["*legacy sends every flat row to the server*give both, or neither*"])

@@ -68,6 +68,8 @@ class Agents:
                 except ValueError as exc:
                     raise AgentsError(str(exc)) from None
                 self._judge_retry_given |= JUDGE_RETRY in discovered.options
+            if self._settings.unpaired_environment_server():  # a server given alone, which the config left so
+                raise AgentsError(self._settings.unpaired_environment_server())
             self._registry = AgentRegistry(self._settings, discovered)
             self.discovered = discovered
         return self._registry

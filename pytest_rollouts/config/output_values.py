@@ -51,3 +51,13 @@ def report_clash(report: Path | None, runs: dict[str, Path | None]) -> str | Non
         if out is not None and target in {path.resolve() for path in ArtifactPaths(out).all()}:
             return f"{report} is one of {words}'s files; the report would replace it: name an .html file"
     return None
+
+
+def materialized_clash(materialized: Path | None, out: Path | None) -> bool:
+    """Whether ``--rollouts-materialized`` names one of the run's other files, which it would replace."""
+    if materialized is None or out is None:
+        return False
+    from pytest_rollouts.store.artifacts import ArtifactPaths
+
+    run = ArtifactPaths(out)
+    return materialized.resolve() in {p.resolve() for p in (run.out, run.failures, run.metrics, run.manifest)}

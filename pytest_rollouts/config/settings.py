@@ -17,7 +17,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, fi
 
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
 from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
-from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject, report_clash
+from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject, materialized_clash, report_clash
 from pytest_rollouts.config.values import (
     AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
 )
@@ -269,20 +269,14 @@ class Settings(BaseModel):
                 f"{', '.join(both)} is both mapped ({self.source_of('agent_map')}) and fanned out "
                 f"({self.source_of('fan_out')}); give one of them"
             )
-        if self.materialized is not None and self.out is not None:
-            from pytest_rollouts.store.artifacts import ArtifactPaths
-
-            run = ArtifactPaths(self.out)
-            if self.materialized.resolve() in {p.resolve() for p in (run.out, run.failures, run.metrics, run.manifest)}:
-                raise ValueError(
-                    f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
-                    "name a file of its own"
-                )
-        if (self.environment_routing_mode == "legacy") != (self.environment_server is not None):
+        if materialized_clash(self.materialized, self.out):
             raise ValueError(
-                f"{self.source_of('environment_routing_mode')} legacy sends every flat row to the server "
-                f"{self.source_of('environment_server')} names: give both, or neither"
+                f"{self.source_of('materialized')} names one of the run's other files ({self.materialized}); "
+                "name a file of its own"
             )
+        unpaired = self.unpaired_environment_server()
+        if unpaired and (self.head_server is None or "environment_routing_mode" in self.model_fields_set):
+            raise ValueError(unpaired)
         if self.resume and self.overwrite:
             raise ValueError(
                 f"{self.source_of('resume')} continues the earlier results and {self.source_of('overwrite')} "
@@ -334,6 +328,16 @@ class Settings(BaseModel):
             return self.repeats
         unlisted = () if DEFAULT_KEY in self.repeats else (1,)
         return min((*self.repeats.values(), *unlisted))
+
+    def unpaired_environment_server(self) -> str:
+        """Why legacy routing and its server are not given together, or "". A server given alone
+        waits, with a head server whose config may set the mode, for ``Agents.registry``'s check."""
+        if (self.environment_routing_mode == "legacy") == (self.environment_server is not None):
+            return ""
+        return (
+            f"{self.source_of('environment_routing_mode')} legacy sends every flat row to the server "
+            f"{self.source_of('environment_server')} names: give both, or neither"
+        )
 
     def repeats_for(self, *names: str) -> int:
         """The count of the first of ``names`` (an agent, then the environment server its rows go
