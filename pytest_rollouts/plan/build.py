@@ -21,7 +21,7 @@ from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, file_sha256, read_rows, torn_tail
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, rows_digest, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def build_plan(
         return plan
     write_manifest(paths.manifest, manifest)
     plan = materialize(tasks, paths.materialized, settings, shaping)
-    write_manifest(paths.manifest, manifest.model_copy(update={"materialized_sha256": file_sha256(paths.materialized)}))
+    write_manifest(paths.manifest, manifest.model_copy(update={"materialized_digest": rows_digest(paths.materialized)}))
     return plan
 
 
@@ -157,11 +157,11 @@ def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str) -> None:
         recorded = read_manifest(paths.manifest)
     except ManifestError as exc:
         raise PlanError(f"cannot resume: {exc}") from None
-    if recorded is None or recorded.materialized_sha256 is None:
+    if recorded is None or recorded.materialized_digest is None:
         return
-    if file_sha256(paths.materialized) != recorded.materialized_sha256:
+    if rows_digest(paths.materialized) != recorded.materialized_digest:
         raise PlanError(
-            f"cannot resume: {shown} is not the materialized inputs this run wrote (its sha256 is not the one "
+            f"cannot resume: {shown} is not the materialized inputs this run wrote (its rows' digest is not the one "
             f"{paths.manifest.name} records): another run wrote its own there (one {option} for "
             "two runs?), or it was edited. Restore this run's, or run without --rollouts-resume to start afresh"
         )

@@ -47,8 +47,8 @@ class RunManifest(BaseModel):
     # Where the materialized inputs are, relative to the manifest, when not beside the output
     # (``--rollouts-materialized``): resume and ``aggregate`` read it (``ArtifactPaths``).
     materialized: str | None = None
-    # The materialized file's sha256 once written: a resume refuses a file of another run found there.
-    materialized_sha256: str | None = None
+    # The materialized rows' digest once written (``rows_digest``): a resume refuses another run's file there.
+    materialized_digest: str | None = None
 
     def entry(self, path: str) -> DatasetEntry | None:
         return next((d for d in self.datasets if d.path == path), None)

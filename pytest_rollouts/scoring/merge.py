@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, file_sha256, read_rows, torn_tail
-from pytest_rollouts.store.jsonl import JsonlError, replaced_atomically
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from pytest_rollouts.rows.resume import Key, key_of
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, rows_digest, torn_tail
+from pytest_rollouts.store.jsonl import JsonlError, replaced_atomically
 
 SIDECAR_SUFFIXES = ("_failures.jsonl", "_materialized_inputs.jsonl")
 SHOWN = 10
@@ -180,7 +180,7 @@ def _unsharded(manifest: RunManifest) -> RunManifest:
     """A shard's manifest as the merged run's: no shard, and its materialized inputs beside the
     merged output (where ``write_merged`` puts them), wherever each shard kept its own."""
     return manifest.model_copy(
-        update={"shape": {**manifest.shape, "shard": None}, "materialized": None, "materialized_sha256": None}
+        update={"shape": {**manifest.shape, "shard": None}, "materialized": None, "materialized_digest": None}
     )
 
 
@@ -245,17 +245,17 @@ def _more(items: list[Key] | list[str]) -> str:
 
 
 def _not_their_inputs(shards: list[Shard]) -> list[str]:
-    """Materialized inputs missing, or not the file their shard's run wrote (the sha256 its manifest
+    """Materialized inputs missing, or not the file their shard's run wrote (the digest its manifest
     records): two runs given one ``--rollouts-materialized`` leave one run's rows under the other."""
     problems = []
     for shard in shards:
         place = Path(os.path.normpath(shard.paths.materialized))
-        recorded = shard.manifest.materialized_sha256 if shard.manifest else None
+        recorded = shard.manifest.materialized_digest if shard.manifest else None
         if not place.exists():
             problems.append(f"{shard.name}: its materialized inputs {place} are missing: restore them")
-        elif recorded is not None and file_sha256(place) != recorded:
+        elif recorded is not None and rows_digest(place) != recorded:
             problems.append(
-                f"{place}: not the materialized inputs {shard.name}'s run wrote (their sha256 is not the one its "
+                f"{place}: not the materialized inputs {shard.name}'s run wrote (their rows' digest is not the one its "
                 "manifest records): another run wrote its own there, or the file was edited"
             )
     return problems
@@ -287,8 +287,8 @@ def write_merged(shards: list[Shard], manifest: RunManifest | None, out: Artifac
             for shard in shards:
                 _copy_whole_lines(source(shard.paths), sink)
     if manifest is not None:
-        fingerprint = file_sha256(out.beside_materialized)
-        write_manifest(out.manifest, manifest.model_copy(update={"materialized_sha256": fingerprint}))
+        fingerprint = rows_digest(out.beside_materialized)
+        write_manifest(out.manifest, manifest.model_copy(update={"materialized_digest": fingerprint}))
 
 
 def _copy_whole_lines(path: Path, sink: BinaryIO) -> None:

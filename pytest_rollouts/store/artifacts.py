@@ -217,10 +217,15 @@ def recorded_materialized(manifest: Path) -> Path | None:
     return manifest.parent / where if isinstance(where, str) and where else None
 
 
-def file_sha256(path: Path) -> str:
-    """``path``'s sha256: the materialized inputs' fingerprint, which the run manifest records."""
+def rows_digest(path: Path) -> str:
+    """The materialized inputs' fingerprint, which the run manifest records: the sha256 of each
+    line, summed, so it names the set of rows whatever their order (a run's rows reordered are
+    still its rows) and any row changed, added or dropped changes it."""
+    total = 0
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        for line in handle:
+            total += int.from_bytes(hashlib.sha256(line.rstrip(b"\r\n")).digest())
+    return f"{total % (1 << 256):064x}"
 
 
 def repair_tail(path: Path) -> int:
