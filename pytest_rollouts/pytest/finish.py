@@ -63,11 +63,14 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
         start = run.planning.run_start
-        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.sent, start, run.planning.unmatched)
+        workeroutput[WORKER_REPORT] = run.workers.report(
+            run.dispatched, run.sent, start, run.planning.unmatched, run.workers.refusal
+        )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
     put_back = ""
-    if end.exit_status == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
+    refused = run is not None and run.workers.refusal is not None  # under xdist: a usage error too
+    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:
         put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)

@@ -283,6 +283,8 @@ class RolloutRun:
                 if isinstance(exc, AgentsUnhealthy):
                     raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
+            if isinstance(exc, AgentsUnhealthy):
+                self.workers.refusal = (self._stopped, int(pytest.ExitCode.INTERRUPTED))
             return  # see _refuse_on_worker
         self.dispatched = True
         paths.discard(self.planning.run_start)
@@ -311,6 +313,7 @@ class RolloutRun:
         if not hasattr(self.config, "workerinput"):
             raise pytest.UsageError(why)
         self._stopped = why
+        self.workers.refusal = (why, int(pytest.ExitCode.USAGE_ERROR))
 
     def agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -361,6 +364,8 @@ class RolloutRun:
                 item.session.shouldfail = DISPATCH_STOPPED
             else:
                 item.session.shouldstop = self._stopped
+            if self.workers.refusal is not None:  # a worker's refusal: its controller says it, once
+                pytest.skip("the run was refused before any request")
             pytest.fail(self._stopped, pytrace=False)
         if self.trace is not None:
             self.trace.rollouts(item.task_index, item.agent, outcomes)
