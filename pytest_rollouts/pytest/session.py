@@ -24,7 +24,7 @@ from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, Refused
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -43,16 +43,6 @@ if TYPE_CHECKING:
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.scoring.output_scan import ReadAhead
 
-
-
-
-
-class Refused(pytest.exit.Exception):
-    """Stops the session before any request, as ``pytest.exit`` does; pytest names the exception
-    before its message, and this one's name reads as plain words (``Refused: agents failed...``),
-    not as ``_pytest.outcomes.Exit``."""
-
-    __module__ = "builtins"
 
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:

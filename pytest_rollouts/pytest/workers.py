@@ -16,7 +16,7 @@ import pytest
 
 from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.pytest.items import RolloutItem
-from pytest_rollouts.pytest.stash import RUN_ID_KEY
+from pytest_rollouts.pytest.stash import RUN_ID_KEY, Refused
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 
 
@@ -125,8 +125,6 @@ class Workers:
         """On a controller whose workers refused the run (xdist stops the session as interrupted,
         each worker having skipped the item it stopped at): the refusal, said once, as one process
         says it and with its exit status."""
-        from pytest_rollouts.pytest.session import Refused
-
         assert self.refusal is not None
         why, code = self.refusal
         if code == pytest.ExitCode.USAGE_ERROR:
