@@ -239,6 +239,11 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         # stops the dispatcher (an engine fed half a plan would wait for the rest for ever).
         run.start(session)
         return (yield)
+    except KeyboardInterrupt:  # xdist's ``Interrupted``, on a controller whose workers refused the run
+        if run.workers.refusal is None:
+            raise
+        run.workers.refuse()
+        raise
     finally:
         run.finish()
         run.stops.hold()  # the session ends now: see pytest/stopping.py

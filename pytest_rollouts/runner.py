@@ -139,7 +139,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         agents_used = {r.agent for r in prepared.plan.rollouts}
         urls = _urls(agents, agents_used, paths, prepared)
         if numbering.resuming and agents_used:
-            await _check_health(settings, agents, urls)
+            await _check_health(settings, agents, urls, paths, prepared)
         paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
         trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(prepared.plan.rollouts)})
@@ -170,6 +170,9 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
             _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
+    except CollectionRefused:
+        lock.withdraw()  # before any request, and the files put back: the place as the run found it
+        raise
     finally:
         agents.close()
         lock.release()
@@ -266,7 +269,7 @@ def _prepare(
             tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, shaping=shaping
         )
     except PlanError as exc:
-        raise CollectionRefused(str(exc)) from None
+        raise CollectionRefused(f"{exc}{put_back(paths, start, resuming=resuming)}") from None
     except ArtifactError as exc:  # a full disk before anything was sent
         raise CollectionRefused(f"{exc}{put_back(paths, start, resuming=resuming)}") from None
     return _Prepared(plan, start, resuming)
@@ -292,9 +295,16 @@ def _models(agents: Agents, names: Iterable[str], paths: ArtifactPaths, prepared
         raise CollectionRefused(f"{exc}{put_back(paths, prepared.start, resuming=prepared.resuming)}") from None
 
 
-async def _check_health(settings: CollectionConfig, agents: Agents, urls: dict[str, str]) -> None:
+async def _check_health(
+    settings: CollectionConfig,
+    agents: Agents,
+    urls: dict[str, str],
+    paths: ArtifactPaths | None = None,
+    prepared: _Prepared | None = None,
+) -> None:
     """The agents' health checks, as the plugin runs them before its first request: a model
-    agent's address is its model's, which has no ``/health`` to ask."""
+    agent's address is its model's, which has no ``/health`` to ask. A refusal after the files
+    were prepared (``prepared``) puts them back."""
     urls = {name: url for name, url in urls.items() if not agents.is_model(name)}
     if settings.no_health_check or not urls:
         return
@@ -303,7 +313,8 @@ async def _check_health(settings: CollectionConfig, agents: Agents, urls: dict[s
         async with LocalDispatch(header) as dispatch:
             await dispatch.check_health()
     except HealthCheckFailed as exc:
-        raise CollectionRefused(str(exc)) from None
+        undo = "" if prepared is None or paths is None else put_back(paths, prepared.start, resuming=prepared.resuming)
+        raise CollectionRefused(f"{exc}{undo}") from None
 
 
 async def _dispatch(

@@ -4,6 +4,7 @@ pile up beside the output, ``--rollouts-overwrite`` deletes them instead, and ne
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -104,3 +105,66 @@ def test_the_python_api_overwrites_too(agent: ScriptedAgent, tmp_path: Path, mon
         with pytest.raises(ValueError, match="give one of them"):
             pytest_rollouts.run({**config, "overwrite": True, "resume": True})
     assert not list((tmp_path / "out").glob("r.prev-*"))
+
+
+def snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every file and folder under ``root``, hidden ones too (folders as None)."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def copied_run(root: Path, agent: ScriptedAgent) -> None:
+    """A finished run's files as a copy or a merge has them: without the hidden files a session leaves."""
+    config = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"default": agent.url}, "repeats": 2}
+    write_rows(root / "data.jsonl", tasks(2))
+    shutil.rmtree(root / "out", ignore_errors=True)
+    pytest_rollouts.run(config)
+    (root / "out/r.jsonl").write_bytes((root / "out/r.jsonl").read_bytes().split(b"\n", 1)[1])  # one to resume
+    for hidden in (root / "out").glob(".*"):
+        hidden.unlink()
+
+
+def damage(root: Path) -> None:
+    with open(root / "out/r_materialized_inputs.jsonl", "a") as recorded:
+        recorded.write("{}\n")
+
+
+SICK = Reply(status=503, json={"status": "down"})
+
+
+def test_a_session_refused_before_any_request_leaves_the_place_as_it_found_it(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """A refusal after the output was locked left ``.r.jsonl.lock`` and ``.r.jsonl.prepared`` (and
+    the folder made for them) beside an output that had none."""
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(health=SICK) as sick:
+        fresh = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={sick.url}")
+        assert fresh.ret == pytest.ExitCode.INTERRUPTED
+        assert not (pytester.path / "out").exists()
+        for agent_url, broken, ret in ((sick.url, None, 2), (agent.url, damage, 4)):
+            copied_run(pytester.path, agent)
+            if broken is not None:
+                broken(pytester.path)
+            before = snapshot(pytester.path / "out")
+            resume = ("--rollouts-resume", "--rollouts-repeats=2")
+            result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent_url}", *resume)
+            assert result.ret == ret
+            assert snapshot(pytester.path / "out") == before
+    assert len(agent.requests) == 2 * 4, "only the copied runs' own"
+
+
+def test_a_python_api_run_refused_before_any_request_leaves_the_place_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: ScriptedAgent
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with ScriptedAgent(health=SICK) as sick:
+        for agent_url, broken, said in ((sick.url, None, "health check"), (agent.url, damage, "cannot resume")):
+            copied_run(tmp_path, agent)
+            if broken is not None:
+                broken(tmp_path)
+            before = snapshot(tmp_path / "out")
+            config = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"default": agent_url}, "repeats": 2}
+            with pytest.raises(pytest_rollouts.CollectionRefused, match=said):
+                pytest_rollouts.run({**config, "resume": True})
+            assert snapshot(tmp_path / "out") == before
+    assert len(agent.requests) == 2 * 4, "only the copied runs' own"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .agents import Reply
-from .helpers import Artifacts, run_rollouts
+from .helpers import QUIET, Artifacts, run_rollouts
 from .models import Call, FakeModel, echo, reply_of
 from .test_model_agent import questions, write_suite
 
@@ -115,6 +115,19 @@ def test_a_missing_verifier_is_refused_before_any_call(pytester: pytest.Pytester
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     assert "model agent 'math'" in result.stdout.str() + result.stderr.str()
     assert "verify.py: no such file" in result.stdout.str() + result.stderr.str()
+    assert model.calls == []
+
+
+def test_a_verifier_without_score_is_a_usage_error_under_xdist_too(pytester: pytest.Pytester) -> None:
+    """Exit 2 and said by every worker and by xdist, where one process exits 4 and says it once."""
+    with FakeModel() as model:
+        write_suite(pytester.path, model.base_url)
+        (pytester.path / "suite" / "verify.py").write_text("def other(row, response):\n    return 1.0\n")
+        result = pytester.runpytest_subprocess(*QUIET, "-n", "2", "suite", "--rollouts-out=out/r.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines[-20:]
+    said = result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines(["ERROR: model agent 'math': *verify.py has no 'score'"])
+    assert said.count("has no 'score'") == 1 and "Traceback" not in said and "FAILURES" not in said, said
     assert model.calls == []
 
 

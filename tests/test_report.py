@@ -316,12 +316,26 @@ def test_the_tables_answer_says_the_length_of_the_whole_answer(here: Path) -> No
     assert answer == f"{'x' * SNIPPET_CAP} … [truncated: {SNIPPET_CAP} of {len(LONG):,} characters shown]"
 
 
+def test_the_tables_answer_is_cut_from_the_whole_answer_not_from_the_drawers_cut(here: Path) -> None:
+    # An answer that itself ends like a cut text, and one padded with whitespace the table drops:
+    # the table's marker counts the answer it shows, stripped, never a length read from its text.
+    quoted = "z" * 300 + " … [truncated: 5 of 99,999 characters shown]"
+    padded = "  \n" + "y" * 2100 + " " * 300
+    write_rows(here / "data.jsonl", [{"n": n, "responses_create_params": {"input": "q"}} for n in range(2)])
+    with ScriptedAgent(lambda row, seen: Reply(json=turns(1.0, (quoted, padded)[row["n"]]))) as agent:
+        run(CollectionConfig(input=str(here / "data.jsonl"), out=str(here / "r.jsonl"), agents={"policy": agent.url}))
+    data = embedded(build_report(here / "r.jsonl"), "report-data")
+    cut = f" … [truncated: {SNIPPET_CAP} of {{:,}} characters shown]"
+    assert data["rows"][row_of(data, 0, 0)][7] == quoted[:SNIPPET_CAP] + cut.format(len(quoted))
+    assert data["rows"][row_of(data, 1, 0)][7] == "y" * SNIPPET_CAP + cut.format(2100)
+
+
 def test_what_is_not_responses_shaped_is_shown_as_it_came() -> None:
     chat = {"choices": [{"message": {"role": "assistant", "content": "chat answer"}}]}
     for response in (chat, "just a string", {"output": "not a list"}):
         items = output_items(response)
         assert items == [["raw", "", json.dumps(response, indent=2)]]
-        assert final_answer(items) == items[0][2]
+        assert final_answer(response) == items[0][2]
     assert output_items(None) == []
     assert prompt_of({CREATE_PARAMS: {"input": 42}}) == [["input", "42"]]
     assert prompt_of({CREATE_PARAMS: {"input": {"a": 1}, "instructions": "be brief"}}) == [

@@ -59,6 +59,56 @@ def test_rollouts_html_may_not_name_the_runs_files_nor_the_baselines(pytester: p
         CollectionConfig(input="data.jsonl", out="out/r.jsonl", html="out/r_run_manifest.json", agents={"a": "http://127.0.0.1:9"})
 
 
+@pytest.mark.parametrize(
+    ("ini", "args", "shown"),
+    [
+        ("", [], "../results/rollouts.jsonl"),  # the default output, under the rootdir
+        ("", ["--rollouts-out=../out/r.jsonl"], "../out/r_failures.jsonl"),
+    ],
+    ids=["default-out", "out-on-the-command-line"],
+)
+def test_an_ini_report_path_is_checked_where_it_is_written_from_a_subdirectory(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ini: str, args: list[str], shown: str
+) -> None:
+    """An ini ``rollouts_html`` is read from the rootdir, but was checked from the current
+    directory: run from a subdirectory, the report replaced the results (or failures) it names."""
+    from .agents import ScriptedAgent
+    from .conftest import tasks, write_rows
+    from .helpers import QUIET
+
+    html = shown.removeprefix("../")
+    pytester.makeini(f"[pytest]\nrollouts_html = {html}\n")
+    data = write_rows(pytester.path / "data.jsonl", tasks(2))
+    monkeypatch.chdir(pytester.mkdir("sub"))
+    with ScriptedAgent() as agent:
+        result = pytester.runpytest(*QUIET, str(data), f"--rollouts-agent={agent.url}", *args)
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*ini rollouts_html: {shown} is one of this run's files; the report would replace*"])
+    assert agent.requests == []
+    assert sorted(p.name for p in pytester.path.rglob("*") if p.is_file()) == ["data.jsonl", "tox.ini"]
+
+
+def test_an_ini_report_path_is_read_from_the_rootdir_and_a_command_line_output_from_here(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same names under two directories are two files: no clash (it was refused as one)."""
+    from .agents import ScriptedAgent
+    from .conftest import tasks, write_rows
+    from .helpers import QUIET
+
+    pytester.makeini("[pytest]\nrollouts_html = out/r_failures.jsonl\n")
+    data = write_rows(pytester.path / "data.jsonl", tasks(2))
+    sub = pytester.mkdir("sub")
+    monkeypatch.chdir(sub)
+    with ScriptedAgent() as agent:
+        result = pytester.runpytest(*QUIET, str(data), f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl")
+    assert result.ret == 0, result.outlines[-10:] + result.errlines[-10:]
+    result.stdout.fnmatch_lines(["rollouts: report written to ../out/r_failures.jsonl"])
+    assert (pytester.path / "out/r_failures.jsonl").read_text().startswith("<!DOCTYPE html>")
+    assert (sub / "out/r_failures.jsonl").read_text() == ""
+    assert len((sub / "out/r.jsonl").read_text().splitlines()) == 2
+
+
 def test_report_writes_through_a_link_and_into_a_device(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A link was replaced by a regular file (its target left as it was), and ``-o /dev/full`` put a
     regular file where the device was, exit 0."""

@@ -205,13 +205,17 @@ def test_resume_after_an_n2_run(pytester: pytest.Pytester) -> None:
 
 
 def test_unhealthy_agent_stops_every_worker_before_any_run(pytester: pytest.Pytester) -> None:
+    """Said once, as one process says it: each worker failed an item with it, and xdist said it again."""
     write_rows(pytester.path / "data.jsonl", tasks(8))
     with ScriptedAgent(health=Reply(status=503, json={"status": "starting"})) as sick:
         result = run_n(pytester, sick, 2)
         assert result.ret == pytest.ExitCode.INTERRUPTED
         result.stdout.fnmatch_lines(
-            ["*Interrupted: agents failed their health check; nothing was dispatched:*", f"*{sick.url}: HTTP 503*"]
+            ["*Refused: agents failed their health check; nothing was dispatched:*", f"*{sick.url}: HTTP 503*"]
         )
+        said = result.stdout.str() + result.stderr.str()
+        assert said.count("agents failed their health check") == 1, said
+        assert "FAILURES" not in said and "failed" not in result.outlines[-1]
         assert sick.requests == []
 
 

@@ -42,8 +42,11 @@ def _sets(count: int) -> str:
 
 
 def put_back(paths: ArtifactPaths, start: RunStart, *, resuming: bool) -> str:
-    """A fresh run refused before any request leaves the files as it found them; what to add to
-    the refusal. A resumed run moved nothing; an overwriting one kept what it replaces until then."""
+    """A run refused before any request leaves the files as it found them; what to add to the
+    refusal. A resumed run moved nothing; an overwriting one kept what it replaces until then.
+    The run lock's file is its holder's to withdraw, after this."""
+    if start.made_prepared:
+        paths.prepared.unlink(missing_ok=True)
     if resuming:
         return ""
     paths.take_back(start)

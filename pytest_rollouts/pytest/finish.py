@@ -63,11 +63,14 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
         start = run.planning.run_start
-        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.sent, start, run.planning.unmatched)
+        workeroutput[WORKER_REPORT] = run.workers.report(
+            run.dispatched, run.sent, start, run.planning.unmatched, run.workers.refusal
+        )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
     put_back = ""
-    if end.exit_status == pytest.ExitCode.INTERRUPTED and run is not None and workeroutput is None:
+    refused = run is not None and run.workers.refusal is not None  # under xdist: a usage error too
+    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:
         put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)
@@ -95,22 +98,13 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         run.close()
     verdict = judge_run(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
-        report = _report_path(config, run)
+        report = run.settings.html  # made absolute where the settings are resolved
         if report is not None:
             from pytest_rollouts.report.build import report_at_end
 
             tell(config, report_at_end(report, run.paths.out, score, verdict).replace(str(report), run.shown(report)))
         export(run, score, say, report)  # after the report, which the exports log
     return Ending(verdict, score, put_back)
-
-
-def _report_path(config: pytest.Config, run: RolloutRun) -> Path | None:
-    """Where ``--rollouts-html`` puts the report: a relative path as ``--rollouts-out`` reads one
-    (the command line's from where pytest started, an ini value's from the rootdir)."""
-    if run.settings.html is None:
-        return None
-    given = run.settings.source_of("html").startswith("--")
-    return (config.invocation_params.dir if given else config.rootpath) / run.settings.html
 
 
 def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
+from pytest_rollouts.pytest.lock import HELD_KEY
 from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.stash import RolloutsWarning
 from pytest_rollouts.rows.plan import Plan
@@ -144,14 +145,19 @@ class SessionPlan:
                 selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, shaping=shaping
             )
         except PlanError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            worker = getattr(self._config, "workerinput", None)
+            raise pytest.UsageError(f"{exc}{self.put_back(paths, worker)}") from None
 
     def put_back(self, paths: ArtifactPaths, workerinput: dict[str, Any] | None) -> str:
-        """A fresh run refused before any request leaves the files as it found them; what to add
-        to the refusal. Not on an xdist worker: others may be writing the same files."""
+        """A run refused before any request leaves the files as it found them, the lock file too;
+        what to add to the refusal. Not on an xdist worker: others may be writing the same files."""
         if workerinput is not None:
             return ""
-        return put_back(paths, self.run_start, resuming=self.resuming)
+        back = put_back(paths, self.run_start, resuming=self.resuming)
+        lock = self._config.stash.get(HELD_KEY, None)
+        if lock is not None:
+            lock.withdraw()
+        return back
 
 
 def tell_start(config: pytest.Config, start: RunStart, out: Path) -> None:

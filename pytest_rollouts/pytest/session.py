@@ -24,7 +24,7 @@ from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, Refused
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -43,16 +43,6 @@ if TYPE_CHECKING:
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.scoring.output_scan import ReadAhead
 
-
-
-
-
-class Refused(pytest.exit.Exception):
-    """Stops the session before any request, as ``pytest.exit`` does; pytest names the exception
-    before its message, and this one's name reads as plain words (``Refused: agents failed...``),
-    not as ``_pytest.outcomes.Exit``."""
-
-    __module__ = "builtins"
 
 class RolloutRun:
     def __init__(self, config: pytest.Config) -> None:
@@ -285,6 +275,8 @@ class RolloutRun:
                 if isinstance(exc, AgentsUnhealthy):
                     raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
+            if isinstance(exc, AgentsUnhealthy):
+                self.workers.refusal = (self._stopped, int(pytest.ExitCode.INTERRUPTED))
             return  # see _refuse_on_worker
         self.dispatched = True
         paths.discard(self.planning.run_start)
@@ -313,6 +305,7 @@ class RolloutRun:
         if not hasattr(self.config, "workerinput"):
             raise pytest.UsageError(why)
         self._stopped = why
+        self.workers.refusal = (why, int(pytest.ExitCode.USAGE_ERROR))
 
     def agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -363,6 +356,8 @@ class RolloutRun:
                 item.session.shouldfail = DISPATCH_STOPPED
             else:
                 item.session.shouldstop = self._stopped
+            if self.workers.refusal is not None:  # a worker's refusal: its controller says it, once
+                pytest.skip("the run was refused before any request")
             pytest.fail(self._stopped, pytrace=False)
         if self.trace is not None:
             self.trace.rollouts(item.task_index, item.agent, outcomes)

@@ -27,3 +27,11 @@ DISPATCH_STOPPED = "dispatch stopped"
 
 class RolloutsWarning(pytest.PytestWarning):
     """Something about the run's files the user must know, e.g. where old results went."""
+
+
+class Refused(pytest.exit.Exception):
+    """Stops the session before any request, as ``pytest.exit`` does; pytest names the exception
+    before its message, and this one's name reads as plain words (``Refused: agents failed...``),
+    not as ``_pytest.outcomes.Exit``."""
+
+    __module__ = "builtins"

@@ -127,7 +127,7 @@ def _succeeded(rollout: Rollout, row: Mapping[str, Any]) -> None:
 def _reply(rollout: Rollout, row: Mapping[str, Any]) -> None:
     rollout.items = output_items(row.get("response"))
     rollout.fields = verifier_fields(row)
-    rollout.answer = capped(final_answer(rollout.items).strip(), SNIPPET_CAP)
+    rollout.answer = capped(final_answer(row.get("response")).strip(), SNIPPET_CAP)
 
 
 def _label(row: Mapping[str, Any], task: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,18 +34,11 @@ SNIPPET_CAP = 120
 NOT_VERIFIER = frozenset({"response", "agent_ref", ELAPSED, CREATE_PARAMS})
 
 
-# The marker ``capped`` ends a cut text with; a text cut again (the table's snippet of an answer
-# already cut for the drawer) still says the length of the original.
-_MARKER = re.compile(r" … \[truncated: [\d,]+ of ([\d,]+) characters shown\]\Z")
-
-
 def capped(text: str, cap: int = TEXT_CAP) -> str:
     """``text``, or its first ``cap`` characters and a marker saying what was cut."""
     if len(text) <= cap:
         return text
-    cut = _MARKER.search(text)
-    whole = int(cut.group(1).replace(",", "")) if cut else len(text)
-    return f"{text[:cap]} … [truncated: {cap:,} of {whole:,} characters shown]"
+    return f"{text[:cap]} … [truncated: {cap:,} of {len(text):,} characters shown]"
 
 
 def shown(value: Any, cap: int = TEXT_CAP) -> str:
@@ -108,7 +100,7 @@ def output_items(response: Any) -> list[list[str]]:
     if response is None:
         return []
     if not isinstance(output, list):
-        return [["raw", "", capped(json.dumps(response, indent=2, ensure_ascii=False, default=str))]]
+        return [["raw", "", capped(_raw(response))]]
     items = []
     for item in output:
         if not isinstance(item, Mapping):
@@ -129,10 +121,18 @@ def output_items(response: Any) -> list[list[str]]:
     return items
 
 
-def final_answer(items: list[list[str]]) -> str:
-    """The text of the last assistant message, which is what a verifier reads; else a response
-    not Responses-shaped as it came, so the table shows what the agent returned."""
-    return next((text for kind, _, text in reversed(items) if kind in ("message", "raw")), "")
+def final_answer(response: Any) -> str:
+    """The whole text of the last message of a Responses-shaped ``response``, which is what a
+    verifier reads; else any other ``response`` as it came, so the table shows what the agent
+    returned. Uncut: the table's snippet is cut from it, so its marker says the answer's length."""
+    if response is None:
+        return ""
+    output = response.get("output") if isinstance(response, Mapping) else None
+    if not isinstance(output, list):
+        return _raw(response)
+    messages = (item for item in reversed(output) if isinstance(item, Mapping) and item.get("type") == "message")
+    message = next(messages, None)
+    return "" if message is None else _content_text(message.get("content"))
 
 
 def verifier_fields(row: Mapping[str, Any]) -> list[list[str]]:
@@ -151,6 +151,11 @@ def failure_of(row: Mapping[str, Any]) -> list[list[str]]:
     if row.get(EARLIER_TRIES):
         fields.append(["earlier tries", shown(row[EARLIER_TRIES])])
     return fields
+
+
+def _raw(response: Any) -> str:
+    """A response of another shape as pretty JSON."""
+    return json.dumps(response, indent=2, ensure_ascii=False, default=str)
 
 
 def _content_text(content: Any) -> str:

@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,6 +36,8 @@ class RunStart:
     repaired: dict[Path, int] | None = None
     kept: int = 0
     replaced: bool = False
+    # Whether it made the ``prepared`` file, which a run refused before any request removes.
+    made_prepared: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class ArtifactPaths:
         lock, which every process of the run holds shared until it ends.
         """
         self.out.parent.mkdir(parents=True, exist_ok=True)
+        made = not self.prepared.exists()
         with open(self.prepared, "a+", encoding="utf-8") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             lock.seek(0)
@@ -131,6 +134,7 @@ class ArtifactPaths:
                 start = RunStart(moved_to=moved, kept=len(self.earlier_sets()), replaced=moved is not None)
             else:
                 start = RunStart(moved_to=self._move_aside(f"{self.out.stem}.prev"), kept=len(self.earlier_sets()))
+            start = replace(start, made_prepared=made)
             lock.seek(0)
             lock.truncate()
             lock.write(run_id)

@@ -10,7 +10,9 @@ SIGKILL included, so a lock a killed run left is simply free to take, with no pi
 (pids are reused, and a holder on another host sharing the directory has no pid here). The
 holder writes who it is into the file, for the refusal to name, and empties it on a clean
 release: a holder found in a free lock is a run that was killed, which the new one says it
-takes over.
+takes over. A run refused before any request removes the lock file it made (``withdraw``), so
+the place is as it found it; a session that opened that file just before finds, once it holds
+the lock, that the file it locked is no longer the one at the path, and takes the new one.
 
 Under xdist the controller takes the lock before any worker starts, and its workers join
 it: all of them hold it shared, which nobody can take exclusively while any of them lives.
@@ -56,6 +58,9 @@ class RunLock:
         self._out = out
         self._option = option  # how the user names the output, for the refusal
         self._fd: int | None = None
+        # What taking the lock made: the folders, deepest first, and whether the file itself.
+        self._made_folders: list[Path] = []
+        self._made_file = False
 
     def acquire(self, run_id: str, *, shared: bool = False) -> Holder | None:
         """Take the output for a new run, or raise ``OutputBusy``; return the holder of a killed
@@ -121,20 +126,43 @@ class RunLock:
             os.ftruncate(fd, 0)
         os.close(fd)
 
+    def withdraw(self) -> None:
+        """Let the output go as a run refused before any request does: without the lock file and
+        folders taking it made, so the place is as the run found it."""
+        if self._fd is not None and self._made_file:
+            self.path.unlink(missing_ok=True)
+        self.release()
+        for folder in self._made_folders:
+            try:
+                folder.rmdir()
+            except OSError:  # something else is in it now
+                break
+        self._made_folders, self._made_file = [], False
+
     def _open(self) -> int:
+        missing = [folder for folder in (self.path.parent, *self.path.parent.parents) if not folder.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._made_folders = self._made_folders or missing
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._made_file = True
+        return fd
 
     def _take(self, mode: int) -> int:
         """The lock file, open and locked in ``mode`` without waiting; ``OutputBusy`` naming its holder."""
-        fd = self._open()
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise OutputBusy(self._busy(holder)) from None
-        return fd
+        while True:
+            fd = self._open()
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read(fd)
+                os.close(fd)
+                raise OutputBusy(self._busy(holder)) from None
+            if _same_file(fd, self.path):
+                return fd
+            os.close(fd)  # a refused run withdrew it between this open and this lock: take the new one
 
     def _busy(self, holder: Holder | None) -> str:
         who = ""
@@ -153,6 +181,16 @@ def _read(fd: int) -> Holder | None:
         return Holder(**orjson.loads(data)) if data.strip() else None
     except (orjson.JSONDecodeError, TypeError):
         return None  # an empty file, or a lock file an older version wrote: nobody's
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path``."""
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def _write(fd: int, data: bytes) -> None:
