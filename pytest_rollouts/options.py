@@ -388,8 +388,10 @@ OPTIONS: tuple[Option, ...] = (
         "PATH",
         computed_default="`<stem>_materialized_inputs.jsonl` beside the output",
         details="Recorded in the run manifest, so --rollouts-resume and `pytest-rollouts aggregate` find the "
-        "file without this option.",
-    ),    Option(
+        "file without this option. A relative path given on the command line is read from the current "
+        "directory, one in ini from the rootdir.",
+    ),
+    Option(
         "retry_invalid_judge_responses",
         "A result with invalid_judge_response: true is a judge_invalid failure, sent again by a resume; a resume "
         "moves such results of earlier runs from the output to the failures sidecar.",

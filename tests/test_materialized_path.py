@@ -170,3 +170,18 @@ def test_a_suite_collects_none_of_the_runs_own_files_as_datasets(pytester: pytes
         assert list((suite / "out").glob("r.prev-*"))
         result = run_rollouts(pytester, *args, "--co", out="suite/out/r.jsonl")
     assert [line.strip() for line in result.stdout.lines if "DatasetFile" in line] == ["<DatasetFile data.jsonl>"]
+
+
+
+def test_an_ini_place_is_read_from_the_rootdir_and_the_report_may_not_take_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nrollouts_out = io/r.jsonl\nrollouts_materialized = io/m.jsonl\n")
+    data = str(write_rows(pytester.path / "data.jsonl", tasks(1)))
+    monkeypatch.chdir(pytester.mkdir("sub"))
+    with ScriptedAgent() as agent:
+        pytester.runpytest("-p", "no:cacheprovider", data, f"--rollouts-agent={agent.url}").assert_outcomes(passed=1)
+        refused = pytester.runpytest(data, f"--rollouts-agent={agent.url}", "--rollouts-html=../io/m.jsonl")
+        assert refused.ret == pytest.ExitCode.USAGE_ERROR and len(agent.requests) == 1
+    refused.stderr.fnmatch_lines(["*../io/m.jsonl is one of this run's files*"])
+    assert (pytester.path / "io/m.jsonl").exists() and not (pytester.path / "sub/io").exists()

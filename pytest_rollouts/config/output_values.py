@@ -8,10 +8,14 @@ what would only fail once the whole run is over is refused before anything is se
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field
+
+if TYPE_CHECKING:
+    from pytest_rollouts.store.artifacts import ArtifactPaths
 
 
 def _report_file(value: Any) -> Any:
@@ -38,17 +42,18 @@ WandbProject = Annotated[str | None, Field(min_length=1), _installed("wandb")]
 MlflowExperiment = Annotated[str | None, Field(min_length=1), _installed("mlflow")]
 
 
-def report_clash(report: Path | None, runs: dict[str, Path | None]) -> str | None:
+def report_clash(report: Path | None, runs: Mapping[str, Path | ArtifactPaths | None]) -> str | None:
     """Why ``report`` may not be written where it is asked: it is one of the runs' own files (its
     results, sidecars, inputs, metrics, manifest), which the report would replace. None if it may.
-    ``runs``: each run's output by the words that name it ("this run", "the baseline")."""
+    ``runs``: each run's output, or its files, by the words that name it ("this run", "the baseline")."""
     if report is None:
         return None
     from pytest_rollouts.store.artifacts import ArtifactPaths
 
     target = report.resolve()
-    for words, out in runs.items():
-        if out is not None and target in {path.resolve() for path in ArtifactPaths(out).all()}:
+    for words, run in runs.items():
+        files = () if run is None else (run if isinstance(run, ArtifactPaths) else ArtifactPaths(run)).all()
+        if target in {path.resolve() for path in files}:
             return f"{report} is one of {words}'s files; the report would replace it: name an .html file"
     return None
 

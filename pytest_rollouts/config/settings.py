@@ -293,7 +293,7 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _report_apart(self) -> Settings:
-        clash = report_clash(self.html, {"this run": self.out, "the baseline": self.baseline})
+        clash = report_clash(self.html, {"this run": self.paths if self.out else None, "the baseline": self.baseline})
         if clash:
             raise ValueError(f"{self.source_of('html')}: {clash}")
         return self

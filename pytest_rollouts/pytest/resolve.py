@@ -13,7 +13,7 @@ from pytest_rollouts.options import OPTIONS, Option
 
 # Options naming a file whose relative path is read, on the command line, from where pytest
 # started, and elsewhere (ini, environment) from the rootdir.
-PLACED = ("out", "html")
+PLACED = ("out", "html", "materialized")
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
