@@ -131,10 +131,10 @@ class Workers:
         in one process, or with the usage error its workers refused the run with (``plugin.py``).
         """
         errors = 0 if self._config.option.continue_on_collection_errors else session.testsfailed
-        why = refusal or (errors and f"{errors} error{'s' if errors != 1 else ''} during collection")
-        if not why:
+        if not (refusal or errors):
             return False
-        session.shouldstop = why
+        # pytest's own words for the collection errors, as one process stops with them.
+        session.shouldstop = refusal or f"{errors} error{'s' if errors != 1 else ''} during collection"
         return True
 
     def queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
