@@ -70,10 +70,6 @@ class SessionPlan:
             if not hasattr(self._config, "workerinput"):
                 raise
 
-    @property
-    def refused(self) -> bool:
-        return bool(self.refusal)
-
     def _number_tasks(self, items: list[pytest.Item]) -> None:
         from pytest_rollouts.config.agents import AgentsError
         from pytest_rollouts.plan.build import PlanError
