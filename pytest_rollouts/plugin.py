@@ -217,11 +217,13 @@ def pytest_runtest_protocol(item: pytest.Item) -> bool | None:
 def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
     """A session of rollout items only, in one process, runs them without the per-item protocol hook.
 
-    xdist workers keep their own loop, and anything pytest's loop would refuse to run
-    (collection errors, ``--co``) is left to it.
+    xdist workers keep their own loop, unless they must run nothing (``Workers.hold_back``), and
+    anything pytest's loop would refuse to run (collection errors, ``--co``) is left to it.
     """
     run = session.config.stash.get(RUN_KEY, None)
-    if run is None or not run.lean or hasattr(session.config, "workerinput") or not _will_run(session):
+    if run is not None and hasattr(session.config, "workerinput"):
+        return True if run.workers.hold_back(session, run.planning.refusal) else None
+    if run is None or not run.lean or not _will_run(session):
         return None
     from pytest_rollouts.pytest.loop import run_items
 
@@ -250,6 +252,22 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         # Everything alive now lives until the session ends; sparing it from the
         # collector's full passes saves seconds at 100k items.
         gc.freeze()
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtestloop")
+def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, object, object]:
+    """An xdist controller whose workers refused the run while collecting ends with their usage
+    error (exit 4, said once), as one process does; xdist knows them only as stopped (its
+    ``Interrupted`` is a ``KeyboardInterrupt``)."""
+    try:
+        return (yield)
+    except KeyboardInterrupt:
+        from pytest_rollouts.pytest.finish import refused_by_workers
+
+        refusal = refused_by_workers(session.config)
+        if refusal:
+            raise pytest.UsageError(refusal) from None
+        raise
 
 
 def _will_run(session: pytest.Session) -> bool:

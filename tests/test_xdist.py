@@ -99,8 +99,41 @@ def test_refused_for_a_suite_without_options(pytester: pytest.Pytester, agent: S
         f'datasets = ["data.jsonl"]\nagent = "a"\n[agents.a]\nurl = "{agent.url}"\n'
     )
     result = pytester.runpytest_subprocess(*QUIET, "-n", "2", "--dist=worksteal", "s")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, "xdist reports a worker's collection error as a failure"
+    assert result.ret == pytest.ExitCode.INTERRUPTED, "a worker's collection error stops the run"
     result.stdout.fnmatch_lines(["*rollouts cannot run under --dist worksteal*"])
+    assert agent.requests == []
+
+
+def test_a_refusal_while_collecting_is_a_usage_error_as_in_one_process(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """A worker raised it and ended with items queued for it: the controller crashed (an xdist
+    INTERNALERROR, exit 3) and the reason was printed nowhere."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    pytester.runpytest(*QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=n2/r.jsonl")
+    write_rows(pytester.path / "data.jsonl", tasks(5))
+    agent.requests.clear()
+    result = run_n(pytester, agent, 2, "--rollouts-resume")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    said = result.stderr.str()
+    assert said.count("the input changed since the recorded run") == 1, said
+    result.stderr.fnmatch_lines(["ERROR: cannot resume *: the input changed since the recorded run:"])
+    assert "INTERNALERROR" not in result.stdout.str() + said
+    assert agent.requests == []
+
+
+def test_a_bad_row_under_n_stops_the_run_before_any_item_as_in_one_process(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """xdist's worker loop ran the other files' items after the collection error: each failed with
+    a traceback, for want of a dispatcher (exit 1)."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    (pytester.path / "bad.jsonl").write_text('{"responses_create_params": {"input": "a"}}\nnot json\n')
+    result = run_n(pytester, agent, 2, "bad.jsonl")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(["bad.jsonl:2: not valid JSON*", "*Interrupted: 1 error during collection*"])
+    result.assert_outcomes(errors=1)
+    assert "Traceback" not in result.stdout.str() and "RuntimeError" not in result.stdout.str()
     assert agent.requests == []
 
 

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 # stopped, and what it did with the files (``Workers.report``).
 DISPATCH_FAILURE = "rollouts_dispatch_failure"
 WORKER_REPORT = "rollouts_worker_report"
+# ... and why it refused the run while collecting (``SessionPlan.number_tasks``).
+REFUSAL = "rollouts_refusal"
+# On a controller, the first refusal a worker told; also where no rollouts option made it a run.
+REFUSAL_KEY = pytest.StashKey[str]()
 
 
 @dataclass(frozen=True)
@@ -43,15 +47,22 @@ class Ending:
 
 def hear_worker(config: pytest.Config, node: Any) -> None:
     """On an xdist controller: what a worker that went down said of its part, and why its dispatch
-    stopped (the controller's section repeats it)."""
+    stopped (the controller's section repeats it), or why it refused the run."""
+    output = getattr(node, "workeroutput", {})
+    if output.get(REFUSAL):
+        config.stash.setdefault(REFUSAL_KEY, output[REFUSAL])
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
-    output = getattr(node, "workeroutput", {})
     run.workers.hear(output.get(WORKER_REPORT))
     failure = output.get(DISPATCH_FAILURE)
     if failure and not run.dispatch_failure:
         run.dispatch_failure = failure
+
+
+def refused_by_workers(config: pytest.Config) -> str:
+    """On an xdist controller: why its workers refused the run while collecting, or ""."""
+    return config.stash.get(REFUSAL_KEY, "")
 
 
 def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: Callable[[str], None]) -> Ending:
@@ -68,6 +79,8 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
+        if run.planning.refusal:
+            workeroutput[REFUSAL] = run.planning.refusal
     put_back = ""
     refused = run is not None and run.workers.refusal is not None  # under xdist: a usage error too
     if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:

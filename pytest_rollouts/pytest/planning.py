@@ -39,8 +39,8 @@ class SessionPlan:
         self._settings = settings
         self._agents = agents
         self.resuming = False
-        # Numbering refused the run: ``prepare``, which pytest calls on its way out, does nothing.
-        self.refused = False
+        # Why numbering refused the run, or "": ``prepare``, which pytest calls on its way out, does nothing.
+        self.refusal = ""
         # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
         # manifest, which the merge needs to prove the shards' union complete.
         self.empty_shard = False
@@ -60,13 +60,18 @@ class SessionPlan:
         A fresh run numbers rows in collection order; a resumed one takes each file's first
         index from the recorded manifest, so files this session skips shift nothing. ``check``:
         what else refuses the collected run first (``pytest.UsageError``).
+
+        A refusal is a usage error, but not raised on an xdist worker: pytest still reports its
+        collection to the controller, which queues items for it, and a worker that then ends
+        without a stop crashes the controller. Its run loop stops it instead (``Workers.hold_back``).
         """
         try:
             check()
             self._number_tasks(items)
-        except pytest.UsageError:
-            self.refused = True
-            raise
+        except pytest.UsageError as exc:
+            self.refusal = str(exc)
+            if not hasattr(self._config, "workerinput"):
+                raise
 
     def _number_tasks(self, items: list[pytest.Item]) -> None:
         from pytest_rollouts.config.agents import AgentsError

@@ -192,7 +192,7 @@ class RolloutRun:
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: set up the files and decide exactly what will be sent."""
         selected = [item for item in items if isinstance(item, RolloutItem)]
-        if (not selected and not self.planning.empty_shard) or self.planning.refused:
+        if (not selected and not self.planning.empty_shard) or self.planning.refusal:
             return
         for slot, item in enumerate(selected):
             item.slot = slot

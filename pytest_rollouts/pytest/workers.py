@@ -139,6 +139,23 @@ class Workers:
         newest = max(made, key=lambda p: p.stat().st_mtime)
         return RunStart(newest, replaced=newest.name.startswith("."))
 
+    def hold_back(self, session: pytest.Session, refusal: str) -> bool:
+        """On a worker, before its loop: whether it runs nothing, as one process would not.
+
+        One process runs no item after a run refused while collecting (``refusal``) or a
+        collection error; xdist's worker loop would run them all the same, failing each for want
+        of a dispatcher. The worker must not end its session on its own either: its controller
+        queued items for it, and crashes on a worker that ends without a stop. So the worker
+        stops, which ends the controller's session: as interrupted by the collection errors, as
+        in one process, or with the usage error its workers refused the run with (``plugin.py``).
+        """
+        errors = 0 if self._config.option.continue_on_collection_errors else session.testsfailed
+        if not (refusal or errors):
+            return False
+        # pytest's own words for the collection errors, as one process stops with them.
+        session.shouldstop = refusal or f"{errors} error{'s' if errors != 1 else ''} during collection"
+        return True
+
     def queued_slots(self, items: Sequence[pytest.Item]) -> list[int]:
         """On a worker, the tasks queued behind the running one: its only safe look-ahead."""
         from pytest_rollouts.pytest.xdist import queued_indices, worker_queue
