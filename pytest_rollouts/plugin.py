@@ -241,11 +241,6 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         # stops the dispatcher (an engine fed half a plan would wait for the rest for ever).
         run.start(session)
         return (yield)
-    except KeyboardInterrupt:  # xdist's ``Interrupted``, on a controller whose workers refused the run
-        if run.workers.refusal is None:
-            raise
-        run.workers.refuse()
-        raise
     finally:
         run.finish()
         run.stops.hold()  # the session ends now: see pytest/stopping.py
@@ -256,18 +251,23 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtestloop")
 def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, object, object]:
-    """An xdist controller whose workers refused the run while collecting ends with their usage
-    error (exit 4, said once), as one process does; xdist knows them only as stopped (its
-    ``Interrupted`` is a ``KeyboardInterrupt``)."""
+    """An xdist controller whose workers refused the run before any request ends as one process
+    does, the reason said once: a usage error (exit 4), or ``Refused`` with its exit status (2 for
+    unhealthy agents). xdist knows such workers only as stopped (its ``Interrupted`` is a
+    ``KeyboardInterrupt``), each having skipped the item it stopped at."""
     try:
         return (yield)
     except KeyboardInterrupt:
         from pytest_rollouts.pytest.finish import refused_by_workers
+        from pytest_rollouts.pytest.stash import Refused
 
         refusal = refused_by_workers(session.config)
-        if refusal:
-            raise pytest.UsageError(refusal) from None
-        raise
+        if refusal is None:
+            raise
+        why, code = refusal
+        if code == pytest.ExitCode.USAGE_ERROR:
+            raise pytest.UsageError(why) from None
+        raise Refused(why, returncode=code) from None
 
 
 def _will_run(session: pytest.Session) -> bool:

@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 DISPATCH_FAILURE = "rollouts_dispatch_failure"
 WORKER_REPORT = "rollouts_worker_report"
 # ... and why it refused the run while collecting (``SessionPlan.number_tasks``).
+# Why a worker refused the run before any request, and the exit status one process gives for it.
 REFUSAL = "rollouts_refusal"
 # On a controller, the first refusal a worker told; also where no rollouts option made it a run.
-REFUSAL_KEY = pytest.StashKey[str]()
+REFUSAL_KEY = pytest.StashKey[tuple[str, int]]()
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ def hear_worker(config: pytest.Config, node: Any) -> None:
     stopped (the controller's section repeats it), or why it refused the run."""
     output = getattr(node, "workeroutput", {})
     if output.get(REFUSAL):
-        config.stash.setdefault(REFUSAL_KEY, output[REFUSAL])
+        why, code = output[REFUSAL]
+        config.stash.setdefault(REFUSAL_KEY, (why, code))
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return
@@ -60,9 +62,10 @@ def hear_worker(config: pytest.Config, node: Any) -> None:
         run.dispatch_failure = failure
 
 
-def refused_by_workers(config: pytest.Config) -> str:
-    """On an xdist controller: why its workers refused the run while collecting, or ""."""
-    return config.stash.get(REFUSAL_KEY, "")
+def refused_by_workers(config: pytest.Config) -> tuple[str, int] | None:
+    """On an xdist controller: why its workers refused the run before any request (while collecting,
+    or preparing it), with the exit status one process gives for it; None if they did not."""
+    return config.stash.get(REFUSAL_KEY, None)
 
 
 def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: Callable[[str], None]) -> Ending:
@@ -74,15 +77,15 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
         start = run.planning.run_start
-        workeroutput[WORKER_REPORT] = run.workers.report(
-            run.dispatched, run.sent, start, run.planning.unmatched, run.workers.refusal
-        )
+        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.sent, start, run.planning.unmatched)
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
-        if run.planning.refusal:
-            workeroutput[REFUSAL] = run.planning.refusal
+        usage = int(pytest.ExitCode.USAGE_ERROR)
+        refusal = run.workers.refusal or ((run.planning.refusal, usage) if run.planning.refusal else None)
+        if refusal is not None:
+            workeroutput[REFUSAL] = list(refusal)
     put_back = ""
-    refused = run is not None and run.workers.refusal is not None  # under xdist: a usage error too
+    refused = refused_by_workers(config) is not None  # under xdist: a usage error too
     if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:
         put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.pytest.items import RolloutItem
-from pytest_rollouts.pytest.stash import RUN_ID_KEY, Refused
+from pytest_rollouts.pytest.stash import RUN_ID_KEY
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 
 
@@ -31,9 +31,8 @@ class Workers:
         self._reports: list[dict[str, Any] | None] = []
         # The controller put the files back as it found them: no run of its own is left to score.
         self.taken_back = False
-        # Why the run was refused before any request, and the exit status one process gives for it
-        # (a usage error 4, unhealthy agents 2): on a worker, its own; on a controller, the first
-        # its workers told.
+        # On a worker: why it refused the run before any request, once its files were prepared, and
+        # the exit status one process gives for it (a usage error 4, unhealthy agents 2).
         self.refusal: tuple[str, int] | None = None
         self._queue: Any = None
         # On a controller, the routing keys its workers found no row for, or "".
@@ -49,16 +48,14 @@ class Workers:
         return run_id is not None and self._paths().started_by(run_id)
 
     @staticmethod
-    def report(
-        dispatched: bool, sent: int, start: RunStart, unmatched: str, refusal: tuple[str, int] | None = None
-    ) -> dict[str, Any]:
+    def report(dispatched: bool, sent: int, start: RunStart, unmatched: str) -> dict[str, Any]:
         """What a worker tells its controller: whether it sent anything and how many rollouts (its
         items may have reported fewer), what preparing the files did (only the worker that prepared
-        them did anything), the routing keys no row matched (the controller collects no row to
-        tell), and why it refused the run before any request, with the exit status that asks for."""
+        them did anything), and the routing keys no row matched (the controller collects no row to
+        tell). Why it refused the run goes apart (``finish.REFUSAL``): a run may be refused before
+        the controller holds one."""
         moved = start.moved_to
         return {
-            "refusal": refusal,
             "dispatched": dispatched,
             "sent": sent,
             "unmatched": unmatched,
@@ -75,7 +72,6 @@ class Workers:
 
         self._reports.append(report)
         if report is not None:
-            self.refusal = self.refusal or (tuple(report["refusal"]) if report["refusal"] else None)
             self.unmatched = self.unmatched or report["unmatched"]
             self._sent += report["sent"]
             moved = report["moved_to"]
@@ -120,16 +116,6 @@ class Workers:
             return back
         kept = "the earlier results are back in place" if start.moved_to is not None else "its files are removed"
         return f"Interrupted before any result was written: {kept}."
-
-    def refuse(self) -> None:
-        """On a controller whose workers refused the run (xdist stops the session as interrupted,
-        each worker having skipped the item it stopped at): the refusal, said once, as one process
-        says it and with its exit status."""
-        assert self.refusal is not None
-        why, code = self.refusal
-        if code == pytest.ExitCode.USAGE_ERROR:
-            raise pytest.UsageError(why)
-        raise Refused(why, returncode=code)
 
     def _moved_since_start(self, paths: ArtifactPaths) -> RunStart:
         """Where this run moved the earlier results, found on disk: the newest folder made since it began."""
