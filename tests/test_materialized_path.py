@@ -16,7 +16,7 @@ from pytest_rollouts import CollectionConfig, run_from_config
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
-from .helpers import Artifacts, keys, run_rollouts
+from .helpers import QUIET, Artifacts, keys, run_rollouts
 from .test_shards import aggregate
 
 
@@ -180,8 +180,8 @@ def test_an_ini_place_is_read_from_the_rootdir_and_the_report_may_not_take_it(
     data = str(write_rows(pytester.path / "data.jsonl", tasks(1)))
     monkeypatch.chdir(pytester.mkdir("sub"))
     with ScriptedAgent() as agent:
-        pytester.runpytest("-p", "no:cacheprovider", data, f"--rollouts-agent={agent.url}").assert_outcomes(passed=1)
-        refused = pytester.runpytest(data, f"--rollouts-agent={agent.url}", "--rollouts-html=../io/m.jsonl")
+        pytester.runpytest(*QUIET, data, f"--rollouts-agent={agent.url}").assert_outcomes(passed=1)
+        refused = pytester.runpytest(*QUIET, data, f"--rollouts-agent={agent.url}", "--rollouts-html=../io/m.jsonl")
         assert refused.ret == pytest.ExitCode.USAGE_ERROR and len(agent.requests) == 1
     refused.stderr.fnmatch_lines(["*../io/m.jsonl is one of this run's files*"])
     assert (pytester.path / "io/m.jsonl").exists() and not (pytester.path / "sub/io").exists()
