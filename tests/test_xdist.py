@@ -122,6 +122,24 @@ def test_a_refusal_while_collecting_is_a_usage_error_as_in_one_process(
     assert agent.requests == []
 
 
+def test_a_resume_refusing_its_recorded_files_under_n_keeps_them_and_says_why_once(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """Refused while preparing (its materialized inputs edited): the controller crashed (exit 3, no
+    reason), and then, taking the refused resume for a fresh run, removed the run's every file."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    pytester.runpytest(*QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=n2/r.jsonl")
+    materialized = pytester.path / "n2/r_materialized_inputs.jsonl"
+    materialized.write_bytes(b"".join(materialized.read_bytes().splitlines(keepends=True)[:2]))
+    before = {p: p.read_bytes() for p in (pytester.path / "n2").iterdir() if not p.name.startswith(".")}
+    agent.requests.clear()
+    result = run_n(pytester, agent, 2, "--rollouts-resume")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    assert result.stderr.str().count("is not the materialized inputs this run wrote") == 1
+    assert {p: p.read_bytes() for p in (pytester.path / "n2").iterdir() if not p.name.startswith(".")} == before
+    assert agent.requests == []
+
+
 def test_a_bad_row_under_n_stops_the_run_before_any_item_as_in_one_process(
     pytester: pytest.Pytester, agent: ScriptedAgent
 ) -> None:

@@ -77,7 +77,9 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
         start = run.planning.run_start
-        workeroutput[WORKER_REPORT] = run.workers.report(run.dispatched, run.sent, start, run.planning.unmatched)
+        workeroutput[WORKER_REPORT] = run.workers.report(
+            run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
+        )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
         usage = int(pytest.ExitCode.USAGE_ERROR)

@@ -204,7 +204,7 @@ class RolloutRun:
             hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
             self._plan = self.planning.build(selected, paths, run_id, lambda path: self.declarations.of(path).prompt)
             self._prepared = True
-        except OutputBusy as exc:
+        except (OutputBusy, pytest.UsageError) as exc:  # busy, or a resume's recorded files refused
             self._refuse_on_worker(str(exc))
             return
         except OSError as exc:  # a read-only or missing place: nothing was sent

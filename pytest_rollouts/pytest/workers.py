@@ -48,14 +48,16 @@ class Workers:
         return run_id is not None and self._paths().started_by(run_id)
 
     @staticmethod
-    def report(dispatched: bool, sent: int, start: RunStart, unmatched: str) -> dict[str, Any]:
+    def report(dispatched: bool, sent: int, start: RunStart, unmatched: str, resuming: bool) -> dict[str, Any]:
         """What a worker tells its controller: whether it sent anything and how many rollouts (its
         items may have reported fewer), what preparing the files did (only the worker that prepared
-        them did anything), and the routing keys no row matched (the controller collects no row to
-        tell). Why it refused the run goes apart (``finish.REFUSAL``): a run may be refused before
-        the controller holds one."""
+        them did anything), the routing keys no row matched (the controller collects no row to
+        tell), and whether the run resumes (the controller, which collects nothing, cannot know).
+        Why it refused the run goes apart (``finish.REFUSAL``): a run may be refused before the
+        controller holds one."""
         moved = start.moved_to
         return {
+            "resuming": resuming,
             "dispatched": dispatched,
             "sent": sent,
             "unmatched": unmatched,
@@ -97,6 +99,7 @@ class Workers:
         Only when every worker said so: one that crashed may have sent requests.
         """
         reports = self._reports
+        resuming = resuming or any(r is not None and r["resuming"] for r in reports)
         if resuming or not self.started() or any(r is not None and r["dispatched"] for r in reports):
             return ""
         paths = self._paths()

@@ -144,7 +144,10 @@ class ArtifactPaths:
 
     def take_back(self, start: RunStart) -> None:
         """Undo a fresh run's start: it was refused before sending anything, so its new files go
-        and the earlier results it moved aside come back."""
+        and the earlier results it moved aside come back. Files holding rows are no fresh run's
+        that sent nothing: they are left as they are, whoever asked."""
+        if any(path.exists() and path.stat().st_size for path in (self.out, self.failures)):
+            return
         for path in self.all():
             path.unlink(missing_ok=True)
         if start.moved_to is not None:
