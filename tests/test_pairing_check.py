@@ -98,7 +98,7 @@ def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_i
         result = run_against(pytester, state, "math.jsonl")
         assert math.requests == [] and code.requests == []
     result.stdout.fnmatch_lines(
-        ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file's is resources server 'math_rs'*"]
+        ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file belongs to resources server 'math_rs'*"]
     )
 
 
@@ -158,7 +158,29 @@ def test_a_dataset_listed_by_an_agent_runs_only_on_agents_of_that_agents_resourc
         assert math.requests == [] and code.requests == []
     result.stdout.fnmatch_lines(
         [
-            "*code.jsonl:1: agent 'math_agent' fronts resources server 'math_rs', but its dataset file's is "
-            "resources server 'code_rs'*"
+            "*code.jsonl:1: agent 'math_agent' fronts resources server 'math_rs', but its dataset file belongs "
+            "to resources server 'code_rs'*"
+        ]
+    )
+
+
+def test_a_legacy_row_is_checked_against_the_agent_its_server_runs_it_on(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    """Legacy routing sends the rows to the environment server, which runs them on its agent_server:
+    that agent's resources server must be the one the row's dataset belongs to."""
+    _, state = head_server
+    write_rows(pytester.path / "math.jsonl", tasks(1))
+    with ScriptedAgent() as math, ScriptedAgent() as code, ScriptedAgent() as episodes:
+        state["yaml"] = paired_config(_port(math.url), _port(code.url), _port(episodes.url))
+        legacy = ("--rollouts-environment-routing-mode=legacy", "--rollouts-environment-server=episodes")
+        run_against(pytester, state, "math.jsonl", *legacy).assert_outcomes(passed=1)
+        state["yaml"] = state["yaml"].replace("name: math_agent}", "name: code_agent}")
+        result = run_against(pytester, state, "math.jsonl", *legacy)
+        assert len(episodes.requests) == 1 and math.requests == code.requests == []
+    result.stdout.fnmatch_lines(
+        [
+            "*math.jsonl:1: agent 'code_agent' (behind environment server 'episodes') fronts resources server "
+            "'code_rs', but its dataset file belongs to resources server 'math_rs'*"
         ]
     )

@@ -37,20 +37,20 @@ class Pairings:
         source = row.get("task_source")
         for target in agents:
             runs_on = self.runs_on.get(target)
-            if runs_on is not None:
-                if named is not None and named != runs_on:
-                    raise PairingError(
-                        f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
-                        f"{runs_on!r} (its agent_server)"
-                    )
-                continue
-            fronted = self.fronts.get(target)
+            if runs_on is not None and named is not None and named != runs_on:
+                raise PairingError(
+                    f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
+                    f"{runs_on!r} (its agent_server)"
+                )
+            agent = runs_on or target  # a server's rows are verified by its agent's resources server
+            fronted = self.fronts.get(agent)
             if fronted is None:
                 continue
-            for server, said in ((source, "the row's task_source"), (dataset_server, "its dataset file's")):
+            for server, said in ((source, "the row's task_source is"), (dataset_server, "its dataset file belongs to")):
                 if server in self.resources_servers and server != fronted:
+                    via = f" (behind environment server {target!r})" if agent != target else ""
                     raise PairingError(
-                        f"agent {target!r} fronts resources server {fronted!r}, but {said} is resources server "
+                        f"agent {agent!r}{via} fronts resources server {fronted!r}, but {said} resources server "
                         f"{server!r}: its verifier would score tasks it does not know"
                     )
 
