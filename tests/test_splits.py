@@ -155,7 +155,7 @@ def test_a_file_named_beside_its_suites_directory_runs(pytester: pytest.Pytester
         assert _sent_files(agent) == {"train", "bench"}
 
 
-@pytest.mark.parametrize("where", ["suite", "head server"])
+@pytest.mark.parametrize("where", ["suite", "head server", "head server, found in a directory", "two templates"])
 def test_a_file_declared_in_two_splits_is_refused_naming_both(
     pytester: pytest.Pytester, head_server, where: str  # noqa: F811
 ) -> None:
@@ -169,17 +169,21 @@ def test_a_file_declared_in_two_splits_is_refused_naming_both(
             said = "*suite/rollouts.toml:9: bench.jsonl is declared in the train and the benchmark splits*"
         else:
             (suite / "rollouts.toml").unlink()
+            two = (("b", "benchmark", "p.yaml"), ("t", "benchmark" if where == "two templates" else "train", "q.yaml"))
             entries = "".join(
-                f"        - {{name: {name}, type: {split}, jsonl_fpath: suite/bench.jsonl}}\n"
-                for name, split in (("b", "benchmark"), ("t", "train"))
+                f"        - {{name: {name}, type: {split}, jsonl_fpath: suite/bench.jsonl, prompt_config: {prompt}}}\n"
+                for name, split, prompt in two
             )
             state["yaml"] = (
                 "math_agent:\n  responses_api_agents:\n    simple_agent:\n      host: 127.0.0.1\n"
                 f"      port: {_port(agent.url)}\n      datasets:\n{entries}"
             )
             head = f"--rollouts-head-server={state['address']}"
-            result = run_rollouts(pytester, "suite/bench.jsonl", head, "--rollouts-agent-map=_default=math_agent")
+            named = () if where == "head server, found in a directory" else ("suite/bench.jsonl",)
+            result = run_rollouts(pytester, *named, head, "--rollouts-agent-map=_default=math_agent")
             said = "*lists suite/bench.jsonl as benchmark (dataset 'b') and train (dataset 't'); a dataset belongs*"
+            if where == "two templates":
+                said = "*gives suite/bench.jsonl two prompt templates, p.yaml (dataset 'b') and q.yaml (dataset 't')*"
         assert result.ret != pytest.ExitCode.OK and agent.requests == []
         result.stdout.fnmatch_lines([said])
         assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -112,6 +112,11 @@ class Declarations:
             raise DeclarationError(
                 f"the head server's config lists {self._shown(path)} as {said}; a dataset belongs to one split"
             )
+        if len({entry.prompt_config for entry in found}) > 1:
+            said = " and ".join(f"{entry.prompt_config or 'none'} (dataset {entry.name!r})" for entry in found)
+            raise DeclarationError(
+                f"the head server's config gives {self._shown(path)} two prompt templates, {said}: one builds its rows"
+            )
         return (found[0].split, found[0].name, found[0].prompt_config) if found else None
 
     def _template(self, given: Path) -> PromptTemplate:

@@ -96,7 +96,9 @@ def _head_selects(run: Any, file_path: Path) -> bool:
 
     try:
         return bool(run.declarations.head_selects(file_path))
-    except (AgentsError, DeclarationError) as exc:
+    except DeclarationError:
+        return True  # collected, so collection reports the conflicting entries, naming the file
+    except AgentsError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
