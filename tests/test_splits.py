@@ -186,7 +186,7 @@ def test_a_file_declared_in_two_splits_is_refused_naming_both(
                 said = "*gives suite/bench.jsonl two prompt templates, p.yaml (dataset 'b') and q.yaml (dataset 't')*"
         assert result.ret != pytest.ExitCode.OK and agent.requests == []
         result.stdout.fnmatch_lines([said])
-        assert "Traceback" not in result.stdout.str() + result.stderr.str()
+        assert "Traceback" not in result.stdout.str() + result.stderr.str() and "_hooks.py" not in result.stdout.str()
 
 
 def test_the_python_api_reads_a_suites_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
