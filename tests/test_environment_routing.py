@@ -329,3 +329,17 @@ def test_a_server_given_alone_overrides_the_head_servers_and_needs_its_legacy_mo
         result = run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-server=other_env")
         assert result.ret == pytest.ExitCode.USAGE_ERROR and len(other.requests) == 1
     result.stderr.fnmatch_lines(["*legacy sends every flat row to the server*give both, or neither*"])
+
+
+def test_an_agent_given_its_address_on_the_command_line_takes_its_rows_itself(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent() as agent, ScriptedAgent() as server, ScriptedAgent() as local:
+        state["yaml"] = config(_port(agent.url), _port(server.url))
+        head = f"--rollouts-head-server={state['address']}"
+        args = (head, "--rollouts-agent-map=_default=math_agent", f"--rollouts-agent=math_agent={local.url}")
+        run_rollouts(pytester, "data.jsonl", *args).assert_outcomes(passed=2)
+        assert len(local.requests) == 2 and server.requests == [] and agent.requests == []
+    assert all("_ng_environment_server" not in row for row in Artifacts(pytester.path).rows)

@@ -119,6 +119,8 @@ class Routing:
     # NeMo Gym's ``environment_routing_mode`` for flat rows, and legacy mode's ``environment_server_name``.
     mode: str = "agent"
     environment_server: str | None = None
+    # Agents given an address on the command line: their rows go to them, whatever server fronts them.
+    direct: frozenset[str] = frozenset()
 
     def _typo_hint(self, key: str) -> str:
         """A map or fan-out key no row matched that is near ``key``: the typo that left this row unrouted."""
@@ -192,8 +194,9 @@ class Routing:
 
     def _through_server(self, agent: str) -> str:
         """Where a flat row routed to ``agent`` is sent: the one environment server in front of it
-        (NeMo Gym's ``_environment_server_for_agent``), which runs it on the agent, else the agent."""
-        servers = self.pairings.in_front_of(agent)
+        (NeMo Gym's ``_environment_server_for_agent``), which runs it on the agent, else the agent;
+        the agent itself when the command line gives its address (``--rollouts-agent NAME=URL``)."""
+        servers = [] if agent in self.direct else self.pairings.in_front_of(agent)
         if len(servers) > 1:
             raise RoutingError(
                 f"agent {agent!r} is behind several environment servers ({', '.join(servers)}), and a row routed "
@@ -310,6 +313,7 @@ class AgentRegistry:
             pairings=self._head.pairings,
             mode=self._settings.environment_routing_mode,
             environment_server=self._settings.environment_server,
+            direct=frozenset(self._cli_named),
         )
 
     def _endpoint_for(self, suite: Suite, name: str, declaration: Any) -> Endpoint:
