@@ -350,3 +350,25 @@ def test_resume_without_earlier_run_is_a_fresh_run(pytester: pytest.Pytester, ag
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-resume")
     result.assert_outcomes(passed=2)
     assert os.path.exists(Artifacts(pytester.path).materialized_path)
+
+
+def test_resume_recorded_goes_on_with_the_recorded_agents_when_the_routing_changed(pytester: pytest.Pytester) -> None:
+    """The refusal's own advice: every item was skipped as "not part of the recorded set", nothing sent."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    fails = {1}
+
+    def first_try_of_task_1_fails(row: dict, seen: int) -> Reply:
+        if row["_ng_task_index"] in fails:
+            fails.clear()
+            return Reply(status=500)
+        return verifier(row, seen)
+
+    with ScriptedAgent(first_try_of_task_1_fails) as a, ScriptedAgent() as b:
+        agents = (f"--rollouts-agent=a={a.url}", f"--rollouts-agent=b={b.url}")
+        run_rollouts(pytester, "data.jsonl", *agents, "--rollouts-agent-map=_default=a")
+        moved = (*agents, "--rollouts-agent-map=_default=b", "--rollouts-resume")
+        refused = run_rollouts(pytester, "data.jsonl", *moved)
+        assert refused.ret == pytest.ExitCode.USAGE_ERROR
+        run_rollouts(pytester, "data.jsonl", *moved, "--rollouts-resume-recorded").assert_outcomes(passed=3)
+        assert a.keys()[3:] == [(1, 0)] and b.requests == []
+    assert sorted(keys(Artifacts(pytester.path).rows)) == [(0, 0), (1, 0), (2, 0)]

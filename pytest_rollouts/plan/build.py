@@ -8,6 +8,7 @@ only what they still lack. Both take tasks as the pytest items or the Python API
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,10 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
     except JsonlError as exc:
         raise PlanError(f"cannot resume: {exc}") from None
     slots = {(task.task_index, task.agent): task.slot for task in tasks}
+    # The recorded set goes on as recorded where the routing now differs too (another agent, a server
+    # in front): a task's recorded rollouts run on its one item, sent to the agent recorded.
+    items = Counter(task.task_index for task in tasks) if settings.resume_recorded else Counter()
+    only = {task.task_index: task.slot for task in tasks if items[task.task_index] == 1}
     plan = Plan([], len(tasks))
     cut = torn_tail(paths.materialized)
     if cut:
@@ -198,6 +203,8 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
     for entry, key, agent in recorded:
         plan.expected.setdefault(agent, {})[key] = entry.offset
         slot = slots.get((key[0], agent))
+        if slot is None and settings.resume_recorded:
+            slot = only.get(key[0])
         if slot is None:
             continue
         history = past.by_key.get(key)
