@@ -184,3 +184,19 @@ def test_a_legacy_row_is_checked_against_the_agent_its_server_runs_it_on(
             "'code_rs', but its dataset file belongs to resources server 'math_rs'*"
         ]
     )
+
+
+def test_a_row_naming_an_environment_server_as_its_agent_is_told_the_agent_to_name(
+    pytester: pytest.Pytester, head_server  # noqa: F811
+) -> None:
+    _, state = head_server
+    rows = tasks(1)
+    rows[0]["agent_ref"] = {"name": "episodes"}
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent() as math, ScriptedAgent() as code, ScriptedAgent() as episodes:
+        state["yaml"] = paired_config(_port(math.url), _port(code.url), _port(episodes.url))
+        result = run_against(pytester, state, "data.jsonl")
+        assert episodes.requests == [] and math.requests == []
+    result.stdout.fnmatch_lines(
+        ["*data.jsonl:1: row names environment server 'episodes' as its agent: name the agent it runs rows on*"]
+    )

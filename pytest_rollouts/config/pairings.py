@@ -37,6 +37,11 @@ class Pairings:
         source = row.get("task_source")
         for target in agents:
             runs_on = self.runs_on.get(target)
+            if runs_on is not None and named == target:
+                raise PairingError(
+                    f"row names environment server {target!r} as its agent: name the agent it runs rows on "
+                    f"({runs_on!r}), which routes the row through it"
+                )
             if runs_on is not None and named is not None and named != runs_on:
                 raise PairingError(
                     f"row names agent {named!r}, but environment server {target!r} runs its rows on agent "
