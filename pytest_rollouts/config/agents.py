@@ -19,7 +19,8 @@ from pytest_rollouts.options import OPTION
 
 if TYPE_CHECKING:
     from pytest_rollouts.config.embedded import EmbeddedServers
-    from pytest_rollouts.config.routing import AgentRegistry, Discovered, Routing
+    from pytest_rollouts.config.registry import AgentRegistry
+    from pytest_rollouts.config.routing import Discovered, Routing
     from pytest_rollouts.model.spec import ModelPlan
 
 HEAD_SERVER_TIMEOUT_S = 10.0
@@ -52,7 +53,7 @@ class Agents:
     def registry(self) -> AgentRegistry:
         """The agents this run can reach; a head server is asked once, before the first dataset is read."""
         if self._registry is None:
-            from pytest_rollouts.config.routing import AgentRegistry
+            from pytest_rollouts.config.registry import AgentRegistry
 
             discovered = None
             if self._settings.head_server is not None:
