@@ -69,8 +69,9 @@ class Agents:
                 except ValueError as exc:
                     raise AgentsError(str(exc)) from None
                 self._judge_retry_given |= JUDGE_RETRY in discovered.options
-            if self._settings.unpaired_environment_server():  # a server given alone, which the config left so
-                raise AgentsError(self._settings.unpaired_environment_server())
+            unpaired = self._settings.unpaired_environment_server()
+            if unpaired:  # a server given alone, which the head server's config did not pair with legacy
+                raise AgentsError(unpaired)
             self._registry = AgentRegistry(self._settings, discovered)
             self.discovered = discovered
         return self._registry

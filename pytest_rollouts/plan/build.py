@@ -80,6 +80,8 @@ def build_plan(
         plan = plan_resume(tasks, paths, settings, shown)
         _record_new_place(paths, manifest)
         return plan
+    # Written before the inputs (a crash between leaves a manifest naming their place, so the next run
+    # finds and moves them), and again with their digest once they are whole.
     write_manifest(paths.manifest, manifest)
     plan = materialize(tasks, paths.materialized, settings, shaping)
     write_manifest(paths.manifest, manifest.model_copy(update={"materialized_digest": rows_digest(paths.materialized)}))

@@ -187,6 +187,7 @@ def dataset_files(
     but the run's own (``own``). Each file once."""
     from pytest_rollouts.config.suite import SuiteError, find_declaration, load_suite
 
+    owns = own.owner() if own is not None else lambda path: False
     files: list[Path] = []
     for given in map(Path, paths):
         shown = os.path.relpath(given, root)
@@ -199,7 +200,7 @@ def dataset_files(
                     for f in sorted(given.rglob("*.jsonl"))
                     if (declaration := find_declaration(f.parent.resolve(), root.resolve())) is not None
                     and load_suite(declaration).selects(f.resolve(), split)
-                    and not (own is not None and own.owns(f))
+                    and not owns(f)
                 ]
             except SuiteError as exc:
                 raise DatasetError(str(exc)) from None

@@ -38,7 +38,7 @@ def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[
     if parent.session.isinitpath(file_path) or _named(parent.config, file_path):
         return DatasetFile.from_parent(parent, path=file_path)
     declaration = find_declaration(file_path.parent, parent.config.rootpath)
-    if declaration is not None and run_of().settings.paths.owns(file_path):
+    if declaration is not None and _owned(parent.config, run_of)(file_path):
         return None  # the run's own output, inside a suite whose patterns match it
     if declaration is not None:
         from pytest_rollouts.config.suite import SuiteError, load_suite
@@ -57,6 +57,16 @@ def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[
     if run is not None and run.settings.head_server is not None and _head_selects(run, file_path):
         return DatasetFile.from_parent(parent, path=file_path)
     return None
+
+
+OWNER_KEY = pytest.StashKey[Callable[[Path], bool]]()
+
+
+def _owned(config: pytest.Config, run_of: Callable[[], Any]) -> Callable[[Path], bool]:
+    """The run's own files, looked up once per collection rather than for every file met."""
+    if OWNER_KEY not in config.stash:
+        config.stash[OWNER_KEY] = run_of().settings.paths.owner()
+    return config.stash[OWNER_KEY]
 
 
 def _named(config: pytest.Config, file_path: Path) -> bool:

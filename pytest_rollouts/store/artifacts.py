@@ -174,12 +174,18 @@ class ArtifactPaths:
         hidden = self.out.parent.glob(f".{glob.escape(self.out.stem)}.replaced-*")
         return self.earlier_sets() + sorted(p for p in hidden if p.is_dir())
 
-    def owns(self, path: Path) -> bool:
-        """Whether ``path`` is one of the run's files, or in a set of earlier results moved aside: a
-        suite whose dataset patterns match it must not collect a run's own output as a dataset."""
-        path = path.resolve()
+    def owner(self) -> Callable[[Path], bool]:
+        """Whether a path is one of the run's files, or in a set of earlier results moved aside: a
+        suite whose dataset patterns match it must not collect a run's own output as a dataset.
+        The files are looked up once (the manifest read, the folders listed), for every path asked."""
         mine = {p.resolve() for p in (*self.all(), self.beside_materialized)}
-        return path in mine or any(path.is_relative_to(folder.resolve()) for folder in self.moved_aside())
+        folders = [folder.resolve() for folder in self.moved_aside()]
+
+        def owns(path: Path) -> bool:
+            path = path.resolve()
+            return path in mine or any(path.is_relative_to(folder) for folder in folders)
+
+        return owns
 
     def earlier_sets(self) -> list[Path]:
         """The folders earlier fresh runs moved their predecessors' results into."""
