@@ -211,50 +211,43 @@ def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pyte
         assert [r["_ng_task_index"] for r in agent.requests] == [0, 1, 2, 2], "only task 2 is retried"
 
 
-def test_a_reply_that_sets_collector_keys_is_refused_naming_them(pytester: pytest.Pytester) -> None:
-    """Native agents echo no stamp, and the ``_ng_*`` keys are the collector's (NeMo Gym's
-    ``_is_collector_key``): a reply that sets them is neither stored with them kept nor overwritten
-    in silence. It becomes an ``agent_run_error`` row naming the keys, with the reply as its body; an
-    agent-classified failure may set its class, terminal flag and ``_ng_no_persist``, nothing more."""
+def test_an_agent_reply_echoing_stamps_is_kept_and_its_own_failure_fields_are_honoured(
+    pytester: pytest.Pytester,
+) -> None:
+    """NeMo Gym 0.7.0 checks ``_is_collector_key`` on an environment server's episode ``result`` only
+    (``_episode_record``); an agent's ``/run`` reply that echoes the identity fields is stored with the
+    collector's stamps set over them (``result[_ng_task_index] = row[_ng_task_index]``, and so on), and a
+    reply carrying ``_ng_failure_class`` goes to the sidecar as returned, its ``_ng_failure_message`` and
+    ``_ng_failure_http_status`` included; ``skipped`` is terminal, so resume never sends it again.
+    1f82d1a refused both as ``agent_run_error`` ("the reply sets keys only the collector writes") and
+    resent them on resume."""
 
     def replies(row: dict[str, Any], seen: int) -> Reply:
         task = row["_ng_task_index"]
-        if seen:  # fixed by the time the run is resumed
-            return verifier(row, seen)
-        if task == 0:  # echoes the stamps back, as the rows it was sent carry them
-            return Reply(json={**verifier(row, seen).json, "_ng_task_index": 99, "_ng_attempt_index": 5})
-        if task == 1:  # classifies its failure, and writes a failure field of the collector's as well
-            classified = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}
-            return Reply(json={**classified, "_ng_no_persist": False, "_ng_failure_http_status": 408})
+        if task == 0:  # echoes the stamps back, wrong ones among them
+            echoed = {"_ng_task_index": 99, "_ng_rollout_index": 7, "agent_ref": {"name": "someone-else"}}
+            return Reply(json={**verifier(row, seen).json, **echoed})
+        if task == 1:  # classifies its own failure, with the collector's failure fields
+            skipped = {"_ng_failure_class": "skipped", "_ng_failure_terminal": True}
+            return Reply(json={**skipped, "_ng_failure_message": "no sandbox", "_ng_failure_http_status": 408})
         return Reply(json={**verifier(row, seen).json, "_ng_failure_class": None, "_ng_failure_terminal": False})
 
     with ScriptedAgent(replies) as agent:
         result = run(pytester, agent)
-        result.stdout.fnmatch_lines(
-            [
-                "*rollout 0: agent_run_error: the reply sets keys only the collector writes: "
-                "_ng_attempt_index, _ng_task_index: {*",
-                "*1 passed, 2 agent_run_error*",
-            ]
-        )
+        assert result.parseoutcomes() == {"passed": 2, "rollout_skipped": 1}
         artifacts = Artifacts(pytester.path)
-        [kept] = artifacts.rows
-        assert (kept["_ng_task_index"], kept["_ng_failure_class"], kept["_ng_failure_terminal"]) == (2, None, False)
-        failures = {f["_ng_task_index"]: f for f in artifacts.failures}
-        assert set(failures) == {0, 1}
-        for task, keys in ((0, "_ng_attempt_index, _ng_task_index"), (1, "_ng_failure_http_status")):
-            failure = failures[task]
-            assert set(failure) == FAILURE_KEYS
-            assert failure["_ng_failure_class"] == "agent_run_error"
-            assert failure["_ng_failure_type"] == "CollectorKeys"
-            assert failure["_ng_failure_message"] == f"the reply sets keys only the collector writes: {keys}"
-            assert (failure["_ng_failure_http_status"], failure["_ng_failure_terminal"]) == (200, False)
-            assert failure["_ng_attempt_index"] == 0
-        assert json.loads(failures[0]["_ng_failure_response_body"])["_ng_task_index"] == 99, "the reply, for the record"
-        assert len(agent.requests) == 3, "a refused reply is not retried in-run"
+        rows = {r["_ng_task_index"]: r for r in artifacts.rows}
+        assert set(rows) == {0, 2}
+        assert (rows[0]["_ng_rollout_index"], rows[0]["agent_ref"]) == (0, {"name": "default"}), "stamps win"
+        [failure] = artifacts.failures
+        assert failure["_ng_task_index"] == 1
+        assert failure["_ng_failure_class"] == "skipped"
+        assert (failure["_ng_failure_message"], failure["_ng_failure_http_status"]) == ("no sandbox", 408)
+        assert failure["_ng_failure_terminal"] is True
+        assert len(agent.requests) == 3
         again = run(pytester, agent, "--rollouts-resume")
-        again.assert_outcomes(passed=3)
-        assert [r["_ng_task_index"] for r in agent.requests[3:]] == [0, 1], "refused rollouts run again on resume"
+        assert again.parseoutcomes() == {"passed": 2, "rollout_skipped": 1}
+        assert len(agent.requests) == 3, "nothing is sent again: two results and a terminal skip"
 
 
 def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytester) -> None:

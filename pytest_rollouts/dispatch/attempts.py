@@ -23,23 +23,19 @@ from pytest_rollouts.net.retry import backoff_delay
 from pytest_rollouts.rows.episodes import episode_body, episode_reply
 from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal
 from pytest_rollouts.rows.schema import (
-    AGENT_RUN_ERROR,
     ATTEMPT_INDEX,
     CANCELLED,
     ENVIRONMENT_SERVER,
     FAILURE_MESSAGE,
     JUDGE_INVALID,
-    MAX_BODY_CHARS,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
     as_judge_invalid,
-    collector_keys_message,
     drained_row,
     failure_row,
     judged_invalid,
     persisted,
-    reply_collector_keys,
 )
 from pytest_rollouts.store.jsonl import dumps, loads
 
@@ -149,7 +145,6 @@ class Attempts:
                 tries.append(attempt)
                 await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
                 continue
-            self._refuse_collector_keys(attempt)
             if episode is not None and attempt.reply is not None:
                 attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
             try:
@@ -162,21 +157,6 @@ class Attempts:
                 outcome = self._record(rows, attempt, stamps, planned.rollout, tries)
             return outcome
         raise AssertionError("unreachable: the last try always returns")
-
-    def _refuse_collector_keys(self, attempt: Attempt) -> None:
-        """A reply that sets the collector's own ``_ng_*`` keys (a stamp echoed back, a failure
-        field of ours) is refused, as NeMo Gym's ``_is_collector_key`` refuses them: keeping its
-        values would pass them off as ours, overwriting them would hide that the agent breaks the
-        contract. It becomes an ``agent_run_error`` naming the keys, with the reply as its body, so
-        the sidecar shows what to fix, and resume sends the rollout again once it is fixed."""
-        assert attempt.reply is not None
-        keys = reply_collector_keys(attempt.reply)
-        if not keys:
-            return
-        body = self._redact.cut(dumps(attempt.reply, default=str).decode(), MAX_BODY_CHARS)
-        message = collector_keys_message(keys)
-        attempt.failure = Failure(AGENT_RUN_ERROR, "CollectorKeys", message, attempt.http_status, body)
-        attempt.reply = None
 
     def _record(
         self, rows: Rows, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]

@@ -6,9 +6,10 @@ rows the dispatcher stores (a result, a failure, a failure the agent classified)
 built here too, from the same names.
 
 Which keys are whose follows NeMo Gym's ``_is_collector_key``: the ``_ng_*`` keys (and its
-observability records) are written by rollout collection itself, so a reply that sets
-them would pass off its own values as the collector's. The only exceptions are the keys
-contracts.md gives an agent to classify its own failure.
+observability records) are written by rollout collection itself, so an environment server's
+episode ``result`` that uses them is refused. An agent's ``/run`` reply is not checked (NeMo
+Gym applies the check to episode results only): the stamps overwrite whatever it echoes, and
+its own ``_ng_failure_*`` fields classify a failure it reports.
 """
 
 from __future__ import annotations
@@ -100,23 +101,11 @@ PERF_TOKENS = {  # ng_perf key: the key of a trajectory model call's ``token_sta
 PERF_LATENCY_MS = "total_latency_ms"
 # The same token sums under the Responses API's ``usage`` names, which the metrics use for both.
 PERF_AS_USAGE = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens", "cached_prompt_tokens": "cached_tokens"}
-# The collector keys an agent may set, and only to classify its own failure (contracts.md). An agent
-# that sends the class on every reply (null on success) still returns a result.
-AGENT_FAILURE_KEYS = frozenset({FAILURE_CLASS, TERMINAL, NO_PERSIST})
 
 
 def is_collector_key(key: str) -> bool:
     """Keys rollout collection writes itself (NeMo Gym's ``_is_collector_key``)."""
     return key.startswith(COLLECTOR_PREFIX) or key in OBSERVABILITY_KEYS
-
-
-def reply_collector_keys(reply: Mapping[str, Any]) -> list[str]:
-    """The ``_ng_*`` keys an agent's ``/run`` reply sets that are the collector's, sorted.
-
-    Native agents echo no stamp (contracts.md), so one that does is not overwritten in silence:
-    its reply is refused, and the row says which keys it set.
-    """
-    return sorted(key for key in reply if key.startswith(COLLECTOR_PREFIX) and key not in AGENT_FAILURE_KEYS)
 
 
 def result_collector_keys(result: Mapping[str, Any]) -> list[str]:
@@ -129,6 +118,8 @@ def collector_keys_message(keys: Sequence[str]) -> str:
 
 
 def success_row(reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    """A result as stored: the reply with our stamps over anything of the same name it echoed (NeMo
+    Gym's collector sets them on the result the same way)."""
     return {**reply, **stamps, ELAPSED: round(elapsed, 6)}
 
 
@@ -174,8 +165,8 @@ def agent_failure_row(
 ) -> dict[str, Any]:
     """A reply the agent itself classified: stored as returned, with our stamps and defaults.
 
-    Defaults, not overrides: an environment server's failure, made a row by ``episodes.py``, brings
-    its own type, message and body (an agent's reply cannot: those keys are refused on it). A
+    Defaults, not overrides: the failure's own type, message, status and body, when the agent (or
+    an environment server's failure, made a row by ``episodes.py``) gives them, are kept. A
     ``reward`` it sent is kept: counted (``--rollouts-count-as-zero``), the failure enters the
     metrics at that reward, NeMo Gym's rule; only one without a reward is a zero.
     """
