@@ -234,7 +234,7 @@ def _read(settings: CollectionConfig, agents: Agents, root: Path) -> tuple[list[
             task.slot = len(tasks)
             tasks.append(task)
     end = RunEnd(status=OK if tasks else NO_TESTS_COLLECTED, no_task_here=bool(read.tasks) and not tasks)
-    return tasks, numbering, end, RowShaping(read.prompts.get, agents.environment_servers())
+    return tasks, numbering, end, RowShaping.of(agents, read.prompts.get)
 
 
 def _prepare(

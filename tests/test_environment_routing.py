@@ -67,7 +67,9 @@ def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_i
     ] * 3
     assert artifacts.failures[0]["agent_ref"] == {"name": "math_agent"}
     metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
-    assert [group["agent_ref"] for group in metrics] == [{"name": "legacy_env"}]
+    assert [(group["agent_ref"], group["_ng_environment_server"]) for group in metrics] == [
+        ({"name": "math_agent"}, "legacy_env")
+    ], "labelled as NeMo Gym labels an environment server's entry: the agent it binds, and the server"
 
 
 def test_legacy_mode_refuses_a_row_naming_another_agent_than_the_servers(
@@ -257,7 +259,10 @@ def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front
     pytester: pytest.Pytester, head_server  # noqa: F811
 ) -> None:
     """NeMo Gym's agent routing resolves a flat row's agent to the one environment server in front of it
-    (``_environment_server_for_agent``): the row goes there, is stamped with it, and is scored in its group."""
+    (``_environment_server_for_agent``) at dispatch: the row goes there as materialized, unstamped and
+    naming the agent (NeMo Gym stamps ``_ng_environment_server`` on materialized rows only in legacy and
+    taskset modes, and its resume looks a stamp up in its own config), its result and failure rows are
+    stamped with the server, and it is scored in the server's group."""
     _, state = head_server
     rows = tasks(3)
     rows[0]["agent_ref"] = {"name": "math_agent"}
@@ -267,9 +272,10 @@ def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front
         state["yaml"] = config(_port(agent.url), _port(server.url))
         run_rollouts(pytester, "data.jsonl", *args, "--rollouts-repeats=math_agent=2")
         assert agent.requests == [] and len(server.requests) == 6
-        assert {(r["_ng_environment_server"], r["agent_ref"]["name"]) for r in server.requests} == {
-            ("legacy_env", "math_agent")
+        assert {(r.get("_ng_environment_server"), r["agent_ref"]["name"]) for r in server.requests} == {
+            (None, "math_agent")
         }
+        assert not any("_ng_environment_server" in r for r in Artifacts(pytester.path).materialized)
         run_rollouts(pytester, "data.jsonl", *args, "--rollouts-repeats=math_agent=2", "--rollouts-resume")
         assert agent.requests == [] and server.keys()[6:] == [(2, 0), (2, 1)]
     artifacts = Artifacts(pytester.path)
@@ -279,7 +285,9 @@ def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front
     }
     assert artifacts.failures[0]["_ng_environment_server"] == "legacy_env"
     metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
-    assert [group["agent_ref"] for group in metrics] == [{"name": "legacy_env"}]
+    assert [(group["agent_ref"], group["_ng_environment_server"]) for group in metrics] == [
+        ({"name": "math_agent"}, "legacy_env")
+    ], "labelled as NeMo Gym labels an environment server's entry: the agent it binds, and the server"
 
 
 def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_agent(

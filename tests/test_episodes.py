@@ -115,7 +115,7 @@ def test_episode_rows_keep_their_server_as_identity_on_resume(pytester: pytest.P
         # The first run's three requests are concurrent (any arrival order); the resume re-runs q2 only.
         assert sorted(sent[:3]) == ["q0", "q1", "q2"] and sent[3:] == ["q2"], sent
     entries = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
-    assert [e["agent_ref"]["name"] for e in entries] == ["env"]
+    assert [(e["agent_ref"]["name"], e["_ng_environment_server"]) for e in entries] == [("env", "env")]
 
 
 def test_run_level_params_and_seeds_stay_off_episode_rows_and_only_true_is_terminal(

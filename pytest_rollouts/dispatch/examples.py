@@ -18,7 +18,7 @@ from pytest_rollouts.dispatch.attempts import PlannedAttempt
 from pytest_rollouts.dispatch.inprocess import Completions, LocalDispatch
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
-from pytest_rollouts.rows.records import routing_identity
+from pytest_rollouts.rows.records import metrics_group
 from pytest_rollouts.rows.schema import ATTEMPT_INDEX, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.store.jsonl import dumps
 
@@ -107,7 +107,7 @@ class ExampleRun:
             )
         episode = taskset_of(row) is not None
         via_server = not episode and (bool(row.get(ENVIRONMENT_SERVER)) or self._server is not None)
-        agent = self._unstamped(row, via_server) or routing_identity(row)
+        agent = self._unstamped(row, via_server) or metrics_group(row)
         if not agent:
             raise ValueError(
                 f"{WHERE}: row {position} names no agent (agent_ref.name, or {ENVIRONMENT_SERVER} on an episode row)"

@@ -19,13 +19,14 @@ from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
-from pytest_rollouts.rows.records import RolloutOutcome, routing_identity
+from pytest_rollouts.rows.records import RolloutOutcome, metrics_group
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, rows_digest, torn_tail
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
 
 if TYPE_CHECKING:
+    from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.rows.prompts import PromptTemplate
 
 
@@ -55,12 +56,36 @@ PromptFor = Callable[[Path], "PromptTemplate | None"]
 class RowShaping:
     """What makes a dataset row its request besides the run's options: its file's prompt template,
     and the environment servers flat rows go through (``Agents.environment_servers``). A flat row
-    routed to one is stamped ``_ng_environment_server`` with it, and with the agent it runs rows on
-    (its ``agent_server``, when known) as ``agent_ref``, as NeMo Gym's
-    ``_stamp_environment_server_agent_refs`` does: results and metrics keep the agent they ran on."""
+    routed to one names the agent the server runs rows on (its ``agent_server``, when known) as
+    ``agent_ref``, as NeMo Gym's ``_stamp_environment_server_agent_refs`` does: results and metrics
+    keep the agent they ran on. Legacy routing (``stamp``) also stamps it ``_ng_environment_server``;
+    agent routing does not, as NeMo Gym does not: its resume looks a stamp up in its own config."""
 
     prompt_for: PromptFor | None = None
     servers: Mapping[str, str | None] = field(default_factory=dict)
+    stamp: bool = False
+
+    @classmethod
+    def of(cls, agents: Agents, prompt_for: PromptFor | None) -> RowShaping:
+        return cls(prompt_for, agents.environment_servers(), agents.settings.environment_routing_mode == "legacy")
+
+    def via_server(self, task: PlannedTask) -> bool:
+        """Whether ``task``'s rows are flat rows sent through an environment server."""
+        return not task.episode and task.agent in self.servers
+
+
+def fronted_by(tasks: Sequence[PlannedTask], shaping: RowShaping) -> dict[str, str]:
+    """Each agent whose rows this run sends, unstamped, through the environment server in front of
+    it, to that server (agent routing): the group an unstamped row of it is scored under
+    (``records.metrics_group``), and recorded in the manifest for readers without the config."""
+    if shaping.stamp:
+        return {}
+    found: dict[str, str] = {}
+    for task in tasks:
+        agent = shaping.servers.get(task.agent) if shaping.via_server(task) else None
+        if agent is not None:
+            found[agent] = task.agent
+    return found
 
 
 def build_plan(
@@ -77,14 +102,15 @@ def build_plan(
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
     and materialized inputs (``ArtifactError`` when they cannot be written)."""
     if resuming:
-        plan = plan_resume(tasks, paths, settings, shown)
+        plan = plan_resume(tasks, paths, settings, shown, shaping)
         _record_new_place(paths, manifest)
         return plan
     # Written before the inputs (a crash between leaves a manifest naming their place, so the next run
     # finds and moves them), and again with their digest once they are whole.
     write_manifest(paths.manifest, manifest)
     plan = materialize(tasks, paths.materialized, settings, shaping)
-    write_manifest(paths.manifest, manifest.model_copy(update={"materialized_digest": rows_digest(paths.materialized)}))
+    done = {"materialized_digest": rows_digest(paths.materialized), "fronted_by": fronted_by(tasks, shaping)}
+    write_manifest(paths.manifest, manifest.model_copy(update=done))
     return plan
 
 
@@ -121,7 +147,7 @@ def materialize(
                 prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
                 if prompt is not None:
                     row = prompt.apply(row)
-            via_server = not task.episode and task.agent in shaping.servers
+            via_server = shaping.via_server(task)
             materialized = materialize_row(
                 row,
                 task_index=task.task_index,
@@ -132,10 +158,11 @@ def materialize(
                 episode=task.episode,
                 via_server=via_server,
                 server_agent=shaping.servers.get(task.agent),
+                stamp_server=shaping.stamp,
             )
             line = dumps(materialized)
             out.write(line + b"\n")
-            expected.setdefault(routing_identity(materialized), {})[(task.task_index, rollout_index)] = offset
+            expected.setdefault(task.agent, {})[(task.task_index, rollout_index)] = offset
             rollouts.append(
                 PlannedRollout(
                     task.slot,
@@ -170,20 +197,30 @@ def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str) -> None:
         )
 
 
-def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Settings, shown: str) -> Plan:
+def plan_resume(
+    tasks: Sequence[PlannedTask],
+    paths: ArtifactPaths,
+    settings: Settings,
+    shown: str,
+    shaping: RowShaping = RowShaping(),
+) -> Plan:
     """Re-run what the recorded materialized set still lacks; settle the rest from disk.
 
-    ``shown``: the materialized inputs as the user should read their path.
+    ``shown``: the materialized inputs as the user should read their path. A recorded row finds its
+    item by its task and the name it is sent to (``records.metrics_group``): a row NeMo Gym's collector
+    materialized under agent routing names its agent and no server, as this run's rows do now; a row
+    of an earlier run of ours may carry the server's stamp. Either finds the item sent through it.
     """
     try:
         past = histories(read_rows(paths.out), read_rows(paths.failures))
     except JsonlError as exc:
         raise PlanError(f"cannot resume: {exc}") from None
-    slots = {(task.task_index, task.agent): task.slot for task in tasks}
+    slots = {(task.task_index, task.agent): task for task in tasks}
+    front = fronted_by(tasks, shaping)
     # The recorded set goes on as recorded where the routing now differs too (another agent, a server
     # in front): a task's recorded rollouts run on its one item, sent to the agent recorded.
     items = Counter(task.task_index for task in tasks) if settings.resume_recorded else Counter()
-    only = {task.task_index: task.slot for task in tasks if items[task.task_index] == 1}
+    only = {task.task_index: task for task in tasks if items[task.task_index] == 1}
     plan = Plan([], len(tasks))
     cut = torn_tail(paths.materialized)
     if cut:
@@ -196,7 +233,7 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
     _check_fingerprint(paths, shown, settings.source_of("materialized"))
     try:
         recorded = [
-            (entry, key_of(entry.row), routing_identity(entry.row)) for entry in artifact_rows(paths.materialized)
+            (entry, key_of(entry.row), metrics_group(entry.row, front)) for entry in artifact_rows(paths.materialized)
         ]
     except JsonlError as exc:
         raise PlanError(f"cannot resume: {exc}") from None
@@ -204,11 +241,12 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
         raise PlanError(f"cannot resume: a row of {paths.materialized} lacks its stamps ({exc!r})") from None
     for entry, key, agent in recorded:
         plan.expected.setdefault(agent, {})[key] = entry.offset
-        slot = slots.get((key[0], agent))
-        if slot is None and settings.resume_recorded:
-            slot = only.get(key[0])
-        if slot is None:
+        task = slots.get((key[0], agent))
+        if task is None and settings.resume_recorded:
+            task = only.get(key[0])
+        if task is None:
             continue
+        slot = task.slot
         history = past.by_key.get(key)
         verdict = decide(
             history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
@@ -225,7 +263,7 @@ def plan_resume(tasks: Sequence[PlannedTask], paths: ArtifactPaths, settings: Se
                     entry.size,
                     first_attempt=history.failures if history else 0,
                     episode=episode,
-                    via_server=not episode and ENVIRONMENT_SERVER in entry.row,
+                    via_server=not episode and (ENVIRONMENT_SERVER in entry.row or agent in shaping.servers),
                 )
             )
         else:

@@ -144,7 +144,7 @@ class SessionPlan:
             tell_start(self._config, self.run_start, paths.out)
         assert self._manifest is not None
         shown = self.shown(paths.materialized)
-        shaping = RowShaping(prompt_for, self._agents().environment_servers())
+        shaping = RowShaping.of(self._agents(), prompt_for)
         try:
             return build_plan(
                 selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, shaping=shaping

@@ -25,7 +25,8 @@ from pytest_rollouts.report.rollouts import (
     task_fields,
     verifier_fields,
 )
-from pytest_rollouts.rows.records import NO_REWARD, is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.manifest import recorded_fronted_by
+from pytest_rollouts.rows.records import NO_REWARD, is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ELAPSED, FAILURE_CLASS
 from pytest_rollouts.scoring.accounting import MASKED, NO_ROW
@@ -83,12 +84,13 @@ def gather(out: Path) -> RunData:
     rollouts: list[Rollout] = []
     tasks: dict[int, Task] = {}
     where: dict[tuple[int, int], int] = {}
+    front = recorded_fronted_by(paths.manifest)
     for row in read_rows(paths.materialized):
         key = key_of(row)
         if key in where:
             continue
         where[key] = len(rollouts)
-        rollouts.append(Rollout(key[0], key[1], routing_identity(row)))
+        rollouts.append(Rollout(key[0], key[1], metrics_group(row, front)))
         if key[0] not in tasks:
             tasks[key[0]] = Task(prompt_of(row), task_fields(row), _label(row, key[0]))
     for row in read_rows(paths.failures):

@@ -15,10 +15,12 @@ from typing import Any
 import orjson
 
 from pytest_rollouts.rows.records import NO_REWARD
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
 from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.metrics_file import group_name
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -27,7 +29,9 @@ from pytest_rollouts.store.jsonl import JsonlError
 
 # Metrics entries' keys the report leaves out: per-task entries (the table has the rollouts) and
 # what it shows from elsewhere.
-LEFT_OUT = frozenset({"agent_ref", "group_level_metrics", "coverage", "metrics_source", "metrics_note"})
+LEFT_OUT = frozenset(
+    {"agent_ref", ENVIRONMENT_SERVER, "group_level_metrics", "coverage", "metrics_source", "metrics_note"}
+)
 
 
 def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tuple[RunScore, Verdict]:
@@ -55,7 +59,7 @@ def _from_metrics_file(paths: ArtifactPaths) -> RunScore | None:
         if coverage is None:
             return None
         metrics = {k: v for k, v in entry.items() if k not in LEFT_OUT}
-        name = str((entry.get("agent_ref") or {}).get("name", ""))
+        name = group_name(entry)
         source, note = str(entry.get("metrics_source", "file")), str(entry.get("metrics_note", ""))
         groups.append(GroupScore(name, coverage, metrics, source, note))
         total += coverage

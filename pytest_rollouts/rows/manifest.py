@@ -49,6 +49,9 @@ class RunManifest(BaseModel):
     materialized: str | None = None
     # The materialized rows' digest once written (``rows_digest``): a resume refuses another run's file there.
     materialized_digest: str | None = None
+    # Agent to the environment server its unstamped rows went through (agent routing, ``plan.build.fronted_by``):
+    # readers of the files alone group those rows under the server, as the run scored them.
+    fronted_by: dict[str, str] = {}
 
     def entry(self, path: str) -> DatasetEntry | None:
         return next((d for d in self.datasets if d.path == path), None)
@@ -101,6 +104,17 @@ def read_manifest(path: Path) -> RunManifest | None:
         raise ManifestError(
             f"{path}: not a run manifest ({exc.error_count()} errors: {exc.errors()[0]['msg']})"
         ) from None
+
+
+def recorded_fronted_by(path: Path) -> dict[str, str]:
+    """The manifest's ``fronted_by`` for readers of a run's files; empty without a readable manifest
+    (a run of NeMo Gym's collector, whose rows then group by their agent): resume and the merge are
+    where a damaged manifest is refused."""
+    try:
+        recorded = read_manifest(path)
+    except ManifestError:
+        return {}
+    return recorded.fronted_by if recorded is not None else {}
 
 
 def write_manifest(path: Path, manifest: RunManifest) -> None:

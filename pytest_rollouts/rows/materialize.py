@@ -25,14 +25,17 @@ def materialize_row(
     episode: bool = False,
     via_server: bool = False,
     server_agent: str | None = None,
+    stamp_server: bool = True,
 ) -> dict[str, Any]:
     """One rollout's request body: the row, run-level overrides, the seed and the stamps.
 
     An episode row names no agent: it is stamped with the environment server it runs on, and
     takes no run-level ``responses_create_params`` or seed (its request carries neither).
-    ``via_server``: a flat row sent through the environment server ``agent``: stamped with it too,
-    its ``agent_ref`` naming ``server_agent``, the agent the server runs it on, when that is known
-    (the routing checked that a row naming an agent names that one), else kept as it is.
+    ``via_server``: a flat row sent through the environment server ``agent``, its ``agent_ref``
+    naming ``server_agent``, the agent the server runs it on, when that is known (the routing checked
+    that a row naming an agent names that one), else kept as it is. It is stamped with the server
+    when ``stamp_server`` (legacy routing, as NeMo Gym's ``_environment_server_for_config_row``);
+    routed by its agent it is not: NeMo Gym picks the server at dispatch and stamps only the result.
     ``agent`` None leaves the row's routing as it is, for the run to resolve.
     """
     out = dict(row)
@@ -44,7 +47,8 @@ def materialize_row(
         out[CREATE_PARAMS] = params
     named = agent
     if (episode or via_server) and agent is not None:
-        out[ENVIRONMENT_SERVER] = agent
+        if episode or stamp_server:
+            out[ENVIRONMENT_SERVER] = agent
         named = server_agent if via_server else None
     if named is not None:
         ref = out.get("agent_ref")

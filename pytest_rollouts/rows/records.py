@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL, agent_class
+
+EMPTY: Mapping[str, str] = MappingProxyType({})
 
 # A result whose reply carried no numeric reward: kept in the output as the agent sent it, but
 # no score. It is an outcome of its own (an item's status word, the tallies, the coverage), not a
@@ -20,16 +23,21 @@ from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMI
 NO_REWARD = "no_reward"
 
 
-def routing_identity(row: Mapping[str, Any]) -> str:
-    """The agent a rollout ran on or, for an episode row (which names none), its environment server.
+def metrics_group(row: Mapping[str, Any], fronted_by: Mapping[str, str] = EMPTY) -> str:
+    """The name a rollout is sent to and scored under (NeMo Gym's ``_metrics_group``): the environment
+    server stamped on its row, else the one ``fronted_by`` puts in front of its agent, else its agent.
 
-    A materialized row, its result and its sidecar row all carry the same one.
+    A flat row routed by its agent is materialized unstamped, naming the agent, as NeMo Gym writes it
+    (whose resume looks a stamp up in its own config); its result is stamped with the server it went
+    through. ``fronted_by`` (``plan.build.fronted_by``, recorded in the run's manifest) puts both in one
+    group. An episode row names no agent: its stamp is what ran it, whatever ``agent_ref`` it carries.
     """
     server = row.get(ENVIRONMENT_SERVER)
-    if server:  # an episode row may still carry its dataset's agent_ref: the stamp is what ran it
+    if server:
         return str(server)
     ref = row.get("agent_ref")
-    return str(ref["name"]) if isinstance(ref, Mapping) and ref.get("name") else ""
+    name = str(ref["name"]) if isinstance(ref, Mapping) and ref.get("name") else ""
+    return fronted_by.get(name, name)
 
 
 @dataclass(slots=True)

@@ -13,32 +13,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.rows.records import reward_of
+from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object
+from pytest_rollouts.scoring.masking import MASKING, masking_metrics
 from pytest_rollouts.scoring.metrics import (
     MetricRow,
     compute_default_metrics,
     numeric_fields,
     token_rates,
 )
-from pytest_rollouts.scoring.metrics_file import write_metrics_file
+from pytest_rollouts.scoring.metrics_file import group_label, write_metrics_file
+from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
 from pytest_rollouts.scoring.run_statistics import (
     DEFAULT_STATISTICS,
     STATISTICS,
     StatisticsOptions,
-    group_statistics,
     TaskLabels,
+    group_statistics,
     task_labels,
 )
-from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
 from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest
-from pytest_rollouts.scoring.masking import MASKING, masking_metrics
 from pytest_rollouts.scoring.usage import usage_summary
-from pytest_rollouts.rows.records import reward_of
-from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.rows.resume import key_of
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.compare_runs import RunComparison
@@ -54,6 +54,8 @@ class GroupScore:
     metrics: dict[str, Any] = field(default_factory=dict)
     source: str = "none"
     note: str = ""
+    # Its metrics entry's names (``metrics_file.group_label``); empty: its agent alone.
+    label: dict[str, Any] = field(default_factory=dict)
 
     @property
     def mean_reward(self) -> float | None:
@@ -142,6 +144,7 @@ def score_run(
         scores.append(score)
         if not write_metrics:
             continue
+        score.label = samples.label(name, group.expected)
         added = _added_rows(paths, group, accounting.counted, accounting.imputed, latest)
         url = agent_url(name)
         if url is not None:
@@ -227,6 +230,11 @@ class _Samples:
             if key[0] not in first or key < first[key[0]]:
                 first[key[0]] = key
         return lambda task: self._read(expected[first[task]], first[task]) if task in first else None
+
+    def label(self, group: str, expected: Mapping[Key, int]) -> dict[str, Any]:
+        """The group's metrics entry names, read off one of its materialized rows."""
+        key = next(iter(expected), None)
+        return group_label(group, self._read(expected[key], key)) if key is not None else {}
 
     def _read(self, offset: int, key: Key) -> dict[str, Any]:
         """The materialized row of ``key``, where the run wrote it; ``JsonlError`` when another row

@@ -6,12 +6,14 @@ written, never held whole, and the file replaces the old one only once it is com
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.scoring.metrics import TaskEntries
 from pytest_rollouts.store.jsonl import dumps, replaced_atomically
 
@@ -25,7 +27,7 @@ def write_metrics_file(path: Path, scores: Sequence[GroupScore], split: str | No
     must never be read as one."""
     entries = [
         {
-            "agent_ref": {"name": s.agent},
+            **(s.label or {"agent_ref": {"name": s.agent}}),
             **({"split": split} if split is not None else {}),
             **s.metrics,
             "coverage": s.coverage.as_dict(),
@@ -38,6 +40,25 @@ def write_metrics_file(path: Path, scores: Sequence[GroupScore], split: str | No
         for chunk in _metrics_chunks(entries):
             out.write(chunk)
     return path
+
+
+def group_label(group: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A metrics entry's names, as NeMo Gym labels its entries: the agent the group's rows ran on as
+    ``agent_ref``, and ``_ng_environment_server`` for a group of rows sent through one (``group``
+    itself, where ``row``, one of its materialized rows, names another agent or carries its stamp). An
+    episode row's ``agent_ref`` (one its dataset gave it) names no agent it ran on."""
+    ref = row.get("agent_ref") if taskset_of(row) is None else None
+    agent = ref.get("name") if isinstance(ref, Mapping) else None
+    agent = agent if isinstance(agent, str) and agent else None
+    server = row.get(ENVIRONMENT_SERVER) or (group if agent is not None and agent != group else None)
+    return {"agent_ref": {"name": agent or group}, **({ENVIRONMENT_SERVER: server} if server else {})}
+
+
+def group_name(entry: Mapping[str, Any]) -> str:
+    """The group a metrics entry (ours or NeMo Gym's) scores: its environment server, else its agent."""
+    server = entry.get(ENVIRONMENT_SERVER)
+    ref = entry.get("agent_ref")
+    return str(server) if server else str((ref if isinstance(ref, Mapping) else {}).get("name", ""))
 
 
 def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:

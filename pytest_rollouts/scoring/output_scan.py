@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.manifest import recorded_fronted_by
+from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.accounting import Key
 from pytest_rollouts.scoring.metrics import MetricRow, numeric_fields
@@ -67,8 +68,9 @@ class OutputScan:
     @classmethod
     def of_files(cls, paths: ArtifactPaths) -> OutputScan:
         expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
+        front = recorded_fronted_by(paths.manifest)
         for _, offset, _, row in artifact_rows(paths.materialized):
-            expected[routing_identity(row)][key_of(row)] = offset
+            expected[metrics_group(row, front)][key_of(row)] = offset
         return cls(paths.out, expected)
 
     def advance(self, budget: int | None = None) -> bool:

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest
-from pytest_rollouts.rows.records import is_masked, reward_of, routing_identity
+from pytest_rollouts.rows.manifest import ManifestError, read_manifest, recorded_fronted_by
+from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import TASK_ID
 from pytest_rollouts.scoring.paired import TaskRewards
@@ -51,9 +51,10 @@ def read_run(out: Path) -> RunTasks:
     expected: defaultdict[tuple[str, int], int] = defaultdict(int)
     group_of: dict[tuple[int, int], str] = {}
     by_id = True
+    front = recorded_fronted_by(paths.manifest)
     for row in read_rows(paths.materialized):
         key = key_of(row)
-        group = routing_identity(row)
+        group = metrics_group(row, front)
         group_of[key] = group
         expected[group, key[0]] += 1
         name = next((row[f] for f in TASK_ID_FIELDS if row.get(f) is not None), None)
