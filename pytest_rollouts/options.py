@@ -408,8 +408,8 @@ OPTIONS: tuple[Option, ...] = (
         "agent|legacy|taskset",
         default="agent",
         details="NeMo Gym's `environment_routing_mode`. A row sent to an environment server is stamped "
-        "`_ng_environment_server`, in the materialized inputs, its failures and its result, and scored in that "
-        "server's group. See docs/datasets-and-agents.md#environment-routing-modes.",
+        "`_ng_environment_server` in its result and failures (under legacy also in the materialized inputs, as "
+        "NeMo Gym does) and scored in that server's group. See docs/datasets-and-agents.md#environment-routing-modes.",
     ),
     Option(
         "environment_server",

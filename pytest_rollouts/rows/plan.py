@@ -38,5 +38,5 @@ class Plan:
     rollouts: list[PlannedRollout]
     slots: int
     prior: dict[int, list[RolloutOutcome]] = field(default_factory=dict)
-    # Every materialized row by routing identity and key, and its offset: what scoring counts against.
+    # Every materialized row by its group (``records.metrics_group``) and key, and its offset: what scoring counts against.
     expected: dict[str, dict[Key, int]] = field(default_factory=dict)
