@@ -43,6 +43,7 @@ from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
+from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
@@ -154,6 +155,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
                 settings,
                 agent_url=lambda name: _metrics_url(agents, name),
                 perf_summary=perf,
+                outputs=OutputScan(paths.out, prepared.plan.expected),
                 drained=frozenset(dispatched.drained),
             )
         except JsonlError as exc:

@@ -126,6 +126,41 @@ def test_we_resume_nemo_gyms_partial_run_sending_exactly_what_it_lacks(
     assert sorted(map(key, ours["_failures"])) == sorted(map(key, complete["_failures"]))
 
 
+def test_the_python_api_resumes_nemo_gyms_partial_run_too(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    head_server,  # noqa: F811
+) -> None:
+    """``run`` plans a resume as the plugin does (``plan.build``): the same rollouts, the same end."""
+    from pytest_rollouts import CollectionConfig, CollectionWarning, run
+
+    _, state = head_server
+    monkeypatch.chdir(tmp_path)
+    copy_run("partial", tmp_path / "out")
+    shutil.copy(GOLDEN / "data.jsonl", tmp_path / "data.jsonl")
+    partial = artifacts("partial")
+    missing = sorted({key(row) for row in partial["_materialized_inputs"]} - {key(row) for row in partial[""]})
+    with ScriptedAgent(replaying()) as replay:
+        state["yaml"] = stack_config(_port(replay.url))
+        config = CollectionConfig(
+            input="data.jsonl",
+            out=OUT,
+            head_server=state["address"],
+            agent_map={"_default": AGENT},
+            repeats=2,
+            repeats_add_seed=True,
+            resume=True,
+        )
+        with pytest.warns(CollectionWarning, match="no run manifest next to out/rollouts.jsonl"):
+            result = run(config)
+        assert sorted(replay.keys()) == missing
+    [group] = result.score.groups
+    assert (group.agent, group.coverage.completed, group.coverage.failed) == (ENVIRONMENT_SERVER, 40, 2), (
+        "scored in the server's group, as the plugin scores it"
+    )
+    assert rewards(artifacts(tmp_path / "out")[""]) == rewards(artifacts("agent")[""])
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_our_partial_run_carries_what_nemo_gyms_resume_reads(
     pytester: pytest.Pytester,

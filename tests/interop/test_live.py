@@ -45,9 +45,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         pytest.skip(f"no NeMo Gym stack scripts at {SCRIPTS} (set NG_SCRIPTS)")
     if not (NG_HOME / "venv" / "bin" / "gym").exists():
         pytest.skip(f"NeMo Gym 0.7.0 is not installed in {NG_HOME}/venv: run {SCRIPTS}/install.sh")
-    started = subprocess.run(
-        [str(SCRIPTS / "start_stack.sh")], capture_output=True, text=True, timeout=300, env=_env()
-    )
+    started = subprocess.run([str(SCRIPTS / "start_stack.sh")], capture_output=True, text=True, timeout=300, env=_env())
     assert started.returncode == 0, started.stderr[-2000:]
     found = dict(line.split("=", 1) for line in started.stdout.splitlines() if "=" in line)
     data = tmp_path_factory.mktemp("data") / "arith.jsonl"
