@@ -134,6 +134,9 @@ def check(shards: list[Shard]) -> tuple[RunManifest | None, list[str]]:
             for difference in differences(merged, _unsharded(other.manifest)):
                 problems.append(f"{other.name} is not from the same run as {first.name}: {difference}")
         problems += _shard_ids(with_manifest)
+        # Each shard records the servers its own tasks went through: the merged run went through them all.
+        fronted = {a: server for s in with_manifest if s.manifest for a, server in s.manifest.fronted_by.items()}
+        merged = merged.model_copy(update={"fronted_by": fronted})
     keys_by_shard = {s.name: _materialized_keys(s.paths.materialized) for s in shards}
     owners: dict[Key, list[str]] = defaultdict(list)
     for name, keys in keys_by_shard.items():

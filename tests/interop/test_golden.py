@@ -8,6 +8,8 @@ data and config go through our collector and are compared with what NeMo Gym's w
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +161,46 @@ def test_the_python_api_resumes_nemo_gyms_partial_run_too(
         "scored in the server's group, as the plugin scores it"
     )
     assert rewards(artifacts(tmp_path / "out")[""]) == rewards(artifacts("agent")[""])
+
+
+def test_shards_through_the_head_server_merge_into_nemo_gyms_groups(
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
+) -> None:
+    """Agent-routed rows are materialized unstamped; each shard's manifest records which server fronted
+    their agent (``fronted_by``), so ``aggregate``, which reads the files alone, scores and labels the
+    merged run in the server's group as the run itself did, and as NeMo Gym's ``_metrics_group`` does."""
+    _, state = head_server
+    with ScriptedAgent(replaying()) as replay:
+        for shard in ("0/2", "1/2"):
+            _run(pytester, state, replay, f"--rollouts-shard={shard}", "--rollouts-no-aggregate")
+            (pytester.path / OUT).rename(pytester.path / f"out/shard-{shard[0]}.jsonl")
+            for suffix in ("_failures", "_materialized_inputs", "_run_manifest"):
+                ending = ".json" if suffix == "_run_manifest" else ".jsonl"
+                (pytester.path / f"out/rollouts{suffix}{ending}").rename(
+                    pytester.path / f"out/shard-{shard[0]}{suffix}{ending}"
+                )
+    merged = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_rollouts",
+            "aggregate",
+            "--input",
+            "out/shard-*.jsonl",
+            "--out",
+            "merged/r.jsonl",
+        ],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert f"{ENVIRONMENT_SERVER}: mean reward" in merged.stdout
+    [entry] = orjson.loads((pytester.path / "merged" / "r_aggregate_metrics.json").read_bytes())
+    assert (entry["agent_ref"], entry["_ng_environment_server"]) == ({"name": AGENT}, ENVIRONMENT_SERVER)
+    assert entry["coverage"]["expected"] == 42
 
 
 @pytest.mark.parametrize("mode", MODES)
