@@ -25,7 +25,7 @@ REPLIES = {
     1: Reply(status=500, json={"detail": "boom"}),
     2: Reply(json={"_ng_failure_class": "judge_invalid", "failure_reason": "unparseable", "reward": 0.0}),
     3: Reply(json={"_ng_failure_class": "timeout_exceeded", "_ng_no_persist": True}),
-    4: Reply(json={"reward": 1.0, "_ng_task_index": 9}),  # a collector key: refused
+    4: Reply(json={"reward": 1.0, "_ng_task_index": 9}),  # an echoed stamp: ours is written over it
     5: Reply(raw=b"not json"),
 }
 
@@ -73,7 +73,8 @@ def test_rows_are_the_bytes_the_dispatcher_process_writes(tmp_path: Path) -> Non
     for name in ("r.jsonl", "f.jsonl"):
         assert normalized(local / name) == normalized(engine / name), name
     # A result per success, a failure row per failure but the one the agent marked written nowhere.
-    assert len(read_rows(local / "r.jsonl")) == 3 and len(read_rows(local / "f.jsonl")) == 4
+    assert len(read_rows(local / "r.jsonl")) == 4 and len(read_rows(local / "f.jsonl")) == 3
+    assert {row["_ng_task_index"] for row in read_rows(local / "r.jsonl")} == {0, 4, 6, 7}, "task 4 under its own index"
     assert result.stopped == "" and result.drained == []
     assert sorted(result.outcomes) == [(i, 0) for i in range(len(rows))]
     for slot, [outcome] in by_engine.items():
