@@ -25,7 +25,7 @@ from pytest_rollouts.report.rollouts import (
     task_fields,
     verifier_fields,
 )
-from pytest_rollouts.rows.manifest import recorded_fronted_by
+from pytest_rollouts.rows.fronting import recorded_fronted_by
 from pytest_rollouts.rows.records import NO_REWARD, is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ELAPSED, FAILURE_CLASS
@@ -84,7 +84,7 @@ def gather(out: Path) -> RunData:
     rollouts: list[Rollout] = []
     tasks: dict[int, Task] = {}
     where: dict[tuple[int, int], int] = {}
-    front = recorded_fronted_by(paths.manifest)
+    front = recorded_fronted_by(paths)
     for row in read_rows(paths.materialized):
         key = key_of(row)
         if key in where:

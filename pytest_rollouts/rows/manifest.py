@@ -106,17 +106,6 @@ def read_manifest(path: Path) -> RunManifest | None:
         ) from None
 
 
-def recorded_fronted_by(path: Path) -> dict[str, str]:
-    """The manifest's ``fronted_by`` for readers of a run's files; empty without a readable manifest
-    (a run of NeMo Gym's collector, whose rows then group by their agent): resume and the merge are
-    where a damaged manifest is refused."""
-    try:
-        recorded = read_manifest(path)
-    except ManifestError:
-        return {}
-    return recorded.fronted_by if recorded is not None else {}
-
-
 def write_manifest(path: Path, manifest: RunManifest) -> None:
     with replaced_atomically(path) as out:
         out.write((manifest.model_dump_json(indent=2) + "\n").encode())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_rollouts.rows.manifest import recorded_fronted_by
+from pytest_rollouts.rows.fronting import recorded_fronted_by
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.accounting import Key
@@ -68,7 +68,7 @@ class OutputScan:
     @classmethod
     def of_files(cls, paths: ArtifactPaths) -> OutputScan:
         expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
-        front = recorded_fronted_by(paths.manifest)
+        front = recorded_fronted_by(paths)
         for _, offset, _, row in artifact_rows(paths.materialized):
             expected[metrics_group(row, front)][key_of(row)] = offset
         return cls(paths.out, expected)

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest, recorded_fronted_by
+from pytest_rollouts.rows.fronting import recorded_fronted_by
+from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import TASK_ID
@@ -51,7 +52,7 @@ def read_run(out: Path) -> RunTasks:
     expected: defaultdict[tuple[str, int], int] = defaultdict(int)
     group_of: dict[tuple[int, int], str] = {}
     by_id = True
-    front = recorded_fronted_by(paths.manifest)
+    front = recorded_fronted_by(paths)
     for row in read_rows(paths.materialized):
         key = key_of(row)
         group = metrics_group(row, front)

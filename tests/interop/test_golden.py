@@ -128,6 +128,55 @@ def test_we_resume_nemo_gyms_partial_run_sending_exactly_what_it_lacks(
     assert sorted(map(key, ours["_failures"])) == sorted(map(key, complete["_failures"]))
 
 
+def test_an_xdist_resume_of_nemo_gyms_run_scores_it_in_the_servers_group(
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
+) -> None:
+    """Under ``-n 2`` the controller scores from the files alone. NeMo Gym's run has no manifest of ours
+    to say which server fronted the agent, but each of its stored rows names both (``agent_ref`` and
+    ``_ng_environment_server``), as its ``_call_aggregate_metrics`` reads them: the run is scored and
+    labelled in the server's group, as in one process (it was the agent's, the label without the server)."""
+    _, state = head_server
+    copy_run("partial", pytester.path / "out")
+    with ScriptedAgent(replaying()) as replay:
+        state["yaml"] = stack_config(_port(replay.url))
+        shutil.copy(GOLDEN / "data.jsonl", pytester.path / "data.jsonl")
+        result = pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "data.jsonl",
+            f"--rollouts-head-server={state['address']}",
+            *SAME_RUN,
+            f"--rollouts-out={OUT}",
+            "--rollouts-resume",
+        )
+    result.stdout.fnmatch_lines([f"{ENVIRONMENT_SERVER}: mean reward 0.6750 * over 40 rollouts*"])
+    [entry] = orjson.loads((pytester.path / "out" / "rollouts_aggregate_metrics.json").read_bytes())
+    assert (entry["agent_ref"], entry["_ng_environment_server"]) == ({"name": AGENT}, ENVIRONMENT_SERVER)
+
+
+def test_aggregate_and_compare_group_nemo_gyms_run_as_it_does(tmp_path: Path) -> None:
+    """``aggregate`` and ``compare`` read NeMo Gym's run from its files alone: its rows group under the
+    environment server they went through, as NeMo Gym's ``_metrics_group`` groups them."""
+    copy_run("agent", tmp_path / "theirs")
+    copy_run("legacy", tmp_path / "legacy")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_rollouts", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+
+    merged = cli("aggregate", "--input", "theirs/rollouts.jsonl", "--out", "merged/r.jsonl")
+    assert f"{ENVIRONMENT_SERVER}: mean reward 0.6750" in merged.stdout, merged.stdout + merged.stderr
+    [entry] = orjson.loads((tmp_path / "merged" / "r_aggregate_metrics.json").read_bytes())
+    assert (entry["agent_ref"], entry["_ng_environment_server"]) == ({"name": AGENT}, ENVIRONMENT_SERVER)
+    compared = cli("compare", "theirs/rollouts.jsonl", "legacy/rollouts.jsonl")
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert "string_match_simple_agent" not in compared.stdout, compared.stdout
+
+
 def test_the_python_api_resumes_nemo_gyms_partial_run_too(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
