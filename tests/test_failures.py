@@ -250,6 +250,25 @@ def test_an_agent_reply_echoing_stamps_is_kept_and_its_own_failure_fields_are_ho
         assert len(agent.requests) == 3, "nothing is sent again: two results and a terminal skip"
 
 
+def test_a_skipped_reply_is_stored_as_returned_and_never_sent_again(pytester: pytest.Pytester) -> None:
+    """The agent's own ``_ng_failure_terminal`` is stored as it gave it, a false one too (NeMo Gym
+    stores the reply as returned, and its resume reads the flag); ``skipped`` is terminal whatever
+    the flag says (contracts.md), so our resume never sends it again. The flag was overwritten."""
+
+    def replies(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 1:
+            return Reply(json={"_ng_failure_class": "skipped", "_ng_failure_terminal": False})
+        return verifier(row, seen)
+
+    with ScriptedAgent(replies) as agent:
+        run(pytester, agent)
+        [failure] = Artifacts(pytester.path).failures
+        assert (failure["_ng_failure_class"], failure["_ng_failure_terminal"]) == ("skipped", False)
+        again = run(pytester, agent, "--rollouts-resume")
+        assert again.parseoutcomes() == {"passed": 2, "rollout_skipped": 1}
+        assert len(agent.requests) == 3, "the skipped rollout is not sent again"
+
+
 def test_failure_detail_is_shown_and_junitxml_records_it(pytester: pytest.Pytester) -> None:
     with ScriptedAgent(only_task_1(Reply(status=500, raw=b"kaboom"))) as agent:
         result = run(pytester, agent, "-rA", "--junitxml=junit.xml")

@@ -176,10 +176,9 @@ def agent_failure_row(
     row.setdefault(FAILURE_MESSAGE, str(reply.get("failure_reason") or ""))
     row.setdefault(FAILURE_HTTP_STATUS, http_status)
     row.setdefault(FAILURE_RESPONSE_BODY, None)
-    if reply[FAILURE_CLASS] in ALWAYS_TERMINAL:
-        row[TERMINAL] = True
-    else:
-        row.setdefault(TERMINAL, False)
+    # ``skipped`` is terminal whatever the row says (``resume.is_terminal``); a flag the agent gave is
+    # kept as it gave it, and one it did not give is written as the class means it.
+    row.setdefault(TERMINAL, reply[FAILURE_CLASS] in ALWAYS_TERMINAL)
     return row
 
 
