@@ -255,3 +255,19 @@ def test_power_refuses_a_run_with_fewer_than_two_scored_tasks(
     assert code == 4 and out == ""
     assert "default: need at least two tasks with a score to measure how tasks differ (it has 1)" in err
     assert "no agent has two tasks with a score; nothing to size" in err
+
+
+def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """"①" and "²" pass ``str.isdigit`` but not ``int``: compare, report --baseline and a run with
+    --rollouts-baseline ended in a ValueError traceback."""
+    ids = ["①", "²", "10", "9", "t1", "٣"]
+    rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", [1.0] * 6)
+    collect(pytester, "cand/r.jsonl", [0.0] * 6, "--rollouts-baseline=base/r.jsonl")
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "broke 6: 10 (1->0), 9 (1->0), t1 (1->0), ² (1->0), ٣ (1->0) and 1 more" in out
+    assert cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "r.html")[0] == 0
