@@ -271,3 +271,29 @@ def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
     assert code == 0, err
     assert "broke 6: 10 (1->0), 9 (1->0), t1 (1->0), ² (1->0), ٣ (1->0) and 1 more" in out
     assert cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "r.html")[0] == 0
+
+
+def strict_json(text: str) -> dict:
+    """JSON as the standard has it: Python's json reads NaN and Infinity, which are no JSON."""
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_of_a_comparison_without_a_task_scored_in_both_runs_is_json(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It wrote bare NaN for the means and the difference."""
+    dataset(pytester, order=range(4))
+    collect(pytester, "base/r.jsonl", [1.0, 1.0, None, None])
+    collect(pytester, "cand/r.jsonl", [None, None, 1.0, 0.0])
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "cmp.json")
+    assert code == 0, err
+    assert "default: no task scored in both runs" in out
+    [group] = strict_json((pytester.path / "cmp.json").read_text())["groups"]
+    assert group["num_tasks"] == 0 and group["num_tasks_unscored"] == 4
+    assert group["difference/reward"] is None and group["baseline_mean/reward"] is None
+    assert group["no_difference"] == "no task scored in both runs"
+    assert group["manski_bounds/difference"] == [-0.75, 0.25]

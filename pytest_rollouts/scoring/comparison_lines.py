@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_rollouts.scoring.intervals import RewardRange
-from pytest_rollouts.scoring.paired import Comparison, Flip
+from pytest_rollouts.scoring.paired import NO_TASK_SCORED_IN_BOTH, Comparison, Flip
 from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
 
 FLIPS_SHOWN = 5
@@ -22,9 +22,8 @@ FLIPS_IN_RUN_LINE = 3
 
 def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
     c = comparison
-    head = (
-        f"{c.group}: candidate - baseline {c.difference:+.4f}" if c.tasks else f"{c.group}: no task scored in both runs"
-    )
+    difference = c.difference
+    head = f"{c.group}: " + (NO_TASK_SCORED_IN_BOTH if difference is None else f"candidate - baseline {difference:+.4f}")
     if c.interval is not None:
         head += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     elif c.tasks:
@@ -34,7 +33,7 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
         if c.test.discordant is not None:
             only_candidate, only_baseline = c.test.discordant  # not the flips below: any change of a task's mean
             head += f" (solved in one run only: {only_candidate} the candidate, {only_baseline} the baseline)"
-    means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
+    means = "" if difference is None else f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; "
     bounds = f"Manski bounds of the difference {_bounds(c)} (unknown rollouts at {reward_range})"
     second = f"{c.group}: {means}{bounds}"
     if c.unscored:
@@ -51,9 +50,10 @@ def comparison_line(comparison: Comparison) -> str:
     """``group: vs baseline 0.7000 -> 0.6000: -0.1000, 95% CI [...] (paired t, 40 tasks); mcnemar
     p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group."""
     c = comparison
-    if not c.tasks:
-        return f"{c.group}: vs baseline: no task scored in both runs; Manski bounds of the difference {_bounds(c)}"
-    line = f"{c.group}: vs baseline {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}: {c.difference:+.4f}"
+    difference = c.difference
+    if difference is None:
+        return f"{c.group}: vs baseline: {NO_TASK_SCORED_IN_BOTH}; Manski bounds of the difference {_bounds(c)}"
+    line = f"{c.group}: vs baseline {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}: {difference:+.4f}"
     if c.interval is not None:
         line += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     else:

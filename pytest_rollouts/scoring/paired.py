@@ -82,14 +82,19 @@ class Test:
     interval: Interval | None = None
 
 
+# Why a comparison has no difference (and no means): written beside the nulls, so a reader of
+# ``--json`` learns why rather than meeting a NaN, which is no JSON.
+NO_TASK_SCORED_IN_BOTH = "no task scored in both runs"
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """candidate - baseline for one group, over the tasks both runs scored."""
+    """candidate - baseline for one group, over the tasks both runs scored (means None without one)."""
 
     group: str
     tasks: int
-    baseline_mean: float
-    candidate_mean: float
+    baseline_mean: float | None
+    candidate_mean: float | None
     se: float | None
     interval: Interval | None
     test: Test | None
@@ -99,7 +104,9 @@ class Comparison:
     flips: tuple[Flip, ...] = field(default=())
 
     @property
-    def difference(self) -> float:
+    def difference(self) -> float | None:
+        if self.baseline_mean is None or self.candidate_mean is None:
+            return None
         return self.candidate_mean - self.baseline_mean
 
     def as_dict(self) -> dict[str, object]:
@@ -111,6 +118,7 @@ class Comparison:
             "baseline_mean/reward": self.baseline_mean,
             "candidate_mean/reward": self.candidate_mean,
             "difference/reward": self.difference,
+            **({} if self.tasks else {"no_difference": NO_TASK_SCORED_IN_BOTH}),
             "se_paired/reward": self.se,
             "ci_95/difference": None if self.interval is None else self.interval.as_list(),
             "ci_method": None if self.interval is None else self.interval.method,
@@ -151,8 +159,8 @@ def compare(
     return Comparison(
         group,
         n,
-        math.fsum(mb for _, mb, _ in means) / n if n else math.nan,
-        math.fsum(mc for _, _, mc in means) / n if n else math.nan,
+        math.fsum(mb for _, mb, _ in means) / n if n else None,
+        math.fsum(mc for _, _, mc in means) / n if n else None,
         se,
         None if se is None else t_interval(math.fsum(diffs) / n, se, n - 1),
         test,
