@@ -297,3 +297,36 @@ def test_json_of_a_comparison_without_a_task_scored_in_both_runs_is_json(
     assert group["difference/reward"] is None and group["baseline_mean/reward"] is None
     assert group["no_difference"] == "no task scored in both runs"
     assert group["manski_bounds/difference"] == [-0.75, 0.25]
+
+
+def test_rewards_outside_the_range_leave_the_difference_without_manski_bounds(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's own summary said there were no bounds, but compare printed some: [+0.5000, +0.7500]
+    for a difference of +1.0000, scored at 0 and 1 around rewards of 2 to 5."""
+    dataset(pytester, order=range(4))
+    collect(pytester, "base/r.jsonl", [0.0, 2.0, 1.0, 3.0])
+    with ScriptedAgent(by_row([1.0, 2.0, None, 5.0])) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0",
+            "--rollouts-baseline=base/r.jsonl", out="cand/r.jsonl",
+        )  # fmt: skip
+    assert result.ret == 0, result.outlines[-20:]
+    result.stdout.fnmatch_lines(
+        [
+            "default: no Manski bounds: rewards from 1 to 5 fall outside the reward range 0,1 (--rollouts-reward-range)",
+            "default: vs baseline *; no Manski bounds: rewards from 0 to 5 fall outside the reward range 0,1 (1 *",
+        ]
+    )
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "cmp.json")
+    assert code == 0, err
+    assert "Manski bounds of the difference" not in out
+    assert (
+        "default: baseline 1.6667, candidate 2.6667; no Manski bounds: rewards from 0 to 5 fall outside the reward "
+        "range 0,1 (--reward-range); 1 paired tasks unscored in a run"
+    ) in out
+    [group] = strict_json((pytester.path / "cmp.json").read_text())["groups"]
+    assert group["manski_bounds/difference"] is None and group["rewards_outside_range"] == [0.0, 5.0]
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range", "0,10")
+    assert code == 0, err
+    assert "Manski bounds of the difference [+0.5000, +3.0000] (unknown rollouts at 0,10)" in out

@@ -33,7 +33,7 @@ class RunComparison:
 
     def group_line(self, group: str) -> str | None:
         """A run summary's one line for this group, beside its own score; None when no task of it was paired."""
-        return next((comparison_line(c) for c in self.comparisons if c.group == group), None)
+        return next((comparison_line(c, self.reward_range) for c in self.comparisons if c.group == group), None)
 
     def run_lines(self, heading: bool = False) -> list[str]:
         """What holds for every group: (with ``heading``) what was compared with what, the partial

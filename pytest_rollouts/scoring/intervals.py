@@ -14,7 +14,7 @@ Selection Problem"). See docs/statistics.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
@@ -94,6 +94,15 @@ class RewardRange:
     def __str__(self) -> str:
         return f"{self.low:g},{self.high:g}"
 
+    def outside(self, rewards: Iterable[float]) -> tuple[float, float] | None:
+        """The lowest and highest reward when any falls outside the range, else None. Then scoring
+        the unknown rollouts at the floor and the ceiling bounds nothing (an upper bound can fall
+        under the scored mean), so there are no Manski bounds: one rule for a run and a comparison."""
+        seen = list(rewards)
+        if seen and (min(seen) < self.low or max(seen) > self.high):
+            return min(seen), max(seen)
+        return None
+
     @classmethod
     def parse(cls, text: str) -> RewardRange:
         """``LO,HI`` as options give it; ``ValueError`` in words otherwise."""
@@ -107,6 +116,11 @@ class RewardRange:
 
 # NeMo Gym's rewards: 0 (fail) to 1 (pass).
 UNIT_RANGE = RewardRange()
+
+
+def outside_words(seen: Sequence[float], low: float, high: float) -> str:
+    """What a line says in place of Manski's bounds when rewards fall outside the range."""
+    return f"rewards from {seen[0]:g} to {seen[1]:g} fall outside the reward range {low:g},{high:g}"
 
 
 def manski_bounds(mean: float, scored: int, unknown: int, reward_range: RewardRange) -> tuple[float, float]:

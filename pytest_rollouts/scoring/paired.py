@@ -98,10 +98,12 @@ class Comparison:
     se: float | None
     interval: Interval | None
     test: Test | None
-    manski: tuple[float, float]
+    # None when a reward falls outside the range (``outside`` says which): then they bound nothing.
+    manski: tuple[float, float] | None
     # Paired tasks one run never scored at all: no difference to take, only Manski's bounds.
     unscored: int = 0
     flips: tuple[Flip, ...] = field(default=())
+    outside: tuple[float, float] | None = None
 
     @property
     def difference(self) -> float | None:
@@ -130,7 +132,8 @@ class Comparison:
             "bootstrap_ci_95/difference": None
             if self.test is None or self.test.interval is None
             else self.test.interval.as_list(),
-            "manski_bounds/difference": list(self.manski),
+            "manski_bounds/difference": None if self.manski is None else list(self.manski),
+            **({} if self.outside is None else {"rewards_outside_range": list(self.outside)}),
             "fixed": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference > 0],
             "broke": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference < 0],
         }
@@ -156,6 +159,7 @@ def compare(
         binary = is_binary(rewards)
         test = _mcnemar(means) if binary else _bootstrap(diffs, random.Random(seed))
     flips = sorted((Flip(*m) for m in means if m[1] != m[2]), key=lambda f: (-abs(f.difference), f.label))
+    outside = reward_range.outside(r for pair in pairs for task in pair for r in task.rewards)
     return Comparison(
         group,
         n,
@@ -164,9 +168,10 @@ def compare(
         se,
         None if se is None else t_interval(math.fsum(diffs) / n, se, n - 1),
         test,
-        _manski_difference(pairs, reward_range),
+        None if outside else _manski_difference(pairs, reward_range),
         unscored=len(pairs) - n,
         flips=tuple(flips),
+        outside=outside,
     )
 
 
