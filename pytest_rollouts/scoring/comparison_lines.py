@@ -23,7 +23,8 @@ FLIPS_IN_RUN_LINE = 3
 def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
     c = comparison
     difference = c.difference
-    head = f"{c.group}: " + (NO_TASK_SCORED_IN_BOTH if difference is None else f"candidate - baseline {difference:+.4f}")
+    said = NO_TASK_SCORED_IN_BOTH if difference is None else f"candidate - baseline {difference:+.4f}"
+    head = f"{c.group}: {said}"
     if c.interval is not None:
         head += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     elif c.tasks:
