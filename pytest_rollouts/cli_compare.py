@@ -52,6 +52,11 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         "(the candidate may be more than DELTA worse)",
     )
     compare.add_argument(
+        "--gate-scored-only",
+        action="store_true",
+        help=OPTION["gate_scored_only"].argparse_help.replace("--rollouts-", "--"),
+    )
+    compare.add_argument(
         "--pair",
         action="append",
         default=[],
@@ -91,10 +96,12 @@ def compare_command(args: argparse.Namespace) -> int:
         reward_range = RewardRange.parse(args.reward_range)
         if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
             raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+        if args.gate_scored_only and args.max_regression is None:
+            raise ValueError("--gate-scored-only says how --max-regression judges: give it DELTA")
         agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
         return _usage("compare", exc)
-    gate = None if args.max_regression is None else RegressionGate(args.max_regression)
+    gate = None if args.max_regression is None else RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:

@@ -330,3 +330,35 @@ def test_rewards_outside_the_range_leave_the_difference_without_manski_bounds(
     code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range", "0,10")
     assert code == 0, err
     assert "Manski bounds of the difference [+0.5000, +3.0000] (unknown rollouts at 0,10)" in out
+
+
+def test_the_gate_counts_rollouts_without_a_score_at_their_worst_unless_scored_only(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A candidate that failed 37 of 40 tasks passed --max-regression 0.05 (exit 0): only the 3 tasks
+    both runs scored were compared."""
+    dataset(pytester, order=range(40))
+    collect(pytester, "base/r.jsonl", [1.0] * 40)
+    collect(pytester, "cand/r.jsonl", [1.0] * 3 + [None] * 37)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05", "--json", "c.json")
+    assert code == 10, out + err
+    # Each failed task at 0 against the baseline's 1 (nothing of the baseline's is unknown).
+    worst = [0.0] * 3 + [-1.0] * 37
+    low = stats.t.interval(0.95, 39, loc=sum(worst) / 40, scale=stats.sem(worst))[0]
+    gate = (
+        f"--max-regression 0.05: default: lower bound of candidate - baseline {low:+.4f} with every rollout without "
+        "a score at its worst for the candidate (95% CI over 40 tasks; 37 of 40 paired tasks have rollouts without "
+        "a score; --gate-scored-only judges the 3 tasks both runs scored)"
+    )
+    assert gate in out.splitlines()
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in err
+    [group] = strict_json((pytester.path / "c.json").read_text())["groups"]
+    assert group["num_tasks_incomplete"] == 37
+    assert group["pessimistic_ci_95/difference"][0] == pytest.approx(low)
+    code, out, err = cli(
+        capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05", "--gate-scored-only"
+    )
+    assert code == 0, err
+    assert "(difference +0.0000, 95% CI over 3 tasks; --gate-scored-only: 37 tasks lack scores)" in out
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--gate-scored-only")
+    assert code == 4 and "--gate-scored-only says how --max-regression judges: give it DELTA" in err

@@ -70,6 +70,7 @@ class RunComparison:
             "num_tasks_left_out": self.pairing.left_out,
             "reward_range": [self.reward_range.low, self.reward_range.high],
             "max_regression": None if self.gate is None else self.gate.max_regression,
+            "gate_scored_only": None if self.gate is None else self.gate.scored_only,
             "groups": [c.as_dict() for c in self.comparisons],
         }
 

@@ -104,6 +104,18 @@ class Comparison:
     unscored: int = 0
     flips: tuple[Flip, ...] = field(default=())
     outside: tuple[float, float] | None = None
+    # Paired tasks with a rollout without a score in either run (failed, no reward, no row).
+    incomplete: int = 0
+    # The paired interval of the differences with every such rollout at its worst for the candidate
+    # (its own at the range's floor, the baseline's at the ceiling): Manski's lower bound of the
+    # difference with its sampling error. What the regression gate judges while rollouts lack a
+    # score; None with rewards outside the range (no bounds) or fewer than two paired tasks.
+    pessimistic: Interval | None = None
+
+    @property
+    def paired(self) -> int:
+        """The tasks both runs have, scored in both or not."""
+        return self.tasks + self.unscored
 
     @property
     def difference(self) -> float | None:
@@ -133,6 +145,8 @@ class Comparison:
             if self.test is None or self.test.interval is None
             else self.test.interval.as_list(),
             "manski_bounds/difference": None if self.manski is None else list(self.manski),
+            "num_tasks_incomplete": self.incomplete,
+            "pessimistic_ci_95/difference": None if self.pessimistic is None else self.pessimistic.as_list(),
             **({} if self.outside is None else {"rewards_outside_range": list(self.outside)}),
             "fixed": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference > 0],
             "broke": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference < 0],
@@ -152,7 +166,7 @@ def compare(
     means = [(b.label, mb, mc) for b, c in pairs if (mb := b.mean) is not None and (mc := c.mean) is not None]
     diffs = [mc - mb for _, mb, mc in means]
     n = len(diffs)
-    se = statistics.stdev(diffs) / math.sqrt(n) if n >= 2 else None
+    se, interval = _paired_interval(diffs)
     test = None
     if n:
         rewards = [r for b, c in pairs if b.rewards and c.rewards for r in (*b.rewards, *c.rewards)]
@@ -160,19 +174,32 @@ def compare(
         test = _mcnemar(means) if binary else _bootstrap(diffs, random.Random(seed))
     flips = sorted((Flip(*m) for m in means if m[1] != m[2]), key=lambda f: (-abs(f.difference), f.label))
     outside = reward_range.outside(r for pair in pairs for task in pair for r in task.rewards)
+    worst, best = _extremes(pairs, reward_range)
     return Comparison(
         group,
         n,
         math.fsum(mb for _, mb, _ in means) / n if n else None,
         math.fsum(mc for _, _, mc in means) / n if n else None,
         se,
-        None if se is None else t_interval(math.fsum(diffs) / n, se, n - 1),
+        interval,
         test,
-        None if outside else _manski_difference(pairs, reward_range),
+        None if outside else (math.fsum(worst) / len(pairs), math.fsum(best) / len(pairs)),
         unscored=len(pairs) - n,
         flips=tuple(flips),
         outside=outside,
+        incomplete=sum(1 for b, c in pairs if b.unknown or c.unknown),
+        pessimistic=None if outside else _paired_interval(worst)[1],
     )
+
+
+def _paired_interval(diffs: Sequence[float]) -> tuple[float | None, Interval | None]:
+    """The standard error of the mean of per-task differences, sd(d) / sqrt(n), and the t interval
+    around it with n - 1 df (Miller 2024, section 4); both None with fewer than two tasks."""
+    n = len(diffs)
+    if n < 2:
+        return None, None
+    se = statistics.stdev(diffs) / math.sqrt(n)
+    return se, t_interval(math.fsum(diffs) / n, se, n - 1)
 
 
 def _mcnemar(means: Sequence[tuple[str, float, float]]) -> Test:
@@ -197,16 +224,15 @@ def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
     return Test("bootstrap", min(1.0, 2 * min(below, above)), interval=Interval(low, high, "bootstrap"))
 
 
-def _manski_difference(
+def _extremes(
     pairs: Sequence[tuple[TaskRewards, TaskRewards]], reward_range: RewardRange
-) -> tuple[float, float]:
-    """The difference of the task-weighted means over every paired task's expected rollouts, with the
-    unknown ones at the range's floor and ceiling: the candidate at its worst against the baseline
-    at its best, then the other way round."""
-    base = [b.bounds(reward_range) for b, _ in pairs]
-    cand = [c.bounds(reward_range) for _, c in pairs]
-    n = len(pairs)
-    return (
-        (math.fsum(lo for lo, _ in cand) - math.fsum(hi for _, hi in base)) / n,
-        (math.fsum(hi for _, hi in cand) - math.fsum(lo for lo, _ in base)) / n,
-    )
+) -> tuple[list[float], list[float]]:
+    """Each paired task's difference over its expected rollouts with the unknown ones at the range's
+    floor and ceiling: the candidate at its worst against the baseline at its best, then the other
+    way round. Their means are Manski's bounds of the difference of the task-weighted means."""
+    worst, best = [], []
+    for base, cand in pairs:
+        (base_low, base_high), (cand_low, cand_high) = base.bounds(reward_range), cand.bounds(reward_range)
+        worst.append(cand_low - base_high)
+        best.append(cand_high - base_low)
+    return worst, best
