@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         option = OPTION[name]
         if option.flag:  # None unless given, as the valued ones: only what was given is validated
-            merge.add_argument(flag, action="store_const", const=True, default=None, help=option.argparse_help, dest=name)
+            merge.add_argument(flag, action="store_const", const=True, help=option.argparse_help, dest=name)
             continue
         merge.add_argument(flag, type=kind, default=None, metavar=option.metavar, help=option.argparse_help, dest=name)
     merge.add_argument(

@@ -101,7 +101,9 @@ def compare_command(args: argparse.Namespace) -> int:
         agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
         return _usage("compare", exc)
-    gate = None if args.max_regression is None else RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
+    gate = None
+    if args.max_regression is not None:
+        gate = RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:

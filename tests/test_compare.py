@@ -340,7 +340,8 @@ def test_the_gate_counts_rollouts_without_a_score_at_their_worst_unless_scored_o
     dataset(pytester, order=range(40))
     collect(pytester, "base/r.jsonl", [1.0] * 40)
     collect(pytester, "cand/r.jsonl", [1.0] * 3 + [None] * 37)
-    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05", "--json", "c.json")
+    gated = ("compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05")
+    code, out, err = cli(capsys, *gated, "--json", "c.json")
     assert code == 10, out + err
     # Each failed task at 0 against the baseline's 1 (nothing of the baseline's is unknown).
     worst = [0.0] * 3 + [-1.0] * 37
@@ -355,9 +356,7 @@ def test_the_gate_counts_rollouts_without_a_score_at_their_worst_unless_scored_o
     [group] = strict_json((pytester.path / "c.json").read_text())["groups"]
     assert group["num_tasks_incomplete"] == 37
     assert group["pessimistic_ci_95/difference"][0] == pytest.approx(low)
-    code, out, err = cli(
-        capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05", "--gate-scored-only"
-    )
+    code, out, err = cli(capsys, *gated, "--gate-scored-only")
     assert code == 0, err
     assert "(difference +0.0000, 95% CI over 3 tasks; --gate-scored-only: 37 tasks lack scores)" in out
     code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--gate-scored-only")

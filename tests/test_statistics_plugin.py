@@ -443,4 +443,5 @@ def test_a_run_that_failed_most_tasks_fails_the_paired_gate_unless_scored_only(p
     assert merged.returncode == 0, merged.stderr
     refused = session(pytester, failing, "--rollouts-gate-scored-only")
     assert refused.ret == 4
-    assert "--rollouts-gate-scored-only says how --rollouts-max-regression judges: give it DELTA" in refused.stderr.str()
+    said = refused.stderr.str()
+    assert "--rollouts-gate-scored-only says how --rollouts-max-regression judges: give it DELTA" in said

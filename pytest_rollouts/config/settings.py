@@ -309,9 +309,8 @@ class Settings(BaseModel):
                 f"{self.source_of('max_regression')} compares with a baseline run: give {self.source_of('baseline')} PATH"
             )
         if self.gate_scored_only and self.max_regression is None:
-            raise ValueError(
-                f"{self.source_of('gate_scored_only')} says how {self.source_of('max_regression')} judges: give it DELTA"
-            )
+            scored_only, gate = self.source_of("gate_scored_only"), self.source_of("max_regression")
+            raise ValueError(f"{scored_only} says how {gate} judges: give it DELTA")
         if self.baseline is not None:  # before a run that would end refusing it
             from pytest_rollouts.store.artifacts import ArtifactPaths
 
