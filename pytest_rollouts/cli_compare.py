@@ -10,10 +10,11 @@ comparison ran (and its gate passed), 4 a usage error, 8 the runs cannot be pair
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+import orjson
 
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
@@ -23,7 +24,7 @@ from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.store.jsonl import JsonlError, dumps
 
 EXIT_USAGE = 4  # cli.py's: every usage error of every command
 EXIT_NOT_PAIRED = 8  # the runs do not form one comparison, as the merge's inputs one run
@@ -126,7 +127,8 @@ def compare_command(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+            # The store's encoder: a non-finite number (rewards near 1e308) is null, never NaN, no JSON.
+            Path(args.json).write_bytes(dumps(result.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         except OSError as exc:
             print(f"pytest-rollouts compare: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_UNWRITABLE
@@ -152,8 +154,12 @@ def power_command(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"{group}: {exc} (it has {sum(1 for t in tasks.values() if t.rewards)})", file=sys.stderr)
             continue
+        try:
+            lines = power_lines(group, variance, args.delta, args.correlation)
+        except ValueError as exc:
+            return _usage("power", ValueError(f"--delta {args.delta:g}: {group}: {exc}"))
         sized += 1
-        for line in power_lines(group, variance, args.delta, args.correlation):
+        for line in lines:
             print(line)
     if not sized:  # advice from nothing would read as advice
         return _usage("power", ValueError(f"{args.run}: no agent has two tasks with a score; nothing to size"))

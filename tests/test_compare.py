@@ -361,3 +361,25 @@ def test_the_gate_counts_rollouts_without_a_score_at_their_worst_unless_scored_o
     assert "(difference +0.0000, 95% CI over 3 tasks; --gate-scored-only: 37 tasks lack scores)" in out
     code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--gate-scored-only")
     assert code == 4 and "--gate-scored-only says how --max-regression judges: give it DELTA" in err
+
+
+def test_rewards_near_the_float_limit_are_scored_compared_and_sized_without_a_traceback(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a black-box pass: a reward of 1e308 is finite, but two of them overflow a sum, and
+    the run's scoring, compare and power ended in an OverflowError. So did power --delta 1e-300."""
+    dataset(pytester, order=range(3))
+    huge = ("--rollouts-repeats=2", "--rollouts-reward-range=-1e308,1e308")
+    collect(pytester, "base/r.jsonl", [1e308, -1e308, 1e308], *huge)
+    collect(pytester, "cand/r.jsonl", [1e308, 1e308, 1e308], *huge)
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range=-1e308,1e308", "--json=j")
+    assert code == 0, err
+    [group] = strict_json((pytester.path / "j").read_text())["groups"]
+    assert group["difference/reward"] == pytest.approx(1e308 - 1e308 / 3)
+    assert group["ci_95/difference"] is None, "task 1's difference, 1e308 - -1e308, is past the float range"
+    code, out, err = cli(capsys, "power", "base/r.jsonl")
+    assert code == 4 and "default: the rewards' variance is too large for a float; nothing to size" in err
+    dataset(pytester, order=range(12))
+    collect(pytester, "small/r.jsonl", BASELINE)
+    code, _, err = cli(capsys, "power", "small/r.jsonl", "--delta", "1e-300")
+    assert code == 4 and "--delta 1e-300: default: detecting 1e-300 needs more tasks than a float can count" in err

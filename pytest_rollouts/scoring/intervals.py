@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
-from pytest_rollouts.scoring.stats import clustered_sem
+from pytest_rollouts.scoring.stats import clustered_sem, nan_mean
 
 LEVEL = 0.95
 
@@ -77,7 +77,7 @@ def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEV
     se = clustered_sem(tasks)
     if se is None or not math.isfinite(se):
         return None
-    return t_interval(math.fsum(flat) / len(flat), se, len(tasks) - 1, level)
+    return t_interval(nan_mean(flat), se, len(tasks) - 1, level)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from pytest_rollouts.scoring.distributions import binomial_two_sided_half
 from pytest_rollouts.scoring.intervals import LEVEL, UNIT_RANGE, Interval, RewardRange, is_binary, t_interval
+from pytest_rollouts.scoring.stats import nan_mean
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240
@@ -42,7 +43,7 @@ class TaskRewards:
 
     @property
     def mean(self) -> float | None:
-        return math.fsum(self.rewards) / len(self.rewards) if self.rewards else None
+        return nan_mean(self.rewards) if self.rewards else None
 
     @property
     def unknown(self) -> int:
@@ -50,11 +51,13 @@ class TaskRewards:
 
     def bounds(self, reward_range: RewardRange) -> tuple[float, float]:
         """Manski's bounds on this task's mean over its expected rollouts."""
-        known = math.fsum(self.rewards)
-        total = max(self.expected, len(self.rewards))
-        if total == 0:  # every rollout masked: nothing known either way
+        if max(self.expected, len(self.rewards)) == 0:  # every rollout masked: nothing known either way
             return reward_range.low, reward_range.high
-        return (known + reward_range.low * self.unknown) / total, (known + reward_range.high * self.unknown) / total
+        # Means, not sums over a count: rewards near the float limit overflow a sum.
+        return (
+            nan_mean((*self.rewards, *[reward_range.low] * self.unknown)),
+            nan_mean((*self.rewards, *[reward_range.high] * self.unknown)),
+        )
 
 
 @dataclass(frozen=True)
@@ -178,12 +181,12 @@ def compare(
     return Comparison(
         group,
         n,
-        math.fsum(mb for _, mb, _ in means) / n if n else None,
-        math.fsum(mc for _, _, mc in means) / n if n else None,
+        nan_mean([mb for _, mb, _ in means]) if n else None,
+        nan_mean([mc for _, _, mc in means]) if n else None,
         se,
         interval,
         test,
-        None if outside else (math.fsum(worst) / len(pairs), math.fsum(best) / len(pairs)),
+        None if outside else (nan_mean(worst), nan_mean(best)),
         unscored=len(pairs) - n,
         flips=tuple(flips),
         outside=outside,
@@ -194,12 +197,13 @@ def compare(
 
 def _paired_interval(diffs: Sequence[float]) -> tuple[float | None, Interval | None]:
     """The standard error of the mean of per-task differences, sd(d) / sqrt(n), and the t interval
-    around it with n - 1 df (Miller 2024, section 4); both None with fewer than two tasks."""
+    around it with n - 1 df (Miller 2024, section 4); both None with fewer than two tasks, or a
+    difference past the float range (rewards near 1e308 of both signs)."""
     n = len(diffs)
-    if n < 2:
+    if n < 2 or not all(math.isfinite(d) for d in diffs):
         return None, None
     se = statistics.stdev(diffs) / math.sqrt(n)
-    return se, t_interval(math.fsum(diffs) / n, se, n - 1)
+    return se, t_interval(nan_mean(diffs), se, n - 1)
 
 
 def _mcnemar(means: Sequence[tuple[str, float, float]]) -> Test:
@@ -216,7 +220,7 @@ def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
     the smaller share of resampled means on either side of 0; the interval their 2.5 and 97.5
     percentiles."""
     n = len(diffs)
-    means = sorted(math.fsum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    means = sorted(nan_mean(rng.choices(diffs, k=n)) for _ in range(BOOTSTRAP_RESAMPLES))
     below = sum(1 for m in means if m <= 0) / len(means)
     above = sum(1 for m in means if m >= 0) / len(means)
     cuts = statistics.quantiles(means, n=round(2 / (1 - LEVEL)), method="inclusive")  # every 2.5% at 95%
