@@ -314,7 +314,7 @@ def test_rewards_outside_the_range_leave_the_difference_without_manski_bounds(
     assert result.ret == 0, result.outlines[-20:]
     result.stdout.fnmatch_lines(
         [
-            "default: no Manski bounds: rewards from 1 to 5 fall outside the reward range 0,1 (--rollouts-reward-range)",
+            "default: no Manski bounds: rewards from 1 to 5 fall outside the reward range 0,1 (--rollouts-reward-*)",
             "default: vs baseline *; no Manski bounds: rewards from 0 to 5 fall outside the reward range 0,1 (1 *",
         ]
     )
@@ -377,7 +377,7 @@ def test_rewards_near_the_float_limit_are_scored_compared_and_sized_without_a_tr
     [group] = strict_json((pytester.path / "j").read_text())["groups"]
     assert group["difference/reward"] == pytest.approx(1e308 - 1e308 / 3)
     assert group["ci_95/difference"] is None, "task 1's difference, 1e308 - -1e308, is past the float range"
-    code, out, err = cli(capsys, "power", "base/r.jsonl")
+    code, _, err = cli(capsys, "power", "base/r.jsonl")
     assert code == 4 and "default: the rewards' variance is too large for a float; nothing to size" in err
     dataset(pytester, order=range(12))
     collect(pytester, "small/r.jsonl", BASELINE)
