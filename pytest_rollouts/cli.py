@@ -59,6 +59,7 @@ STATISTICS_OPTIONS: dict[str, type] = {
     "group_by": str,
     "baseline": str,
     "max_regression": float,
+    "gate_scored_only": bool,
 }
 UNPROVEN = (
     "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, kind in STATISTICS_OPTIONS.items():
         flag = "--" + name.replace("_", "-")
         option = OPTION[name]
+        if option.flag:  # None unless given, as the valued ones: only what was given is validated
+            merge.add_argument(flag, action="store_const", const=True, help=option.argparse_help, dest=name)
+            continue
         merge.add_argument(flag, type=kind, default=None, metavar=option.metavar, help=option.argparse_help, dest=name)
     merge.add_argument(
         "--agent",

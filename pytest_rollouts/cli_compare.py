@@ -10,10 +10,11 @@ comparison ran (and its gate passed), 4 a usage error, 8 the runs cannot be pair
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
+
+import orjson
 
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
@@ -23,7 +24,7 @@ from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.store.jsonl import JsonlError, dumps
 
 EXIT_USAGE = 4  # cli.py's: every usage error of every command
 EXIT_NOT_PAIRED = 8  # the runs do not form one comparison, as the merge's inputs one run
@@ -50,6 +51,11 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         metavar="DELTA",
         help=f"exit {EXIT_REGRESSION} when the lower end of the 95%% CI of candidate - baseline is below -DELTA "
         "(the candidate may be more than DELTA worse)",
+    )
+    compare.add_argument(
+        "--gate-scored-only",
+        action="store_true",
+        help=OPTION["gate_scored_only"].argparse_help.replace("--rollouts-", "--"),
     )
     compare.add_argument(
         "--pair",
@@ -91,10 +97,14 @@ def compare_command(args: argparse.Namespace) -> int:
         reward_range = RewardRange.parse(args.reward_range)
         if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
             raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+        if args.gate_scored_only and args.max_regression is None:
+            raise ValueError("--gate-scored-only says how --max-regression judges: give it DELTA")
         agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
         return _usage("compare", exc)
-    gate = None if args.max_regression is None else RegressionGate(args.max_regression)
+    gate = None
+    if args.max_regression is not None:
+        gate = RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:
@@ -117,7 +127,8 @@ def compare_command(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         try:
-            Path(args.json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+            # The store's encoder: a non-finite number (rewards near 1e308) is null, never NaN, no JSON.
+            Path(args.json).write_bytes(dumps(result.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         except OSError as exc:
             print(f"pytest-rollouts compare: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_UNWRITABLE
@@ -143,8 +154,12 @@ def power_command(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"{group}: {exc} (it has {sum(1 for t in tasks.values() if t.rewards)})", file=sys.stderr)
             continue
+        try:
+            lines = power_lines(group, variance, args.delta, args.correlation)
+        except ValueError as exc:
+            return _usage("power", ValueError(f"--delta {args.delta:g}: {group}: {exc}"))
         sized += 1
-        for line in power_lines(group, variance, args.delta, args.correlation):
+        for line in lines:
             print(line)
     if not sized:  # advice from nothing would read as advice
         return _usage("power", ValueError(f"{args.run}: no agent has two tasks with a score; nothing to size"))

@@ -325,7 +325,18 @@ OPTIONS: tuple[Option, ...] = (
         "max_regression",
         "Exit 10 when the lower end of the 95% CI of this run minus --rollouts-baseline is below -DELTA.",
         "DELTA",
-        details="Needs `--rollouts-baseline`. Fewer than two tasks scored in both runs give no interval and fail.",
+        details="Needs `--rollouts-baseline`. Fewer than two tasks scored in both runs give no interval and fail. "
+        "While a paired task has a rollout without a score (failed, no reward, no row) in either run, the "
+        "interval judged is the pessimistic one: each such rollout at its worst for this run (its own at the "
+        "floor of --rollouts-reward-range, the baseline's at the ceiling).",
+    ),
+    Option(
+        "gate_scored_only",
+        "Let --rollouts-max-regression judge only the tasks both runs scored, even while rollouts lack a score; "
+        "by default they count at their worst for this run.",
+        flag=True,
+        details="Needs `--rollouts-max-regression`. A run that failed most of its tasks can pass this way: "
+        "the gate's line says how many tasks lack scores.",
     ),
     Option(
         "reward_range",

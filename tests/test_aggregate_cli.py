@@ -248,7 +248,7 @@ def test_a_bad_row_in_an_input_is_named_there_and_nothing_is_written(tmp_path: P
     rows = [{"_ng_task_index": t, "_ng_rollout_index": 0, "agent_ref": {"name": "a"}} for t in range(2)]
     write_rows(tmp_path / "rs0_materialized_inputs.jsonl", rows)
     write_rows(tmp_path / "rs0.jsonl", [{**rows[0], "reward": 1.0}])
-    (tmp_path / "rs0_failures.jsonl").write_text('{"_ng_task_index": 1}\ngarbage\n')
+    (tmp_path / "rs0_failures.jsonl").write_text('{"_ng_task_index": 1, "_ng_rollout_index": 0}\ngarbage\n')
     for _ in range(2):
         result = aggregate(tmp_path, "--input", "rs0.jsonl", "--out", "re/c.jsonl")
         assert result.returncode != 0

@@ -255,3 +255,131 @@ def test_power_refuses_a_run_with_fewer_than_two_scored_tasks(
     assert code == 4 and out == ""
     assert "default: need at least two tasks with a score to measure how tasks differ (it has 1)" in err
     assert "no agent has two tasks with a score; nothing to size" in err
+
+
+def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """"①" and "²" pass ``str.isdigit`` but not ``int``: compare, report --baseline and a run with
+    --rollouts-baseline ended in a ValueError traceback."""
+    ids = ["①", "²", "10", "9", "t1", "٣"]
+    rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", [1.0] * 6)
+    collect(pytester, "cand/r.jsonl", [0.0] * 6, "--rollouts-baseline=base/r.jsonl")
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "broke 6: 10 (1->0), 9 (1->0), t1 (1->0), ² (1->0), ٣ (1->0) and 1 more" in out
+    assert cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "r.html")[0] == 0
+
+
+def strict_json(text: str) -> dict:
+    """JSON as the standard has it: Python's json reads NaN and Infinity, which are no JSON."""
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_of_a_comparison_without_a_task_scored_in_both_runs_is_json(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It wrote bare NaN for the means and the difference."""
+    dataset(pytester, order=range(4))
+    collect(pytester, "base/r.jsonl", [1.0, 1.0, None, None])
+    collect(pytester, "cand/r.jsonl", [None, None, 1.0, 0.0])
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "cmp.json")
+    assert code == 0, err
+    assert "default: no task scored in both runs" in out
+    [group] = strict_json((pytester.path / "cmp.json").read_text())["groups"]
+    assert group["num_tasks"] == 0 and group["num_tasks_unscored"] == 4
+    assert group["difference/reward"] is None and group["baseline_mean/reward"] is None
+    assert group["no_difference"] == "no task scored in both runs"
+    assert group["manski_bounds/difference"] == [-0.75, 0.25]
+
+
+def test_rewards_outside_the_range_leave_the_difference_without_manski_bounds(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's own summary said there were no bounds, but compare printed some: [+0.5000, +0.7500]
+    for a difference of +1.0000, scored at 0 and 1 around rewards of 2 to 5."""
+    dataset(pytester, order=range(4))
+    collect(pytester, "base/r.jsonl", [0.0, 2.0, 1.0, 3.0])
+    with ScriptedAgent(by_row([1.0, 2.0, None, 5.0])) as agent:
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0",
+            "--rollouts-baseline=base/r.jsonl", out="cand/r.jsonl",
+        )  # fmt: skip
+    assert result.ret == 0, result.outlines[-20:]
+    result.stdout.fnmatch_lines(
+        [
+            "default: no Manski bounds: rewards from 1 to 5 fall outside the reward range 0,1 (--rollouts-reward-*)",
+            "default: vs baseline *; no Manski bounds: rewards from 0 to 5 fall outside the reward range 0,1 (1 *",
+        ]
+    )
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "cmp.json")
+    assert code == 0, err
+    assert "Manski bounds of the difference" not in out
+    assert (
+        "default: baseline 1.6667, candidate 2.6667; no Manski bounds: rewards from 0 to 5 fall outside the reward "
+        "range 0,1 (--reward-range); 1 paired tasks unscored in a run"
+    ) in out
+    [group] = strict_json((pytester.path / "cmp.json").read_text())["groups"]
+    assert group["manski_bounds/difference"] is None and group["rewards_outside_range"] == [0.0, 5.0]
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range", "0,10")
+    assert code == 0, err
+    assert "Manski bounds of the difference [+0.5000, +3.0000] (unknown rollouts at 0,10)" in out
+
+
+def test_the_gate_counts_rollouts_without_a_score_at_their_worst_unless_scored_only(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A candidate that failed 37 of 40 tasks passed --max-regression 0.05 (exit 0): only the 3 tasks
+    both runs scored were compared."""
+    dataset(pytester, order=range(40))
+    collect(pytester, "base/r.jsonl", [1.0] * 40)
+    collect(pytester, "cand/r.jsonl", [1.0] * 3 + [None] * 37)
+    gated = ("compare", "base/r.jsonl", "cand/r.jsonl", "--max-regression", "0.05")
+    code, out, err = cli(capsys, *gated, "--json", "c.json")
+    assert code == 10, out + err
+    # Each failed task at 0 against the baseline's 1 (nothing of the baseline's is unknown).
+    worst = [0.0] * 3 + [-1.0] * 37
+    low = stats.t.interval(0.95, 39, loc=sum(worst) / 40, scale=stats.sem(worst))[0]
+    gate = (
+        f"--max-regression 0.05: default: lower bound of candidate - baseline {low:+.4f} with every rollout without "
+        "a score at its worst for the candidate (95% CI over 40 tasks; 37 of 40 paired tasks have rollouts without "
+        "a score; --gate-scored-only judges the 3 tasks both runs scored)"
+    )
+    assert gate in out.splitlines()
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse than the baseline" in err
+    [group] = strict_json((pytester.path / "c.json").read_text())["groups"]
+    assert group["num_tasks_incomplete"] == 37
+    assert group["pessimistic_ci_95/difference"][0] == pytest.approx(low)
+    code, out, err = cli(capsys, *gated, "--gate-scored-only")
+    assert code == 0, err
+    assert "(difference +0.0000, 95% CI over 3 tasks; --gate-scored-only: 37 tasks lack scores)" in out
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--gate-scored-only")
+    assert code == 4 and "--gate-scored-only says how --max-regression judges: give it DELTA" in err
+
+
+def test_rewards_near_the_float_limit_are_scored_compared_and_sized_without_a_traceback(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by a black-box pass: a reward of 1e308 is finite, but two of them overflow a sum, and
+    the run's scoring, compare and power ended in an OverflowError. So did power --delta 1e-300."""
+    dataset(pytester, order=range(3))
+    huge = ("--rollouts-repeats=2", "--rollouts-reward-range=-1e308,1e308")
+    collect(pytester, "base/r.jsonl", [1e308, -1e308, 1e308], *huge)
+    collect(pytester, "cand/r.jsonl", [1e308, 1e308, 1e308], *huge)
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--reward-range=-1e308,1e308", "--json=j")
+    assert code == 0, err
+    [group] = strict_json((pytester.path / "j").read_text())["groups"]
+    assert group["difference/reward"] == pytest.approx(1e308 - 1e308 / 3)
+    assert group["ci_95/difference"] is None, "task 1's difference, 1e308 - -1e308, is past the float range"
+    code, _, err = cli(capsys, "power", "base/r.jsonl")
+    assert code == 4 and "default: the rewards' variance is too large for a float; nothing to size" in err
+    dataset(pytester, order=range(12))
+    collect(pytester, "small/r.jsonl", BASELINE)
+    code, _, err = cli(capsys, "power", "small/r.jsonl", "--delta", "1e-300")
+    assert code == 4 and "--delta 1e-300: default: detecting 1e-300 needs more tasks than a float can count" in err

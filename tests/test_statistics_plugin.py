@@ -404,3 +404,44 @@ def test_a_breakdown_by_a_field_that_is_not_text_names_its_values_as_json(pytest
             pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-group-by=hard", out="b/r.jsonl"
         )
     flagged.stdout.fnmatch_lines(["default [[]hard=true[]]: mean reward *"])
+
+
+def test_a_run_that_failed_most_tasks_fails_the_paired_gate_unless_scored_only(pytester: pytest.Pytester) -> None:
+    """Before, the run's --rollouts-baseline gate and aggregate's compared only the tasks both runs
+    scored: 9 failed tasks of 12 passed --rollouts-max-regression 0.05."""
+    from .test_shards import aggregate
+
+    dataset(pytester)
+    assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
+    failing: list[float | None] = [*GOOD[:3], *[None] * 9]
+    gated = ("--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.05")
+    result = session(pytester, failing, *gated)
+    assert result.ret == 10
+    result.stdout.fnmatch_lines(
+        [
+            "--rollouts-max-regression 0.05: default: lower bound of candidate - baseline -* with every rollout "
+            "without a score at its worst for the candidate (95% CI over 12 tasks; 9 of 12 paired tasks have "
+            "rollouts without a score; --rollouts-gate-scored-only judges the 3 tasks both runs scored)",
+        ]
+    )
+    assert "EVAL FAILED: the candidate may be more than 0.05 worse" in result.stdout.str()
+    assert session(pytester, failing, *gated, "--rollouts-gate-scored-only").ret == 0
+    pytester.makeini("[pytest]\nrollouts_gate_scored_only = true\n")
+    scored_only = session(pytester, failing, *gated)
+    assert scored_only.ret == 0
+    scored_only.stdout.fnmatch_lines(["* 95% CI over 3 tasks; ini rollouts_gate_scored_only: 9 tasks lack scores)"])
+    pytester.makeini("[pytest]\n")
+    merged = aggregate(
+        pytester.path, "--input=out/r.jsonl", "--out=m/r.jsonl", "--baseline=base/r.jsonl", "--max-regression=0.05"
+    )
+    assert merged.returncode == 10, merged.stderr
+    assert "--gate-scored-only judges the 3 tasks both runs scored" in merged.stdout
+    merged = aggregate(
+        pytester.path, "--input=out/r.jsonl", "--out=m2/r.jsonl", "--baseline=base/r.jsonl", "--max-regression=0.05",
+        "--gate-scored-only",
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    refused = session(pytester, failing, "--rollouts-gate-scored-only")
+    assert refused.ret == 4
+    said = refused.stderr.str()
+    assert "--rollouts-gate-scored-only says how --rollouts-max-regression judges: give it DELTA" in said

@@ -118,6 +118,7 @@ class Settings(BaseModel):
     drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     baseline: Path | None = option_field("baseline")
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
+    gate_scored_only: bool = option_field("gate_scored_only")
     reward_range: RewardRangeValue = option_field("reward_range")
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: PassKs = option_field("pass_k")
@@ -307,6 +308,9 @@ class Settings(BaseModel):
             raise ValueError(
                 f"{self.source_of('max_regression')} compares with a baseline run: give {self.source_of('baseline')} PATH"
             )
+        if self.gate_scored_only and self.max_regression is None:
+            scored_only, gate = self.source_of("gate_scored_only"), self.source_of("max_regression")
+            raise ValueError(f"{scored_only} says how {gate} judges: give it DELTA")
         if self.baseline is not None:  # before a run that would end refusing it
             from pytest_rollouts.store.artifacts import ArtifactPaths
 

@@ -12,7 +12,7 @@ rollouts still in flight. Nothing is written to disk.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from pytest_rollouts.dispatch.attempts import PlannedAttempt
 from pytest_rollouts.dispatch.inprocess import Completions, LocalDispatch
@@ -20,6 +20,7 @@ from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.records import metrics_group
 from pytest_rollouts.rows.schema import ATTEMPT_INDEX, ENVIRONMENT_SERVER, ROLLOUT_INDEX, TASK_INDEX
+from pytest_rollouts.store.artifacts import is_index
 from pytest_rollouts.store.jsonl import dumps
 
 WHERE = "run_examples"
@@ -78,7 +79,7 @@ class ExampleRun:
         except TypeError as exc:
             raise ValueError(f"{WHERE}: row {position} is not JSON: {exc}") from None
         first_attempt = row.get(ATTEMPT_INDEX)
-        if not _is_index(first_attempt):  # a row that names no attempt is a first attempt
+        if not is_index(first_attempt):  # a row that names no attempt is a first attempt
             first_attempt = 0
         return self._run(row, PlannedAttempt(position, task, rollout, agent, body, first_attempt, episode, via_server))
 
@@ -100,7 +101,7 @@ class ExampleRun:
         if not isinstance(row, Mapping):
             raise ValueError(f"{WHERE}: row {position} is a {type(row).__name__}, not a mapping")
         task, rollout = row.get(TASK_INDEX), row.get(ROLLOUT_INDEX)
-        if not _is_index(task) or not _is_index(rollout):
+        if not is_index(task) or not is_index(rollout):
             raise ValueError(
                 f"{WHERE}: row {position} has no {TASK_INDEX} and {ROLLOUT_INDEX} (whole numbers from 0): "
                 "stamp the rows with preprocess_examples first"
@@ -132,6 +133,3 @@ class _Kept:
     def failure(self, row: dict[str, Any]) -> None:
         self.row = row
 
-
-def _is_index(value: Any) -> TypeGuard[int]:
-    return type(value) is int and value >= 0

@@ -17,14 +17,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# The two stamps every row of a run's files is keyed by are spelled in the store, which checks each
+# row it reads for them; they are named here with the others.
+from pytest_rollouts.store.artifacts import ROLLOUT_INDEX as ROLLOUT_INDEX
+from pytest_rollouts.store.artifacts import TASK_INDEX as TASK_INDEX
+
 if TYPE_CHECKING:
     from pytest_rollouts.dispatch.client import Attempt, Failure
 
 # Every field the collector writes but ``elapsed_seconds`` starts so; none is a measurement.
 COLLECTOR_PREFIX = "_ng_"
-# The stamps: which rollout a row is, and on which attempt (only retries carry an index).
-TASK_INDEX = "_ng_task_index"
-ROLLOUT_INDEX = "_ng_rollout_index"
+# The stamps: which rollout a row is (TASK_INDEX, ROLLOUT_INDEX, above), and on which attempt (only
+# retries carry an index).
 ATTEMPT_INDEX = "_ng_attempt_index"
 # An episode row's task id as its environment server named it, and the server it ran on.
 TASK_ID = "_ng_task_id"

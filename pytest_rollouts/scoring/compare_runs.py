@@ -33,7 +33,7 @@ class RunComparison:
 
     def group_line(self, group: str) -> str | None:
         """A run summary's one line for this group, beside its own score; None when no task of it was paired."""
-        return next((comparison_line(c) for c in self.comparisons if c.group == group), None)
+        return next((comparison_line(c, self.reward_range) for c in self.comparisons if c.group == group), None)
 
     def run_lines(self, heading: bool = False) -> list[str]:
         """What holds for every group: (with ``heading``) what was compared with what, the partial
@@ -70,6 +70,7 @@ class RunComparison:
             "num_tasks_left_out": self.pairing.left_out,
             "reward_range": [self.reward_range.low, self.reward_range.high],
             "max_regression": None if self.gate is None else self.gate.max_regression,
+            "gate_scored_only": None if self.gate is None else self.gate.scored_only,
             "groups": [c.as_dict() for c in self.comparisons],
         }
 

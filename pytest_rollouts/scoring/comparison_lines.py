@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_rollouts.scoring.intervals import RewardRange
-from pytest_rollouts.scoring.paired import Comparison, Flip
+from pytest_rollouts.scoring.intervals import RewardRange, outside_words
+from pytest_rollouts.scoring.paired import NO_TASK_SCORED_IN_BOTH, Comparison, Flip
 from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
 
 FLIPS_SHOWN = 5
@@ -22,9 +22,9 @@ FLIPS_IN_RUN_LINE = 3
 
 def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[str]:
     c = comparison
-    head = (
-        f"{c.group}: candidate - baseline {c.difference:+.4f}" if c.tasks else f"{c.group}: no task scored in both runs"
-    )
+    difference = c.difference
+    said = NO_TASK_SCORED_IN_BOTH if difference is None else f"candidate - baseline {difference:+.4f}"
+    head = f"{c.group}: {said}"
     if c.interval is not None:
         head += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     elif c.tasks:
@@ -34,8 +34,11 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
         if c.test.discordant is not None:
             only_candidate, only_baseline = c.test.discordant  # not the flips below: any change of a task's mean
             head += f" (solved in one run only: {only_candidate} the candidate, {only_baseline} the baseline)"
-    means = f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; " if c.tasks else ""
+    means = "" if difference is None else f"baseline {c.baseline_mean:.4f}, candidate {c.candidate_mean:.4f}; "
+    no_bounds = _no_bounds(c, reward_range)
     bounds = f"Manski bounds of the difference {_bounds(c)} (unknown rollouts at {reward_range})"
+    if no_bounds is not None:
+        bounds = f"{no_bounds} (--reward-range)"
     second = f"{c.group}: {means}{bounds}"
     if c.unscored:
         second += f"; {c.unscored} paired tasks unscored in a run"
@@ -47,13 +50,15 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
     return lines
 
 
-def comparison_line(comparison: Comparison) -> str:
+def comparison_line(comparison: Comparison, reward_range: RewardRange) -> str:
     """``group: vs baseline 0.7000 -> 0.6000: -0.1000, 95% CI [...] (paired t, 40 tasks); mcnemar
     p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group."""
     c = comparison
-    if not c.tasks:
-        return f"{c.group}: vs baseline: no task scored in both runs; Manski bounds of the difference {_bounds(c)}"
-    line = f"{c.group}: vs baseline {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}: {c.difference:+.4f}"
+    difference = c.difference
+    if difference is None:
+        bounds = _no_bounds(c, reward_range) or f"Manski bounds of the difference {_bounds(c)}"
+        return f"{c.group}: vs baseline: {NO_TASK_SCORED_IN_BOTH}; {bounds}"
+    line = f"{c.group}: vs baseline {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}: {difference:+.4f}"
     if c.interval is not None:
         line += f", 95% CI [{c.interval.low:+.4f}, {c.interval.high:+.4f}] (paired t, {c.tasks} tasks)"
     else:
@@ -62,7 +67,7 @@ def comparison_line(comparison: Comparison) -> str:
         line += f"; {c.test.method} p={c.test.p_value:.4f}"
         if c.test.discordant is not None:
             line += " (solved in one run only: {} the candidate, {} the baseline)".format(*c.test.discordant)
-    line += f"; Manski {_bounds(c)}"
+    line += f"; {_no_bounds(c, reward_range) or f'Manski {_bounds(c)}'}"
     if c.unscored:
         line += f" ({c.unscored} paired tasks unscored in a run)"
     fixed = [f for f in c.flips if f.difference > 0]
@@ -71,8 +76,17 @@ def comparison_line(comparison: Comparison) -> str:
 
 
 def _bounds(comparison: Comparison) -> str:
+    if comparison.manski is None:
+        return "none"
     low, high = comparison.manski
     return f"[{low:+.4f}, {high:+.4f}]"
+
+
+def _no_bounds(comparison: Comparison, reward_range: RewardRange) -> str | None:
+    """Why there are no Manski bounds (rewards outside the range, the run's own rule), or None."""
+    if comparison.outside is None:
+        return None
+    return f"no Manski bounds: {outside_words(comparison.outside, reward_range.low, reward_range.high)}"
 
 
 def _flips(word: str, flips: Sequence[Flip], shown_at_most: int = FLIPS_SHOWN) -> str:

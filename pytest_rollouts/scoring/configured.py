@@ -63,7 +63,12 @@ def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
         return None
     gate = None
     if settings.max_regression is not None:
-        gate = RegressionGate(settings.max_regression, settings.source_of("max_regression"))
+        gate = RegressionGate(
+            settings.max_regression,
+            settings.source_of("max_regression"),
+            settings.gate_scored_only,
+            settings.source_of("gate_scored_only"),
+        )
     try:
         return compare_runs(
             settings.baseline,

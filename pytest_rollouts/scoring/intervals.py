@@ -14,11 +14,11 @@ Selection Problem"). See docs/statistics.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
-from pytest_rollouts.scoring.stats import clustered_sem
+from pytest_rollouts.scoring.stats import clustered_sem, nan_mean
 
 LEVEL = 0.95
 
@@ -77,7 +77,7 @@ def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEV
     se = clustered_sem(tasks)
     if se is None or not math.isfinite(se):
         return None
-    return t_interval(math.fsum(flat) / len(flat), se, len(tasks) - 1, level)
+    return t_interval(nan_mean(flat), se, len(tasks) - 1, level)
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,15 @@ class RewardRange:
     def __str__(self) -> str:
         return f"{self.low:g},{self.high:g}"
 
+    def outside(self, rewards: Iterable[float]) -> tuple[float, float] | None:
+        """The lowest and highest reward when any falls outside the range, else None. Then scoring
+        the unknown rollouts at the floor and the ceiling bounds nothing (an upper bound can fall
+        under the scored mean), so there are no Manski bounds: one rule for a run and a comparison."""
+        seen = list(rewards)
+        if seen and (min(seen) < self.low or max(seen) > self.high):
+            return min(seen), max(seen)
+        return None
+
     @classmethod
     def parse(cls, text: str) -> RewardRange:
         """``LO,HI`` as options give it; ``ValueError`` in words otherwise."""
@@ -107,6 +116,11 @@ class RewardRange:
 
 # NeMo Gym's rewards: 0 (fail) to 1 (pass).
 UNIT_RANGE = RewardRange()
+
+
+def outside_words(seen: Sequence[float], low: float, high: float) -> str:
+    """What a line says in place of Manski's bounds when rewards fall outside the range."""
+    return f"rewards from {seen[0]:g} to {seen[1]:g} fall outside the reward range {low:g},{high:g}"
 
 
 def manski_bounds(mean: float, scored: int, unknown: int, reward_range: RewardRange) -> tuple[float, float]:

@@ -20,8 +20,8 @@ from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.accounting import Key
 from pytest_rollouts.scoring.metrics import MetricRow, numeric_fields
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
-from pytest_rollouts.store.jsonl import JsonlError, parse_object, whole_lines
+from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, run_row
+from pytest_rollouts.store.jsonl import JsonlError, whole_lines
 
 # Output rows are read in pieces of about this size, never a whole (possibly huge) file at once.
 READ_CHUNK_BYTES = 1 << 20
@@ -91,7 +91,7 @@ class OutputScan:
             self._identity = identity
         for line in io.BytesIO(data):
             if line.strip():
-                self._add(parse_object(line, self.path, self._line_no + 1), self._offset)
+                self._add(run_row(line, self.path, self._line_no + 1), self._offset)
             self._line_no += 1
             self._offset += len(line)
         return len(data) >= budget

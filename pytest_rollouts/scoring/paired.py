@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from pytest_rollouts.scoring.distributions import binomial_two_sided_half
 from pytest_rollouts.scoring.intervals import LEVEL, UNIT_RANGE, Interval, RewardRange, is_binary, t_interval
+from pytest_rollouts.scoring.stats import nan_mean
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240
@@ -42,7 +43,7 @@ class TaskRewards:
 
     @property
     def mean(self) -> float | None:
-        return math.fsum(self.rewards) / len(self.rewards) if self.rewards else None
+        return nan_mean(self.rewards) if self.rewards else None
 
     @property
     def unknown(self) -> int:
@@ -50,11 +51,13 @@ class TaskRewards:
 
     def bounds(self, reward_range: RewardRange) -> tuple[float, float]:
         """Manski's bounds on this task's mean over its expected rollouts."""
-        known = math.fsum(self.rewards)
-        total = max(self.expected, len(self.rewards))
-        if total == 0:  # every rollout masked: nothing known either way
+        if max(self.expected, len(self.rewards)) == 0:  # every rollout masked: nothing known either way
             return reward_range.low, reward_range.high
-        return (known + reward_range.low * self.unknown) / total, (known + reward_range.high * self.unknown) / total
+        # Means, not sums over a count: rewards near the float limit overflow a sum.
+        return (
+            nan_mean((*self.rewards, *[reward_range.low] * self.unknown)),
+            nan_mean((*self.rewards, *[reward_range.high] * self.unknown)),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,24 +85,45 @@ class Test:
     interval: Interval | None = None
 
 
+# Why a comparison has no difference (and no means): written beside the nulls, so a reader of
+# ``--json`` learns why rather than meeting a NaN, which is no JSON.
+NO_TASK_SCORED_IN_BOTH = "no task scored in both runs"
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """candidate - baseline for one group, over the tasks both runs scored."""
+    """candidate - baseline for one group, over the tasks both runs scored (means None without one)."""
 
     group: str
     tasks: int
-    baseline_mean: float
-    candidate_mean: float
+    baseline_mean: float | None
+    candidate_mean: float | None
     se: float | None
     interval: Interval | None
     test: Test | None
-    manski: tuple[float, float]
+    # None when a reward falls outside the range (``outside`` says which): then they bound nothing.
+    manski: tuple[float, float] | None
     # Paired tasks one run never scored at all: no difference to take, only Manski's bounds.
     unscored: int = 0
     flips: tuple[Flip, ...] = field(default=())
+    outside: tuple[float, float] | None = None
+    # Paired tasks with a rollout without a score in either run (failed, no reward, no row).
+    incomplete: int = 0
+    # The paired interval of the differences with every such rollout at its worst for the candidate
+    # (its own at the range's floor, the baseline's at the ceiling): Manski's lower bound of the
+    # difference with its sampling error. What the regression gate judges while rollouts lack a
+    # score; None with rewards outside the range (no bounds) or fewer than two paired tasks.
+    pessimistic: Interval | None = None
 
     @property
-    def difference(self) -> float:
+    def paired(self) -> int:
+        """The tasks both runs have, scored in both or not."""
+        return self.tasks + self.unscored
+
+    @property
+    def difference(self) -> float | None:
+        if self.baseline_mean is None or self.candidate_mean is None:
+            return None
         return self.candidate_mean - self.baseline_mean
 
     def as_dict(self) -> dict[str, object]:
@@ -111,6 +135,7 @@ class Comparison:
             "baseline_mean/reward": self.baseline_mean,
             "candidate_mean/reward": self.candidate_mean,
             "difference/reward": self.difference,
+            **({} if self.tasks else {"no_difference": NO_TASK_SCORED_IN_BOTH}),
             "se_paired/reward": self.se,
             "ci_95/difference": None if self.interval is None else self.interval.as_list(),
             "ci_method": None if self.interval is None else self.interval.method,
@@ -122,7 +147,10 @@ class Comparison:
             "bootstrap_ci_95/difference": None
             if self.test is None or self.test.interval is None
             else self.test.interval.as_list(),
-            "manski_bounds/difference": list(self.manski),
+            "manski_bounds/difference": None if self.manski is None else list(self.manski),
+            "num_tasks_incomplete": self.incomplete,
+            "pessimistic_ci_95/difference": None if self.pessimistic is None else self.pessimistic.as_list(),
+            **({} if self.outside is None else {"rewards_outside_range": list(self.outside)}),
             "fixed": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference > 0],
             "broke": [[f.label, f.baseline, f.candidate] for f in self.flips if f.difference < 0],
         }
@@ -141,25 +169,41 @@ def compare(
     means = [(b.label, mb, mc) for b, c in pairs if (mb := b.mean) is not None and (mc := c.mean) is not None]
     diffs = [mc - mb for _, mb, mc in means]
     n = len(diffs)
-    se = statistics.stdev(diffs) / math.sqrt(n) if n >= 2 else None
+    se, interval = _paired_interval(diffs)
     test = None
     if n:
         rewards = [r for b, c in pairs if b.rewards and c.rewards for r in (*b.rewards, *c.rewards)]
         binary = is_binary(rewards)
         test = _mcnemar(means) if binary else _bootstrap(diffs, random.Random(seed))
     flips = sorted((Flip(*m) for m in means if m[1] != m[2]), key=lambda f: (-abs(f.difference), f.label))
+    outside = reward_range.outside(r for pair in pairs for task in pair for r in task.rewards)
+    worst, best = _extremes(pairs, reward_range)
     return Comparison(
         group,
         n,
-        math.fsum(mb for _, mb, _ in means) / n if n else math.nan,
-        math.fsum(mc for _, _, mc in means) / n if n else math.nan,
+        nan_mean([mb for _, mb, _ in means]) if n else None,
+        nan_mean([mc for _, _, mc in means]) if n else None,
         se,
-        None if se is None else t_interval(math.fsum(diffs) / n, se, n - 1),
+        interval,
         test,
-        _manski_difference(pairs, reward_range),
+        None if outside else (nan_mean(worst), nan_mean(best)),
         unscored=len(pairs) - n,
         flips=tuple(flips),
+        outside=outside,
+        incomplete=sum(1 for b, c in pairs if b.unknown or c.unknown),
+        pessimistic=None if outside else _paired_interval(worst)[1],
     )
+
+
+def _paired_interval(diffs: Sequence[float]) -> tuple[float | None, Interval | None]:
+    """The standard error of the mean of per-task differences, sd(d) / sqrt(n), and the t interval
+    around it with n - 1 df (Miller 2024, section 4); both None with fewer than two tasks, or a
+    difference past the float range (rewards near 1e308 of both signs)."""
+    n = len(diffs)
+    if n < 2 or not all(math.isfinite(d) for d in diffs):
+        return None, None
+    se = statistics.stdev(diffs) / math.sqrt(n)
+    return se, t_interval(nan_mean(diffs), se, n - 1)
 
 
 def _mcnemar(means: Sequence[tuple[str, float, float]]) -> Test:
@@ -176,7 +220,7 @@ def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
     the smaller share of resampled means on either side of 0; the interval their 2.5 and 97.5
     percentiles."""
     n = len(diffs)
-    means = sorted(math.fsum(rng.choices(diffs, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    means = sorted(nan_mean(rng.choices(diffs, k=n)) for _ in range(BOOTSTRAP_RESAMPLES))
     below = sum(1 for m in means if m <= 0) / len(means)
     above = sum(1 for m in means if m >= 0) / len(means)
     cuts = statistics.quantiles(means, n=round(2 / (1 - LEVEL)), method="inclusive")  # every 2.5% at 95%
@@ -184,16 +228,15 @@ def _bootstrap(diffs: Sequence[float], rng: random.Random) -> Test:
     return Test("bootstrap", min(1.0, 2 * min(below, above)), interval=Interval(low, high, "bootstrap"))
 
 
-def _manski_difference(
+def _extremes(
     pairs: Sequence[tuple[TaskRewards, TaskRewards]], reward_range: RewardRange
-) -> tuple[float, float]:
-    """The difference of the task-weighted means over every paired task's expected rollouts, with the
-    unknown ones at the range's floor and ceiling: the candidate at its worst against the baseline
-    at its best, then the other way round."""
-    base = [b.bounds(reward_range) for b, _ in pairs]
-    cand = [c.bounds(reward_range) for _, c in pairs]
-    n = len(pairs)
-    return (
-        (math.fsum(lo for lo, _ in cand) - math.fsum(hi for _, hi in base)) / n,
-        (math.fsum(hi for _, hi in cand) - math.fsum(lo for lo, _ in base)) / n,
-    )
+) -> tuple[list[float], list[float]]:
+    """Each paired task's difference over its expected rollouts with the unknown ones at the range's
+    floor and ceiling: the candidate at its worst against the baseline at its best, then the other
+    way round. Their means are Manski's bounds of the difference of the task-weighted means."""
+    worst, best = [], []
+    for base, cand in pairs:
+        (base_low, base_high), (cand_low, cand_high) = base.bounds(reward_range), cand.bounds(reward_range)
+        worst.append(cand_low - base_high)
+        best.append(cand_high - base_low)
+    return worst, best

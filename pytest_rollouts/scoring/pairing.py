@@ -170,5 +170,7 @@ def _check_same_inputs(baseline: RunTasks, candidate: RunTasks) -> None:
 
 
 def _natural(label: str) -> tuple[int, int | str]:
-    """Task indices in number order, ids in text order."""
-    return (0, int(label)) if label.isdigit() else (1, label)
+    """Task indices (and ids of ASCII digits alone) in number order, other ids in text order.
+
+    ``str.isdigit`` alone is no test for ``int``: it holds for "²" and "①", which ``int`` refuses."""
+    return (0, int(label)) if label.isascii() and label.isdigit() else (1, label)

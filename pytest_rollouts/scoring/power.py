@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf
+from pytest_rollouts.scoring.stats import nan_mean
 
 ALPHA = 0.05
 POWER = 0.8
@@ -54,11 +55,14 @@ def variance_components(rewards_by_task: Sequence[Sequence[float]]) -> Variance:
     tasks = [list(ys) for ys in rewards_by_task if ys]
     if len(tasks) < 2:
         raise ValueError("need at least two tasks with a score to measure how tasks differ")
-    means = [statistics.fmean(ys) for ys in tasks]
+    means = [nan_mean(ys) for ys in tasks]
     repeats = statistics.fmean(len(ys) for ys in tasks)
     dof = sum(len(ys) - 1 for ys in tasks)
-    within = math.fsum((y - m) ** 2 for ys, m in zip(tasks, means, strict=True) for y in ys) / dof if dof else None
-    spread = statistics.variance(means)
+    try:
+        within = math.fsum((y - m) ** 2 for ys, m in zip(tasks, means, strict=True) for y in ys) / dof if dof else None
+        spread = statistics.variance(means)
+    except OverflowError:  # rewards near the float limit: their squares are past it
+        raise ValueError("the rewards' variance is too large for a float; nothing to size") from None
     between = max(0.0, spread - (within or 0.0) / repeats)
     return Variance(len(tasks), repeats, between, within)
 
@@ -93,4 +97,7 @@ def tasks_needed(
     """How many tasks a paired comparison with ``repeats`` repeats needs to detect ``delta``."""
     if delta <= 0:
         raise ValueError("the difference to detect must be positive")
-    return max(2, math.ceil((_z(alpha, power) / delta) ** 2 * variance.difference_variance(repeats, correlation)))
+    try:
+        return max(2, math.ceil((_z(alpha, power) / delta) ** 2 * variance.difference_variance(repeats, correlation)))
+    except OverflowError:  # a delta near 0 (1e-300): a count past any float
+        raise ValueError(f"detecting {delta:g} needs more tasks than a float can count") from None

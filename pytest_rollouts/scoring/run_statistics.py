@@ -55,11 +55,9 @@ def statistics_entry(
     # An infinite reward (a value, as NeMo Gym takes it) leaves an infinite or undefined mean: no bounds.
     mean = nan_mean(y for ys in tasks for y in ys) if scored else 0.0
     finite = math.isfinite(mean)
-    seen = [y for ys in tasks for y in ys]
-    # A reward outside the range makes "every unknown at the floor, then the ceiling" no bound at all
-    # (an upper bound under the scored mean): none, and the range seen is said instead.
-    outside = bool(seen) and (min(seen) < reward_range.low or max(seen) > reward_range.high)
-    fits = finite and scored + unknown and not outside
+    # A reward outside the range: no bounds, and the range seen is said instead.
+    outside = reward_range.outside(y for ys in tasks for y in ys)
+    fits = finite and scored + unknown and outside is None
     bounds = manski_bounds(mean, scored, unknown, reward_range) if fits else None
     return {
         "num_tasks": len(tasks),
@@ -67,10 +65,10 @@ def statistics_entry(
         "num_rollouts_unknown": unknown,
         "mean/reward": written(mean) if scored else None,
         # Clipped to the reward range, where every reward lies: t on two tasks reached [-5.85, 6.85].
-        "ci_95/reward": None if interval is None else _within(interval.as_list(), reward_range, outside),
+        "ci_95/reward": None if interval is None else _within(interval.as_list(), reward_range, outside is not None),
         "ci_method": None if interval is None else interval.method,
         "manski_bounds/reward": None if bounds is None else list(bounds),
-        **({"rewards_outside_range": [min(seen), max(seen)]} if outside else {}),
+        **({"rewards_outside_range": list(outside)} if outside else {}),
     }
 
 

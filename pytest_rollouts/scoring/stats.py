@@ -22,11 +22,16 @@ Z_95 = 1.96
 
 def nan_mean(xs: Iterable[float]) -> float:
     """The mean, NaN when it is undefined: infinities of both signs (pandas' answer, where
-    ``statistics.fmean`` raises)."""
+    ``statistics.fmean`` raises). Rewards near the float limit (1e308) overflow their sum but not
+    their mean, which is then taken over the values divided first (an agent's reply chose them:
+    scoring ended in an OverflowError)."""
+    values = xs if isinstance(xs, Sequence) else list(xs)
     try:
-        return statistics.fmean(xs)
+        return statistics.fmean(values)
     except ValueError:
         return math.nan
+    except OverflowError:
+        return math.fsum(x / len(values) for x in values)
 
 
 def written(x: float) -> float | None:
@@ -110,5 +115,8 @@ def clustered_sem(rewards_by_task: Sequence[Sequence[float]]) -> float | None:
     mean = nan_mean(itertools.chain.from_iterable(rewards_by_task))
     if not math.isfinite(mean):  # an infinite reward: no finite spread
         return None
-    residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
-    return math.sqrt(g / (g - 1) * math.fsum(s * s for s in residual_sums)) / n
+    try:
+        residual_sums = [math.fsum(y - mean for y in ys) for ys in rewards_by_task]
+        return math.sqrt(g / (g - 1) * math.fsum(s * s for s in residual_sums)) / n
+    except OverflowError:  # rewards near the float limit: a spread past it, none to write
+        return None

@@ -17,6 +17,7 @@ from pytest_rollouts.rows.schema import (
     JUDGE_INVALID,
 )
 
+from pytest_rollouts.scoring.intervals import outside_words
 from pytest_rollouts.scoring.run_statistics import STATISTICS
 
 if TYPE_CHECKING:
@@ -127,10 +128,7 @@ def interval_line(agent: str, entry: object) -> list[str]:
     outside = entry.get("rewards_outside_range")
     if outside:
         floor, ceiling = entry["reward_range"]
-        return [
-            f"{agent}: no Manski bounds: rewards from {outside[0]:g} to {outside[1]:g} fall outside the reward range "
-            f"{floor:g},{ceiling:g} (--rollouts-reward-range)"
-        ]
+        return [f"{agent}: no Manski bounds: {outside_words(outside, floor, ceiling)} (--rollouts-reward-range)"]
     if entry.get("manski_bounds/reward") is None:
         return []
     ci = entry.get("ci_95/reward")

@@ -17,9 +17,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
-from pytest_rollouts.store.jsonl import parse_object, scan_lines
+from pytest_rollouts.store.jsonl import JsonlError, dumps, parse_object, scan_lines
+
+# Every row of a run's files (materialized inputs, outputs, failures) names its rollout by these two
+# stamps; rows/schema.py takes their names from here, as the rows read here are checked for them.
+TASK_INDEX = "_ng_task_index"
+ROLLOUT_INDEX = "_ng_rollout_index"
 
 
 @dataclass(frozen=True)
@@ -299,7 +304,28 @@ def artifact_rows(path: Path) -> Iterator[ArtifactRow]:
     for line_no, offset, line in scan_lines(path):
         if not line.endswith(b"\n"):
             return
-        yield ArtifactRow(line_no, offset, len(line) - 1, parse_object(line, path, line_no))
+        yield ArtifactRow(line_no, offset, len(line) - 1, run_row(line, path, line_no))
+
+
+def run_row(line: bytes, path: Path, line_no: int) -> dict[str, Any]:
+    """One row of a run's file, with its task and rollout index checked here, where the file and
+    line are known: a row without them (an edit, another tool's file) is ``JsonlError`` naming
+    both, never a KeyError deep in resume or scoring, which key every row by them."""
+    row = parse_object(line, path, line_no)
+    for name in (TASK_INDEX, ROLLOUT_INDEX):
+        value = row.get(name)
+        if not is_index(value):
+            found = f"no {name}" if name not in row else f"{name} is {dumps(value).decode()[:40]}"
+            raise JsonlError(
+                f"{path}:{line_no}: {found}; every row of a run names its rollout by {TASK_INDEX} and "
+                f"{ROLLOUT_INDEX}, whole numbers from 0"
+            )
+    return row
+
+
+def is_index(value: object) -> TypeGuard[int]:
+    """A task or rollout index: a whole number from 0 (``true`` is no index, nor is 1.0)."""
+    return type(value) is int and value >= 0
 
 
 def read_rows(path: Path) -> Iterator[dict[str, Any]]:
