@@ -168,7 +168,8 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             from pytest_rollouts.export.exports import export_run
 
             exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html))
+            secrets = agents.secrets()
+            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html, secrets=secrets))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
     except CollectionRefused:
         lock.withdraw()  # before any request, and the files put back: the place as the run found it
