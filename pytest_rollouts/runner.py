@@ -50,6 +50,7 @@ from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verd
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
+from pytest_rollouts.stops import in_thread
 
 RESUME = "resume=True"
 OVERWRITE = "overwrite=True"
@@ -148,7 +149,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             trace.planned_rollouts(prepared.plan.rollouts, dispatched.outcomes)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
-            score = await asyncio.to_thread(
+            score = await in_thread(
                 score_configured,
                 paths,
                 settings,
@@ -158,18 +159,21 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             )
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
+        except asyncio.CancelledError:  # stopped while scoring: no metrics file, as the plugin leaves none
+            paths.metrics.unlink(missing_ok=True)
+            raise
         if trace is not None:
             trace.scored(score)
         end = replace(end, dispatch_failure=dispatched.stopped)
         verdict = judge_run(score, end, Gate.of(settings))
         html = None if settings.html is None else root / settings.html
-        report = "" if html is None else await asyncio.to_thread(report_at_end, html, paths.out, score, verdict)
+        report = "" if html is None else await in_thread(report_at_end, html, paths.out, score, verdict)
         if settings.wandb or settings.mlflow:  # while the output is still this run's; after the report it logs
             from pytest_rollouts.export.exports import export_run
 
             exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
             secrets = agents.secrets()
-            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html, secrets=secrets))
+            _tell(await in_thread(export_run, exports, score, paths.out, html, secrets=secrets))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
     except CollectionRefused:
         lock.withdraw()  # before any request, and the files put back: the place as the run found it

@@ -10,6 +10,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -212,6 +213,37 @@ def test_cancelling_the_run_keeps_what_was_written_and_a_resume_completes_it(her
         resumed = run(config(agent, resume=True))
         assert not set(agent.keys()[sent:]) & set(written)
     assert resumed.score.coverage.completed == 6
+
+
+def test_cancelled_while_scoring_it_waits_for_the_scoring_before_letting_the_output_go(here: Path) -> None:
+    """Scoring went on in its thread after the cancelled call had returned and released the output,
+    and wrote its metrics file later, over whatever the next run there wrote. No metrics file is
+    left, as the plugin leaves none when stopped while scoring; the rows are, for a resume."""
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow_metrics(body: dict[str, Any]) -> dict[str, Any]:
+        asked.set()
+        answer.wait(timeout=60)
+        return {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0}}
+
+    async def cancelled_while_scoring(agent: ScriptedAgent) -> None:
+        task = asyncio.create_task(run_from_config(config(agent)))
+        while not asked.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        answer.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Whatever the call left running in a worker thread ends here.
+        await asyncio.get_running_loop().shutdown_default_executor()
+
+    with ScriptedAgent(aggregate=slow_metrics) as agent:
+        asyncio.run(cancelled_while_scoring(agent))
+        assert not (here / "out" / "r_aggregate_metrics.json").exists()
+        assert keys(here / "out" / "r.jsonl") == [(t, 0) for t in range(6)]
+        resumed = run(config(agent, resume=True))
+    assert resumed.score.coverage.completed == 6 and len(agent.requests) == 6
+    assert (here / "out" / "r_aggregate_metrics.json").exists()
 
 
 def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAgent) -> None:
