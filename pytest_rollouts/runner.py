@@ -46,11 +46,11 @@ from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.scoring.verdict import INTERRUPTED, NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
-from pytest_rollouts.stops import in_thread
+from pytest_rollouts.stops import TermAsInterrupt, in_thread
 
 RESUME = "resume=True"
 OVERWRITE = "overwrite=True"
@@ -185,9 +185,17 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             trace.end()
 
 
+class RunInterrupted(SystemExit, KeyboardInterrupt):
+    """``run`` stopped by Ctrl-C or SIGTERM, once the rows written so far were kept and the output
+    let go. A ``KeyboardInterrupt``, so a script that catches one catches this too; and a
+    ``SystemExit`` with the plugin's status for a stopped run (2), so a script that does not
+    catch it ends with that status after ``run``'s one line, as the plugin does, not a traceback."""
+
+
 def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
-    """``run_from_config`` on an event loop of its own, for scripts; ``KeyboardInterrupt`` stops it
-    the same way (what was written is kept, a resume goes on)."""
+    """``run_from_config`` on an event loop of its own, for scripts. Ctrl-C or SIGTERM stops it as
+    cancelling stops ``run_from_config`` (what was written is kept, a resume goes on), says so in
+    a line on stderr and raises ``RunInterrupted``."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -195,13 +203,24 @@ def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
     else:
         raise RuntimeError("run() starts an event loop of its own; in async code, await run_from_config(config)")
     settings = validated(config)
+    term = TermAsInterrupt()
     try:
-        return asyncio.run(run_from_config(settings))
-    except KeyboardInterrupt:
-        # One line in the script's traceback, not asyncio's chain of cancellations.
-        raise KeyboardInterrupt(
-            f"interrupted: the rows written so far are kept in {settings.out}; resume=True goes on from them"
-        ) from None
+        return asyncio.run(_stoppable(settings, term))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # asyncio.run's Ctrl-C; our SIGTERM's cancellation
+        stop = "SIGTERM" if term.received else "SIGINT"
+        print(
+            f"interrupted by {stop}: the rows written so far are kept in {settings.out}; resume=True goes on from them",
+            file=sys.stderr,
+        )
+        raise RunInterrupted(INTERRUPTED) from None
+
+
+async def _stoppable(settings: CollectionConfig, term: TermAsInterrupt) -> RunResult:
+    """The run, SIGTERM cancelling it as Ctrl-C does: ``run`` owns this loop and its signals."""
+    task = asyncio.current_task()
+    assert task is not None
+    with term.taken(task):
+        return await run_from_config(settings)
 
 
 def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
