@@ -19,6 +19,7 @@ from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
 from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.metrics_shape import without_odd_values
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -54,9 +55,11 @@ def _from_metrics_file(paths: ArtifactPaths) -> RunScore | None:
         coverage = _coverage(entry.get("coverage")) if isinstance(entry, dict) else None
         if coverage is None:
             return None
-        metrics = {k: v for k, v in entry.items() if k not in LEFT_OUT}
+        metrics, odd = without_odd_values({k: v for k, v in entry.items() if k not in LEFT_OUT})
         name = str((entry.get("agent_ref") or {}).get("name", ""))
         source, note = str(entry.get("metrics_source", "file")), str(entry.get("metrics_note", ""))
+        if odd:
+            note = "; ".join([*filter(None, [note]), f"left out of the metrics file: {'; '.join(odd)}"])
         groups.append(GroupScore(name, coverage, metrics, source, note))
         total += coverage
     return RunScore(groups, total, metrics_path=paths.metrics)
