@@ -51,7 +51,8 @@ class TermAsInterrupt:
     @contextmanager
     def taken(self, task: asyncio.Task[object]) -> Iterator[None]:
         loop = task.get_loop()
-        if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        ours = threading.current_thread() is threading.main_thread()
+        if not ours or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
             yield
             return
         loop.add_signal_handler(signal.SIGTERM, self._stop, task)
