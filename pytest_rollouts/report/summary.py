@@ -12,8 +12,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
 from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
@@ -24,7 +22,7 @@ from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.store.jsonl import JsonlError, loads
 
 # Metrics entries' keys the report leaves out: per-task entries (the table has the rollouts) and
 # what it shows from elsewhere.
@@ -46,9 +44,9 @@ def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tup
 
 def _from_metrics_file(paths: ArtifactPaths) -> RunScore | None:
     """The score the run wrote: each group's metrics and coverage; None when an entry has no coverage."""
-    try:
-        entries = orjson.loads(paths.metrics.read_bytes())
-    except orjson.JSONDecodeError as exc:
+    try:  # the one decoder the run wrote it for: a NaN a server sent, or an infinite mean, is read back
+        entries = loads(paths.metrics.read_bytes())
+    except ValueError as exc:
         raise JsonlError(f"{paths.metrics}: not valid JSON ({exc})") from None
     groups, total = [], Coverage()
     for entry in entries if isinstance(entries, list) else []:
