@@ -47,10 +47,10 @@ from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import INTERRUPTED, NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.stops import TermAsInterrupt, in_thread
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
-from pytest_rollouts.stops import TermAsInterrupt, in_thread
 
 RESUME = "resume=True"
 OVERWRITE = "overwrite=True"
