@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.collection import CollectionConfig
     from pytest_rollouts.dispatch.inprocess import HealthCheckFailed
     from pytest_rollouts.model.convert import output_text
-    from pytest_rollouts.runner import CollectionRefused, CollectionWarning, RunResult, run, run_from_config
+    from pytest_rollouts.runner import (
+        CollectionRefused,
+        CollectionWarning,
+        RunInterrupted,
+        RunResult,
+        run,
+        run_from_config,
+    )
 
 # Each public name, and the module that defines it.
 _HOMES = {
@@ -28,6 +35,7 @@ _HOMES = {
     "RunResult": "pytest_rollouts.runner",
     "CollectionRefused": "pytest_rollouts.runner",
     "CollectionWarning": "pytest_rollouts.runner",
+    "RunInterrupted": "pytest_rollouts.runner",
     "output_text": "pytest_rollouts.model.convert",
 }
 __all__ = sorted(_HOMES)

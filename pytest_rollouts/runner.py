@@ -47,7 +47,8 @@ from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.scoring.verdict import INTERRUPTED, NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
+from pytest_rollouts.stops import TermAsInterrupt, in_thread
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, loads
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
@@ -149,7 +150,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             trace.planned_rollouts(prepared.plan.rollouts, dispatched.outcomes)
         perf = _perf_summary(dispatched, time.perf_counter() - started)
         try:
-            score = await asyncio.to_thread(
+            score = await in_thread(
                 score_configured,
                 paths,
                 settings,
@@ -160,17 +161,21 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             )
         except JsonlError as exc:
             raise CollectionRefused(f"cannot score the run: {exc}") from None
+        except asyncio.CancelledError:  # stopped while scoring: no metrics file, as the plugin leaves none
+            paths.metrics.unlink(missing_ok=True)
+            raise
         if trace is not None:
             trace.scored(score)
         end = replace(end, dispatch_failure=dispatched.stopped)
         verdict = judge_run(score, end, Gate.of(settings))
         html = None if settings.html is None else root / settings.html
-        report = "" if html is None else await asyncio.to_thread(report_at_end, html, paths.out, score, verdict)
+        report = "" if html is None else await in_thread(report_at_end, html, paths.out, score, verdict)
         if settings.wandb or settings.mlflow:  # while the output is still this run's; after the report it logs
             from pytest_rollouts.export.exports import export_run
 
             exports = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-            _tell(await asyncio.to_thread(export_run, exports, score, paths.out, html))
+            secrets = agents.secrets()
+            _tell(await in_thread(export_run, exports, score, paths.out, html, secrets=secrets))
         return RunResult(score, verdict, paths, settings.count_as_zero, report)
     except CollectionRefused:
         lock.withdraw()  # before any request, and the files put back: the place as the run found it
@@ -182,9 +187,17 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
             trace.end()
 
 
+class RunInterrupted(SystemExit, KeyboardInterrupt):
+    """``run`` stopped by Ctrl-C or SIGTERM, once the rows written so far were kept and the output
+    let go. A ``KeyboardInterrupt``, so a script that catches one catches this too; and a
+    ``SystemExit`` with the plugin's status for a stopped run (2), so a script that does not
+    catch it ends with that status after ``run``'s one line, as the plugin does, not a traceback."""
+
+
 def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
-    """``run_from_config`` on an event loop of its own, for scripts; ``KeyboardInterrupt`` stops it
-    the same way (what was written is kept, a resume goes on)."""
+    """``run_from_config`` on an event loop of its own, for scripts. Ctrl-C or SIGTERM stops it as
+    cancelling stops ``run_from_config`` (what was written is kept, a resume goes on), says so in
+    a line on stderr and raises ``RunInterrupted``."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -192,13 +205,24 @@ def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
     else:
         raise RuntimeError("run() starts an event loop of its own; in async code, await run_from_config(config)")
     settings = validated(config)
+    term = TermAsInterrupt()
     try:
-        return asyncio.run(run_from_config(settings))
-    except KeyboardInterrupt:
-        # One line in the script's traceback, not asyncio's chain of cancellations.
-        raise KeyboardInterrupt(
-            f"interrupted: the rows written so far are kept in {settings.out}; resume=True goes on from them"
-        ) from None
+        return asyncio.run(_stoppable(settings, term))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # asyncio.run's Ctrl-C; our SIGTERM's cancellation
+        stop = "SIGTERM" if term.received else "SIGINT"
+        print(
+            f"interrupted by {stop}: the rows written so far are kept in {settings.out}; resume=True goes on from them",
+            file=sys.stderr,
+        )
+        raise RunInterrupted(INTERRUPTED) from None
+
+
+async def _stoppable(settings: CollectionConfig, term: TermAsInterrupt) -> RunResult:
+    """The run, SIGTERM cancelling it as Ctrl-C does: ``run`` owns this loop and its signals."""
+    task = asyncio.current_task()
+    assert task is not None
+    with term.taken(task):
+        return await run_from_config(settings)
 
 
 def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:

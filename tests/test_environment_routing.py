@@ -85,12 +85,16 @@ def test_legacy_mode_refuses_a_row_naming_another_agent_than_the_servers(
         )
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}", *LEGACY)
         assert server.requests == [] and agent.requests == []
-    result.stdout.fnmatch_lines(
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
         ["*data.jsonl:2: row names agent 'code_agent', but environment server 'legacy_env' runs its rows on*"]
     )
 
 
-def test_taskset_mode_refuses_flat_rows_before_any_request(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_taskset_mode_refuses_flat_rows_before_any_request(
+    pytester: pytest.Pytester, agent: ScriptedAgent, xdist: tuple[str, ...]
+) -> None:
     rows: list[dict[str, Any]] = [{"task_id": {"taskset": "arith", "id": 0}, "task_input": {"q": 0}}, *tasks(1)]
     write_rows(pytester.path / "data.jsonl", rows)
     result = run_rollouts(
@@ -99,9 +103,12 @@ def test_taskset_mode_refuses_flat_rows_before_any_request(pytester: pytest.Pyte
         f"--rollouts-agent=episodes={agent.url}",
         "--rollouts-agent-map=arith=episodes",
         "--rollouts-environment-routing-mode=taskset",
+        *xdist,
     )
     assert agent.requests == []
-    result.stdout.fnmatch_lines(["*data.jsonl:2: a flat row (no task_id.taskset and task_input) under environment*"])
+    # The option and the data disagree: a usage error, as a bad option is (it was exit 2).
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*data.jsonl:2: a flat row (no task_id.taskset and task_input) under environment*"])
 
 
 @pytest.mark.parametrize(
@@ -129,7 +136,7 @@ def test_a_head_servers_config_sets_the_mode_and_an_option_wins_over_it(
         run_rollouts(pytester, "data.jsonl", head).assert_outcomes(passed=2)
         assert agent.requests == [] and sorted(server.keys()) == [(0, 0), (1, 0)]
         result = run_rollouts(pytester, "data.jsonl", head, "--rollouts-environment-routing-mode=taskset")
-        result.stdout.fnmatch_lines(["*data.jsonl:1: a flat row*under environment routing mode 'taskset'*"])
+        result.stderr.fnmatch_lines(["*data.jsonl:1: a flat row*under environment routing mode 'taskset'*"])
         assert len(server.requests) == 2
 
 

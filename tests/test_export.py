@@ -24,12 +24,14 @@ from wandb.proto import wandb_internal_pb2
 from pytest_rollouts import CollectionConfig, CollectionWarning, run
 from pytest_rollouts.export.exports import export_run
 from pytest_rollouts.export.to_mlflow import mlflow_name
+from pytest_rollouts.net.auth import Redactor
 
 from .agents import ScriptedAgent
 from .conftest import read_rows, tasks, write_rows
 from .helpers import QUIET
 
 EXPERIMENT = "evals"
+NONE = Redactor({})  # a run that holds no secret
 
 
 @pytest.fixture
@@ -103,7 +105,7 @@ def test_the_python_api_exports_too_and_the_report_is_logged_when_written(
     # The HTML report, once its option writes one, is a file at the end of the run: logged beside the metrics.
     report = tmp_path / "out" / "report.html"
     report.write_text("<html></html>")
-    [told] = export_run({"mlflow": "with-report", "wandb": None}, result.score, result.paths.out, report)
+    [told] = export_run({"mlflow": "with-report", "wandb": None}, result.score, result.paths.out, report, secrets=NONE)
     assert told.startswith("mlflow: logged run ")
     [with_report] = mlflow_runs(mlruns, "with-report")
     client = MlflowClient(tracking_uri=mlruns)
@@ -111,7 +113,7 @@ def test_the_python_api_exports_too_and_the_report_is_logged_when_written(
         "r_aggregate_metrics.json",
         "report.html",
     ]
-    export_run({"mlflow": "missing-report"}, result.score, result.paths.out, tmp_path / "none.html")
+    export_run({"mlflow": "missing-report"}, result.score, result.paths.out, tmp_path / "none.html", secrets=NONE)
     [without] = mlflow_runs(mlruns, "missing-report")
     assert [a.path for a in client.list_artifacts(without.info.run_id)] == ["r_aggregate_metrics.json"]
 

@@ -45,6 +45,12 @@ episodes:
 """
 
 
+def refused(result: pytest.RunResult) -> pytest.LineMatcher:
+    """A session refused as a usage error (exit 4): what it said."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    return result.stderr
+
+
 def run_against(pytester: pytest.Pytester, state: dict[str, str], dataset: str, *args: str) -> pytest.RunResult:
     return run_rollouts(pytester, dataset, f"--rollouts-head-server={state['address']}", *args)
 
@@ -63,8 +69,9 @@ def test_a_row_whose_agent_fronts_another_resources_server_is_refused(
         result = run_against(pytester, state, "data.jsonl")
         assert math.requests == [] and code.requests == []
         assert math.health_checks == code.health_checks == 0
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines(
+    # The head server's pairing and the data disagree: a usage error, as a bad option is (it was exit 2).
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    refused(result).fnmatch_lines(
         [
             "*data.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but the row's task_source is "
             "resources server 'math_rs'*"
@@ -97,7 +104,7 @@ def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_i
         state["yaml"] = paired_config(_port(math.url), _port(code.url))
         result = run_against(pytester, state, "math.jsonl")
         assert math.requests == [] and code.requests == []
-    result.stdout.fnmatch_lines(
+    refused(result).fnmatch_lines(
         ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file belongs to resources server 'math_rs'*"]
     )
 
@@ -115,7 +122,7 @@ def test_a_row_sent_to_an_environment_server_must_name_its_agent(
         state["yaml"] = paired_config(_port(math.url), _port(code.url), _port(episodes.url))
         result = run_against(pytester, state, "episodes.jsonl", "--rollouts-agent-map=arith=episodes")
         assert episodes.requests == []
-    result.stdout.fnmatch_lines(
+    refused(result).fnmatch_lines(
         [
             "*episodes.jsonl:2: row names agent 'code_agent', but environment server 'episodes' runs its rows "
             "on agent 'math_agent' (its agent_server)*"
@@ -156,7 +163,7 @@ def test_a_dataset_listed_by_an_agent_runs_only_on_agents_of_that_agents_resourc
         state["yaml"] = paired_config(_port(math.url), _port(code.url)) + extra + listed
         result = run_against(pytester, state, "code.jsonl", "--rollouts-agent-map=_default=math_agent")
         assert math.requests == [] and code.requests == []
-    result.stdout.fnmatch_lines(
+    refused(result).fnmatch_lines(
         [
             "*code.jsonl:1: agent 'math_agent' fronts resources server 'math_rs', but its dataset file belongs "
             "to resources server 'code_rs'*"
@@ -178,7 +185,7 @@ def test_a_legacy_row_is_checked_against_the_agent_its_server_runs_it_on(
         state["yaml"] = state["yaml"].replace("name: math_agent}", "name: code_agent}")
         result = run_against(pytester, state, "math.jsonl", *legacy)
         assert len(episodes.requests) == 1 and math.requests == code.requests == []
-    result.stdout.fnmatch_lines(
+    refused(result).fnmatch_lines(
         [
             "*math.jsonl:1: agent 'code_agent' (behind environment server 'episodes') fronts resources server "
             "'code_rs', but its dataset file belongs to resources server 'math_rs'*"
@@ -197,6 +204,6 @@ def test_a_row_naming_an_environment_server_as_its_agent_is_told_the_agent_to_na
         state["yaml"] = paired_config(_port(math.url), _port(code.url), _port(episodes.url))
         result = run_against(pytester, state, "data.jsonl")
         assert episodes.requests == [] and math.requests == []
-    result.stdout.fnmatch_lines(
+    refused(result).fnmatch_lines(
         ["*data.jsonl:1: row names environment server 'episodes' as its agent: name the agent it runs rows on*"]
     )

@@ -93,8 +93,9 @@ def test_a_row_without_a_placeholders_field_is_refused_naming_file_and_line(pyte
         del rows[1]["question"]
         write_rows(suite / "data.jsonl", rows)
         result = run_rollouts(pytester, "suite")
-        assert result.ret == pytest.ExitCode.INTERRUPTED  # a bad row is a collection error, as any other
-        result.stdout.fnmatch_lines(
+        # The template and the row disagree: a usage error (it was a collection error, exit 2).
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(
             ["*suite/data.jsonl:2: the prompt template suite/prompt.yaml uses {question}, which the row lacks*"]
         )
         assert agent.requests == []
@@ -116,7 +117,8 @@ def test_the_option_overrides_and_a_row_with_its_own_input_is_refused(pytester: 
         result = run_rollouts(
             pytester, "given.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-prompt-config=other.yaml"
         )
-        result.stdout.fnmatch_lines(["*given.jsonl:1: the row has responses_create_params.input and the run has*"])
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*given.jsonl:1: the row has responses_create_params.input and the run has*"])
         assert agent.requests == []
 
 
@@ -147,7 +149,8 @@ def test_a_suites_template_that_is_not_text_or_meets_a_run_level_input_is_refuse
         suite = _suite(pytester.path, agent.url)
         create_params = '--rollouts-responses-create-params={"input": "run level"}'
         result = run_rollouts(pytester, "suite", create_params)
-        result.stdout.fnmatch_lines(
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(
             ["*suite/data.jsonl: its prompt template (*prompt.yaml) builds each row's input, and the run's*"]
         )
         (suite / "prompt.yaml").write_bytes(b"user: '\xff {question}'\n")

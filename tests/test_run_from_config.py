@@ -10,6 +10,7 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -131,21 +132,28 @@ def test_earlier_results_moved_aside_are_a_warning(agent: ScriptedAgent, here: P
     assert [w.filename for w in seen] == [__file__], "from the caller's line, not asyncio's event loop"
 
 
-def test_ctrl_c_in_run_says_where_the_rows_are_without_asyncios_chain(here: Path) -> None:
-    """It printed three chained tracebacks (a RuntimeError, a CancelledError, then KeyboardInterrupt)."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_in_run_keeps_the_rows_lets_the_output_go_and_says_so_in_one_line(
+    here: Path, stop: signal.Signals
+) -> None:
+    """Ctrl-C printed Python's traceback (three chained ones before that), and SIGTERM killed the
+    script where it stood, its lock left as a killed run's. Both end as the plugin's stops do:
+    the rows kept, the output let go, one line, exit 2."""
     with ScriptedAgent(latency=0.3) as agent:
         settings = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, "parallel": 1}
         script = f"import pytest_rollouts\npytest_rollouts.run({settings!r})\n"
         proc = subprocess.Popen([sys.executable, "-c", script], cwd=here, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while agent.completed < 1 and proc.poll() is None and time.monotonic() < deadline:
+        deadline, out = time.monotonic() + 60, here / "out" / "r.jsonl"
+        while not (out.exists() and b"\n" in out.read_bytes()) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         _, err = proc.communicate(timeout=60)
-    assert err.rstrip().endswith(
-        "KeyboardInterrupt: interrupted: the rows written so far are kept in out/r.jsonl; resume=True goes on from them"
-    ), err
-    assert "CancelledError" not in err and "During handling" not in err, err
+    assert err.splitlines() == [
+        f"interrupted by {stop.name}: the rows written so far are kept in out/r.jsonl; resume=True goes on from them"
+    ], err
+    assert proc.returncode == 2
+    assert (here / "out" / ".r.jsonl.lock").read_bytes() == b"", "released as a run that ended, not a killed one's"
+    assert 1 <= len(read_rows(out)) < 6
 
 
 @pytest.mark.parametrize(("changes", "status"), [({"fail_under": 0.9}, 7), ({"require_complete": True}, 6)])
@@ -212,6 +220,37 @@ def test_cancelling_the_run_keeps_what_was_written_and_a_resume_completes_it(her
         resumed = run(config(agent, resume=True))
         assert not set(agent.keys()[sent:]) & set(written)
     assert resumed.score.coverage.completed == 6
+
+
+def test_cancelled_while_scoring_it_waits_for_the_scoring_before_letting_the_output_go(here: Path) -> None:
+    """Scoring went on in its thread after the cancelled call had returned and released the output,
+    and wrote its metrics file later, over whatever the next run there wrote. No metrics file is
+    left, as the plugin leaves none when stopped while scoring; the rows are, for a resume."""
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow_metrics(body: dict[str, Any]) -> dict[str, Any]:
+        asked.set()
+        answer.wait(timeout=60)
+        return {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/reward": 1.0}}
+
+    async def cancelled_while_scoring(agent: ScriptedAgent) -> None:
+        task = asyncio.create_task(run_from_config(config(agent)))
+        while not asked.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        answer.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Whatever the call left running in a worker thread ends here.
+        await asyncio.get_running_loop().shutdown_default_executor()
+
+    with ScriptedAgent(aggregate=slow_metrics) as agent:
+        asyncio.run(cancelled_while_scoring(agent))
+        assert not (here / "out" / "r_aggregate_metrics.json").exists()
+        assert keys(here / "out" / "r.jsonl") == [(t, 0) for t in range(6)]
+        resumed = run(config(agent, resume=True))
+    assert resumed.score.coverage.completed == 6 and len(agent.requests) == 6
+    assert (here / "out" / "r_aggregate_metrics.json").exists()
 
 
 def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAgent) -> None:

@@ -74,6 +74,7 @@ MAIN_FAULTS: dict[str, Reply] = {
             "_ng_failure_response_body": across(SIDECAR_CUT, HEADER).decode(),
         }
     ),
+    "agent-classified, the class echoing it": Reply(json={"_ng_failure_class": f"refused_{HEADER}"}),
     "agent-classified with its own message": Reply(
         json={"_ng_failure_class": "judge_invalid", "_ng_failure_message": f"refused {HEADER}", "reward": 0.0}
     ),

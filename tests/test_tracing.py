@@ -226,3 +226,28 @@ def test_under_xdist_each_worker_traces_its_own_rollouts(pytester: pytest.Pytest
         assert all(span["parent"] == job["id"] for span in rollouts)
         keys += [tuple(span["key"]) for span in rollouts]
     assert sorted(keys) == [(t, r) for t in range(10) for r in (0, 1)]
+
+
+def test_no_secret_reaches_a_span(pytester: pytest.Pytester, spans: InMemorySpanExporter) -> None:
+    """A password in the agent's URL and a header value on the command line, which the agent
+    echoes as its failure class: no span's name, attribute or status carries them."""
+    password, header = "pw-CANARY-0a1b2c3d4e", "hdr-CANARY-5f6a7b8c9d"
+
+    def echoing(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == FAILING_TASK:
+            return Reply(json={"_ng_failure_class": f"refused_{header}", "failure_reason": header})
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    with ScriptedAgent(echoing) as agent:
+        url = agent.url.replace("http://", f"http://evals:{password}@")
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={url}", f"--rollouts-agent-header=X-Key={header}"
+        )
+        assert {h.get("X-Key") for h in agent.headers} == {header}, "the secret was sent"
+    assert result.ret == 0
+    finished = list(spans.get_finished_spans())
+    [failed] = [span for span in finished if span.status.status_code == trace.StatusCode.ERROR]
+    assert failed.attributes["rollouts.failure_class"] == "refused_[redacted]"
+    told = repr([(s.name, dict(s.attributes), s.status.description, s.events, s.resource.attributes) for s in finished])
+    assert password[:8] not in told and header[:8] not in told

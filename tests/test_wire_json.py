@@ -5,11 +5,13 @@ request an agent gets and in every stored row."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from pytest_rollouts.cli import main
 from pytest_rollouts.store.jsonl import dumps, loads
 
 from .agents import Reply, ScriptedAgent
@@ -94,6 +96,8 @@ def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_sco
     text = (pytester.path / "out" / "r_aggregate_metrics.json").read_text()
     assert '"mean/reward":NaN' in text and '"max/x":Infinity' in text
     assert json.loads(text)[0]["metrics_source"] == "server"
+    # The report reads the metrics file as the run wrote it (orjson refused the NaN: exit 4).
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "r.html")]) == 0
 
 
 def test_a_field_with_infinities_of_both_signs_has_no_mean_and_scoring_goes_on(pytester: pytest.Pytester) -> None:
@@ -114,3 +118,47 @@ def test_a_field_with_infinities_of_both_signs_has_no_mean_and_scoring_goes_on(p
     metrics = group["agent_metrics"]
     assert metrics["mean/logprob_sum"] is None and metrics["std/logprob_sum"] is None
     assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (float("-inf"), float("inf"))
+
+
+HALF = "\ud83d"  # half an emoji: a lone surrogate, which Python's json reads and no UTF-8 text can hold
+
+
+def _halves(row: dict[str, Any], seen: int) -> Reply:
+    """Python's json.dumps of replies holding lone surrogates: in a text, a field's name, and (task 2)
+    a failure class and its reason."""
+    if row["_ng_task_index"] == 2:
+        return Reply(raw=json.dumps({"_ng_failure_class": f"cut{HALF}", "failure_reason": f"at {HALF}"}).encode())
+    return Reply(raw=json.dumps({"reward": 1.0, f"score{HALF}": 0.5, "answer": f"half {HALF} emoji"}).encode())
+
+
+def test_a_lone_surrogate_the_run_accepts_every_later_command_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows and replies holding half an emoji were stored, and then no report could be made (the
+    page's JSON refused it), `report` refused the metrics file the run wrote, the dispatcher died
+    on its message about the failure, and `aggregate` crashed printing it. It is read as U+FFFD,
+    the character a UTF-8 decoder puts for what it cannot read, once, where it is read."""
+    rows = [{**row, "topic": f"t{HALF}" if i == 0 else "plain"} for i, row in enumerate(tasks(3))]
+    rows[0]["responses_create_params"]["input"] = f"what is {HALF}?"
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    metrics = json.dumps({"key_metrics": {"mean/reward": 1.0}, "agent_metrics": {f"mean/x{HALF}": 1.0}})
+    with ScriptedAgent(_halves, aggregate=lambda body: Reply(raw=metrics.encode())) as agent:
+        result = subprocess_run(tmp_path, agent.url, "--rollouts-html=out/report.html", "--rollouts-group-by=topic")
+        said = result.stdout + result.stderr
+        assert result.returncode == 0 and "Traceback" not in said, said
+        assert "cut\ufffd: at \ufffd" in result.stdout and "[topic=t\ufffd]" in result.stdout
+        assert agent.requests[0]["responses_create_params"]["input"] == "what is \ufffd?"
+        resumed = subprocess_run(tmp_path, agent.url, "--rollouts-resume")
+        assert resumed.returncode == 0 and "Traceback" not in resumed.stdout + resumed.stderr
+    assert (tmp_path / "out" / "report.html").is_file()
+    out = Artifacts(tmp_path)
+    assert [r["answer"] for r in out.rows] == ["half \ufffd emoji"] * 2
+    assert [r["_ng_failure_class"] for r in out.failures] == ["cut\ufffd"] * 2
+    run, merged = str(tmp_path / "out" / "r.jsonl"), str(tmp_path / "m" / "all.jsonl")
+    for command in (
+        ["report", run, "-o", str(tmp_path / "again.html")],
+        ["compare", run, run],
+        ["aggregate", "--input", run, "--out", merged],
+    ):
+        assert main(command) == 0, capsys.readouterr()
+    assert "Traceback" not in capsys.readouterr().err

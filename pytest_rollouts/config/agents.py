@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.registry import AgentRegistry
     from pytest_rollouts.config.routing import Discovered, Routing
     from pytest_rollouts.model.spec import ModelPlan
+    from pytest_rollouts.net.auth import Redactor
 
 HEAD_SERVER_TIMEOUT_S = 10.0
 # The one option a suite's ``rollouts.toml`` sets for the whole run (the run's options win).
@@ -211,6 +213,25 @@ class Agents:
                 raise AgentsError(f"model agent {name!r}: the environment variable {model.api_key_env} is not set")
             plans[name] = replace(model, base_url=self._urls[name])
         return plans
+
+    def secrets(self) -> Redactor:
+        """Every secret the run holds, for what it sends elsewhere (its exports) to leave out: the
+        header values given, the credentials of each address it reached or was given, and its model
+        agents' API keys."""
+        from pytest_rollouts.model.spec import model_headers
+        from pytest_rollouts.net.address import Address
+        from pytest_rollouts.net.auth import Redactor
+
+        settings = self._settings
+        held = {f"header {i}": {h.name: h.value.get_secret_value()} for i, h in enumerate(settings.agent_header)}
+        urls = [*self._urls.values(), *(address.url for address in settings.agent)]
+        held.update((f"address {i}", Address.parse(url).with_credentials({})) for i, url in enumerate(urls))
+        for name in self._urls:
+            model = self.registry.endpoint(name).model
+            if model is not None:
+                with suppress(ValueError):  # a key's variable unset: the run refused it before any call
+                    held[f"model {name}"] = model_headers(model.plan)
+        return Redactor(held)
 
     def _start_embedded(self, factories: list[tuple[Path, str]], names: list[str]) -> dict[tuple[Path, str], str]:
         """Serve suite-embedded agents; aiohttp is imported only here, off the path of runs that have none."""

@@ -22,6 +22,12 @@ class RoutingError(ValueError):
     """An agent that cannot be resolved; raised before any dispatch."""
 
 
+class RowRefused(RoutingError):
+    """A row the run's configuration refuses, though it could route it: a pairing the row crosses, a
+    flat row under environment routing mode ``taskset``. The options and the data disagree: a usage
+    error, not a broken file."""
+
+
 @dataclass(frozen=True)
 class Discovered:
     """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
@@ -183,14 +189,14 @@ class Routing:
         try:
             self.pairings.check(row, agents, self.dataset_server)
         except PairingError as exc:
-            raise RoutingError(str(exc)) from None
+            raise RowRefused(str(exc)) from None
 
     def _environment_route(self, row: dict[str, Any]) -> tuple[str, ...]:
         """A flat row under ``legacy`` (every one to the named environment server) or ``taskset`` (refused:
         a native-only run must not pick up legacy input in silence), as NeMo Gym's
         ``_environment_server_for_config_row`` routes it."""
         if self.mode == "taskset":
-            raise RoutingError(
+            raise RowRefused(
                 "a flat row (no task_id.taskset and task_input) under environment routing mode 'taskset', which "
                 "runs episode rows only: convert it, or use mode 'agent' or 'legacy'"
             )

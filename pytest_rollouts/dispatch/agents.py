@@ -14,8 +14,9 @@ from functools import partial
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.dispatch.model_runs import model_headers, model_runs
+from pytest_rollouts.dispatch.model_runs import model_runs
 from pytest_rollouts.model.calls import CallBounds
+from pytest_rollouts.model.spec import model_headers
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool, Target

@@ -26,6 +26,7 @@ from pytest_rollouts.rows.schema import (
     ATTEMPT_INDEX,
     CANCELLED,
     ENVIRONMENT_SERVER,
+    FAILURE_CLASS,
     FAILURE_MESSAGE,
     JUDGE_INVALID,
     ROLLOUT_INDEX,
@@ -199,7 +200,7 @@ class Attempts:
             return RolloutOutcome(
                 rollout_index,
                 None,
-                failure_class,
+                row[FAILURE_CLASS],  # redacted as the row is: an agent may name its class after a header it got
                 row[FAILURE_MESSAGE],
                 attempt.elapsed,
                 tries,

@@ -9,7 +9,6 @@ metrics) is the same code for both kinds of agent. The rollout's time limit is
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -25,17 +24,6 @@ from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.rows.schema import AGENT_REQUEST_FAILED, AGENT_RUN_ERROR, MAX_BODY_CHARS
 from pytest_rollouts.store.jsonl import loads
-
-
-def model_headers(plan: ModelPlan) -> dict[str, str]:
-    """The model's request headers: its API key, read here from the variable the suite names, so
-    the key is in no message, command line or file. The caller adds them to the run's redaction."""
-    if not plan.api_key_env:
-        return {}
-    key = os.environ.get(plan.api_key_env)
-    if not key:
-        raise ValueError(f"the model's API key variable {plan.api_key_env} is not set")
-    return {"Authorization": f"Bearer {key}"}
 
 
 class ModelRuns:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_rollouts.net.auth import Redactor
     from pytest_rollouts.scoring.accounting import Coverage
     from pytest_rollouts.scoring.aggregate import RunScore
 
@@ -31,6 +32,18 @@ class RunExport:
     params: dict[str, str] = field(default_factory=dict)
     # The metrics file and the report, those that exist.
     files: list[Path] = field(default_factory=list)
+
+    def redacted(self, secrets: Redactor) -> RunExport:
+        """This export with every secret the run holds cut out of its texts. They are redacted where
+        they are made already (a row, a metrics reply); this is the last look before they leave
+        the machine, where a secret could not be taken back."""
+        return RunExport(
+            secrets(self.name),
+            {secrets(name): value for name, value in self.metrics.items()},
+            secrets(self.coverage),
+            {name: secrets(value) for name, value in self.params.items()},
+            self.files,
+        )
 
 
 def run_export(score: RunScore, out: Path, report: Path | None = None) -> RunExport:

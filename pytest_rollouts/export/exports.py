@@ -31,29 +31,35 @@ MAX_CHARS = 500
 
 
 def export_run(
-    destinations: Mapping[str, str | None], score: RunScore, out: Path, report: Path | None = None
+    destinations: Mapping[str, str | None],
+    score: RunScore,
+    out: Path,
+    report: Path | None = None,
+    *,
+    secrets: Redactor,
 ) -> list[str]:
     """Log ``score`` to each destination given (``{"wandb": PROJECT, "mlflow": EXPERIMENT}``, None
     for one not asked); a line for each, saying where the run went or why it did not.
-    ``report``: the HTML report, if one was written."""
+    ``report``: the HTML report, if one was written; ``secrets``: the run's (``Agents.secrets``),
+    left out of all that is logged and said."""
     asked = {name: target for name, target in destinations.items() if target}
     if not asked:
         return []
-    export = run_export(score, out, report)
+    export = run_export(score, out, report).redacted(secrets)
     lines = []
     for name, target in asked.items():
         try:
             lines.append(f"{name}: logged {_DESTINATIONS[name]()(target, export)}")
         except Exception as exc:  # any failure of a foreign library: the run's results stand
-            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc)}")
+            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc, secrets)}")
     return lines
 
 
-def scrubbed(exc: BaseException) -> str:
-    """``exc`` in one line, without the environment's secrets or a URL's credentials."""
+def scrubbed(exc: BaseException, secrets: Redactor) -> str:
+    """``exc`` in one line, without the run's secrets, the environment's or a URL's credentials."""
     values = {name: value for name, value in os.environ.items() if SECRET_NAME.search(name)}
     text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    line = " ".join(part.strip() for part in text)
+    line = secrets(" ".join(part.strip() for part in text))
     line = URL_CREDENTIALS.sub("[redacted]@", line)
     return Redactor({"environment": values}).cut(line, MAX_CHARS)
 

@@ -21,7 +21,11 @@ def log_to_wandb(project: str, export: RunExport) -> str:
     error propagates)."""
     import wandb
 
-    settings = wandb.Settings(silent=True, console="off", save_code=False, disable_git=True, x_disable_stats=True)
+    # No system metadata: W&B records the process's command line there (``program``, ``args``), where
+    # an agent's URL with its password or a header's value given as an option would be uploaded.
+    settings = wandb.Settings(
+        silent=True, console="off", save_code=False, disable_git=True, x_disable_stats=True, x_disable_meta=True
+    )
     run = wandb.init(
         project=project, name=export.name, config=export.params, job_type="eval", reinit="create_new", settings=settings
     )

@@ -7,6 +7,7 @@ applied, an embedded model's address known, paths absolute), so it imports no py
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # ``api``: Chat Completions; the other value, "responses", is the Responses API.
@@ -27,3 +28,15 @@ class ModelPlan:
     verifier: str
     tools: str
     max_turns: int
+
+
+def model_headers(plan: ModelPlan) -> dict[str, str]:
+    """The model's request headers: its API key, read from the variable the suite names when
+    needed, so the key is in no message, command line or file. The caller adds them to the
+    run's redaction."""
+    if not plan.api_key_env:
+        return {}
+    key = os.environ.get(plan.api_key_env)
+    if not key:
+        raise ValueError(f"the model's API key variable {plan.api_key_env} is not set")
+    return {"Authorization": f"Bearer {key}"}

@@ -13,7 +13,7 @@ import binascii
 import codecs
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import orjson
 
@@ -53,6 +53,12 @@ class Redactor:
         self._longest = len(self._values[0]) if self._values else 0
         # How each form reads inside a serialized row.
         self._needles = [orjson.dumps(value)[1:-1] for value in self._values]
+
+    @overload
+    def __call__(self, text: str) -> str: ...
+
+    @overload
+    def __call__(self, text: str | None) -> str | None: ...
 
     def __call__(self, text: str | None) -> str | None:
         if not text or not self._values:

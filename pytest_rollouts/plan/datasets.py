@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_rollouts.config.agents import Agents
-from pytest_rollouts.config.routing import Routing, RoutingError
+from pytest_rollouts.config.routing import Routing, RoutingError, RowRefused
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.declared import DeclarationError, Declarations
 from pytest_rollouts.plan.numbering import DatasetTasks
@@ -29,6 +29,11 @@ _ABSENT = object()
 
 class DatasetError(ValueError):
     """A row no run can send; the message names the file and line."""
+
+
+class DatasetRefused(DatasetError):
+    """A row the run's configuration refuses (``RowRefused``, a prompt template it cannot fill): a
+    usage error, where a line that is no row is a collection error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +74,7 @@ class DatasetScan:
         """Every row's tasks in file order, up to the run's ``limit``; ``DatasetError`` on a bad row."""
         settings, shown = self._settings, self._shown
         if self._prompt is not None and "input" in settings.responses_create_params:
-            raise DatasetError(
+            raise DatasetRefused(
                 f"{shown}: its prompt template ({self._prompt.path}) builds each row's input, and the run's "
                 f"{settings.source_of('responses_create_params')} gives one too: they exclude each other; drop one"
             )
@@ -84,6 +89,8 @@ class DatasetScan:
                 agents = self._routing.agents_for(row)
             except JsonlError as exc:
                 raise DatasetError(str(exc)) from None
+            except RowRefused as exc:
+                raise DatasetRefused(f"{shown}:{line_no}: {exc}") from None
             except RoutingError as exc:
                 raise DatasetError(f"{shown}:{line_no}: {exc}") from None
             digest.update(line.rstrip(b"\r\n") + b"\n")
@@ -93,7 +100,7 @@ class DatasetScan:
                 try:
                     row = self._prompt.apply(row)
                 except PromptError as exc:
-                    raise DatasetError(f"{shown}:{line_no}: {exc}") from None
+                    raise DatasetRefused(f"{shown}:{line_no}: {exc}") from None
             params = row.get(CREATE_PARAMS, _ABSENT)
             if params is _ABSENT and not episode:
                 if not settings.responses_create_params:

@@ -134,7 +134,8 @@ def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report:
         return
     from pytest_rollouts.export.exports import export_run
 
-    for line in export_run({"wandb": settings.wandb, "mlflow": settings.mlflow}, score, run.paths.out, report):
+    destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+    for line in export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets()):
         say("rollouts: " + line)
 
 

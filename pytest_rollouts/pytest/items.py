@@ -157,7 +157,7 @@ class DatasetFile(pytest.File):
             yield from self._items(run.settings, routing, shown)
 
     def _items(self, settings: Settings, routing: Routing, shown: Path) -> Iterator[RolloutItem]:
-        from pytest_rollouts.plan.datasets import DatasetError, DatasetScan
+        from pytest_rollouts.plan.datasets import DatasetError, DatasetRefused, DatasetScan
 
         assert self.declared is not None
         scan = DatasetScan(self.path, shown, settings, routing, self.declared.prompt)
@@ -180,6 +180,9 @@ class DatasetFile(pytest.File):
                     episode=task.episode,
                     keywords=task.keywords,
                 )
+        except DatasetRefused as exc:  # the run's refusal, once collection is done: a usage error (exit 4)
+            self.config.stash[RUN_KEY].planning.refuse(str(exc))
+            return
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
         self.sha256, self.rows = scan.sha256, scan.rows

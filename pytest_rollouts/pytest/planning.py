@@ -41,6 +41,8 @@ class SessionPlan:
         self.resuming = False
         # Why numbering refused the run, or "": ``prepare``, which pytest calls on its way out, does nothing.
         self.refusal = ""
+        # The first row the run's configuration refused while collecting (``refuse``), or "".
+        self._refused_row = ""
         # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
         # manifest, which the merge needs to prove the shards' union complete.
         self.empty_shard = False
@@ -66,12 +68,20 @@ class SessionPlan:
         without a stop crashes the controller. Its run loop stops it instead (``Workers.hold_back``).
         """
         try:
+            if self._refused_row:
+                raise pytest.UsageError(self._refused_row)
             check()
             self._number_tasks(items)
         except pytest.UsageError as exc:
             self.refusal = str(exc)
             if not hasattr(self._config, "workerinput"):
                 raise
+
+    def refuse(self, row: str) -> None:
+        """A row the run's configuration refuses (``DatasetRefused``), met while collecting: the run
+        is refused once collection is done, as a usage error, as a bad option is. A collection error
+        would end it as interrupted (exit 2), as if a file were broken."""
+        self._refused_row = self._refused_row or row
 
     def _number_tasks(self, items: list[pytest.Item]) -> None:
         from pytest_rollouts.config.agents import AgentsError

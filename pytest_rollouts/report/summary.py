@@ -12,8 +12,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
@@ -21,11 +19,12 @@ from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics_file import group_name
+from pytest_rollouts.scoring.metrics_shape import without_odd_values
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.store.jsonl import JsonlError, loads
 
 # Metrics entries' keys the report leaves out: per-task entries (the table has the rollouts) and
 # what it shows from elsewhere.
@@ -36,34 +35,63 @@ LEFT_OUT = frozenset(
 
 def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tuple[RunScore, Verdict]:
     """The run's score as its end had it: each group's coverage and metrics from its metrics file
-    (the scoring policies it ran with included), else the coverage scored from the rows under the
-    default policy, without metrics; the comparison with ``baseline``; the verdict of ``gate``."""
+    (the scoring policies it ran with included); else the coverage scored from the rows under the
+    default policy, with the metrics of a file that records no coverage (NeMo Gym's) where it has
+    them; the comparison with ``baseline``; the verdict of ``gate``."""
     paths = ArtifactPaths(out)
-    score = _from_metrics_file(paths) if paths.metrics.is_file() else None
-    if score is None:  # --rollouts-no-aggregate, or a run stopped before its metrics
+    entries = _metrics_entries(paths)
+    score = _from_metrics_file(paths, entries) if entries else None
+    if score is None:  # --rollouts-no-aggregate, a run stopped before its metrics, or NeMo Gym's run
         score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=1.0)
+        _take_metrics(score, entries, paths)
     if baseline is not None:
         score.baseline = comparison(baseline, out)
     return score, judge_run(score, RunEnd(), gate)
 
 
-def _from_metrics_file(paths: ArtifactPaths) -> RunScore | None:
-    """The score the run wrote: each group's metrics and coverage; None when an entry has no coverage."""
-    try:
-        entries = orjson.loads(paths.metrics.read_bytes())
-    except orjson.JSONDecodeError as exc:
+def _metrics_entries(paths: ArtifactPaths) -> list[dict[str, Any]]:
+    """The metrics file's entries (none without the file)."""
+    if not paths.metrics.is_file():
+        return []
+    try:  # the one decoder the run wrote it for: a NaN a server sent, or an infinite mean, is read back
+        entries = loads(paths.metrics.read_bytes())
+    except ValueError as exc:
         raise JsonlError(f"{paths.metrics}: not valid JSON ({exc})") from None
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def _from_metrics_file(paths: ArtifactPaths, entries: list[dict[str, Any]]) -> RunScore | None:
+    """The score the run wrote: each group's metrics and coverage; None when an entry has no coverage."""
     groups, total = [], Coverage()
-    for entry in entries if isinstance(entries, list) else []:
-        coverage = _coverage(entry.get("coverage")) if isinstance(entry, dict) else None
+    for entry in entries:
+        coverage = _coverage(entry.get("coverage"))
         if coverage is None:
             return None
-        metrics = {k: v for k, v in entry.items() if k not in LEFT_OUT}
-        name = group_name(entry)
-        source, note = str(entry.get("metrics_source", "file")), str(entry.get("metrics_note", ""))
-        groups.append(GroupScore(name, coverage, metrics, source, note))
+        group = GroupScore(group_name(entry), coverage, source=str(entry.get("metrics_source", "file")))
+        _file_metrics(group, entry, str(entry.get("metrics_note", "")))
+        groups.append(group)
         total += coverage
     return RunScore(groups, total, metrics_path=paths.metrics)
+
+
+def _take_metrics(score: RunScore, entries: list[dict[str, Any]], paths: ArtifactPaths) -> None:
+    """A metrics file without coverage (NeMo Gym's collector writes none) still holds each group's
+    metrics: the groups scored from the rows take them, by the group each entry names."""
+    by_group = {group_name(entry): entry for entry in entries}
+    for group in score.groups:
+        entry = by_group.get(group.agent)
+        if entry is not None:
+            group.source = "file"
+            _file_metrics(group, entry, "")
+            score.metrics_path = paths.metrics
+
+
+def _file_metrics(group: GroupScore, entry: dict[str, Any], note: str) -> None:
+    """An entry's metrics as the group's, sections of odd values left out and named in its note."""
+    group.metrics, odd = without_odd_values({k: v for k, v in entry.items() if k not in LEFT_OUT})
+    if odd:
+        note = "; ".join([*filter(None, [note]), f"left out of the metrics file: {'; '.join(odd)}"])
+    group.note = note
 
 
 def comparison(baseline: Path, out: Path) -> RunComparison | str:

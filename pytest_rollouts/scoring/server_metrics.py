@@ -17,6 +17,7 @@ from pytest_rollouts.net.blocking import RequestError, request
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.scoring.accounting import Key
+from pytest_rollouts.scoring.metrics_shape import odd_values
 from pytest_rollouts.store.jsonl import LineReader, dumps, object_from, parse_object
 
 NOT_IMPLEMENTED = frozenset({404, 405})
@@ -38,6 +39,7 @@ def server_metrics(
     timeout: float,
 ) -> dict[str, Any] | None:
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
+    ``MetricsServerError`` when it failed, or replied with metrics the run cannot read (``odd_values``).
 
     ``output_offsets``: where the group's rows sit in ``out``; ``added``: the zeros the scoring
     policies add to them. ``timeout`` bounds the whole request, reply included: a server that
@@ -63,9 +65,13 @@ def server_metrics(
         raise MetricsServerError(f"{address.shown} answered HTTP {response.status}: {shown!r}")
     try:
         # Written to the metrics file and shown: a server echoing its request headers must not leak them.
-        return redact.row(object_from(response.body))
+        metrics = redact.row(object_from(response.body))
     except ValueError as exc:
         raise MetricsServerError(f"{address.shown} replied with {redact(str(exc))}") from None
+    odd = odd_values(metrics)
+    if odd:  # what the summary, the report, the gates and the exports would read as numbers
+        raise MetricsServerError(f"{address.shown} replied with an odd {'; '.join(odd)}")
+    return metrics
 
 
 def metric_input(row: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,6 +73,9 @@ _NAN, _INFINITY, _MINUS_INFINITY = orjson.Fragment(b"NaN"), orjson.Fragment(b"In
 # them (a regex for it takes longer than the parse itself).
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19
+# A surrogate's escape, one of a pair or alone (a pair ``json`` joins into one character).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def loads(raw: bytes) -> Any:
@@ -90,7 +94,22 @@ def loads(raw: bytes) -> Any:
 
 
 def _exact(raw: bytes) -> Any:
-    return json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    value = json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    return _whole_characters(value) if _SURROGATE_ESCAPE.search(raw) else value
+
+
+def _whole_characters(node: Any) -> Any:
+    """``node`` with each lone surrogate (``"\\ud83d"``: half an emoji, which ``json`` reads and
+    orjson refuses) made U+FFFD, the character a UTF-8 decoder puts for bytes it cannot read.
+    No UTF-8 file, terminal or page can hold a lone surrogate, nor orjson write one: kept, it would
+    break every later reader of what the run accepted (messages, the report, the metrics file)."""
+    if isinstance(node, str):
+        return _LONE_SURROGATE.sub("\ufffd", node)
+    if isinstance(node, dict):
+        return {_whole_characters(key): _whole_characters(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_whole_characters(value) for value in node]
+    return node
 
 
 def _float(text: str) -> float:
