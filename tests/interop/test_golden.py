@@ -19,6 +19,7 @@ import yaml
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import run_rollouts
+from ..test_report import embedded
 from ..test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
 from .nemo_gym import (
     AGENT,
@@ -175,6 +176,19 @@ def test_aggregate_and_compare_group_nemo_gyms_run_as_it_does(tmp_path: Path) ->
     compared = cli("compare", "theirs/rollouts.jsonl", "legacy/rollouts.jsonl")
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert "string_match_simple_agent" not in compared.stdout, compared.stdout
+
+
+def test_report_on_nemo_gyms_run_shows_its_metrics(tmp_path: Path) -> None:
+    """NeMo Gym's metrics file records no coverage (ours does): the report scores the coverage from
+    the rows and takes each group's metrics from the file, where it showed no mean reward at all."""
+    copy_run("agent", tmp_path / "theirs")
+    command = [sys.executable, "-m", "pytest_rollouts", "report", "theirs/rollouts.jsonl", "-o", "r.html"]
+    done = subprocess.run([*command, "--fail-under", "0.6"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = embedded((tmp_path / "r.html").read_bytes(), "report-data")["summary"]
+    assert summary["mean_reward"] == 0.675 and summary["metrics_file"] == "theirs/rollouts_aggregate_metrics.json"
+    assert summary["gates"]["exit_code"] == 0, summary["gates"]
+    assert summary["outcomes"] == "40 of 42 rollouts scored; failed: agent_run_error 2"
 
 
 def test_the_python_api_resumes_nemo_gyms_partial_run_too(
