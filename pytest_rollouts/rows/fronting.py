@@ -9,17 +9,21 @@ the server, as NeMo Gym's own ``_call_aggregate_metrics`` reads them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
-from pytest_rollouts.store.artifacts import ArtifactPaths, read_rows
+from pytest_rollouts.store.artifacts import ArtifactPaths
+from pytest_rollouts.store.jsonl import loads
 
 
 def recorded_fronted_by(paths: ArtifactPaths) -> dict[str, str]:
-    """The run's agent-to-server map: its manifest's, else the one its stored rows show (a damaged
-    manifest is refused by resume and the merge, not here)."""
+    """The run's agent-to-server map: its manifest's, else the one its stored rows show. Damage is
+    not judged here: resume and the merge refuse a damaged manifest, and the readers that go on to
+    read the rows name a bad one by its file and line; a line that is no row tells nothing."""
     try:
         recorded = read_manifest(paths.manifest)
     except ManifestError:
@@ -27,10 +31,23 @@ def recorded_fronted_by(paths: ArtifactPaths) -> dict[str, str]:
     if recorded is not None:
         return recorded.fronted_by
     found: dict[str, str] = {}
-    for path in (paths.out, paths.failures):
-        for row in read_rows(path):
-            server, ref = row.get(ENVIRONMENT_SERVER), row.get("agent_ref")
-            agent = ref.get("name") if isinstance(ref, Mapping) else None
-            if isinstance(server, str) and server and isinstance(agent, str) and agent and taskset_of(row) is None:
-                found.setdefault(agent, server)
+    for row in _rows(paths.out, paths.failures):
+        server, ref = row.get(ENVIRONMENT_SERVER), row.get("agent_ref")
+        agent = ref.get("name") if isinstance(ref, Mapping) else None
+        if isinstance(server, str) and server and isinstance(agent, str) and agent and taskset_of(row) is None:
+            found.setdefault(agent, server)
     return found
+
+
+def _rows(*paths: Path) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        if not path.exists():
+            continue
+        with open(path, "rb") as lines:
+            for line in lines:
+                try:
+                    row = loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    yield row
