@@ -17,7 +17,6 @@ from pytest_rollouts.rows.schema import (
     JUDGE_INVALID,
 )
 
-from pytest_rollouts.scoring.run_statistics import STATISTICS
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -48,6 +47,9 @@ def score_lines(
     ``count_as_zero``: the classes that policy names, a typo among them said at the end.
     ``scored``: false for a run stopped before its metrics (its coverage is all there is).
     """
+    # Here, not at the top: the reporter imports this module in every pytest session, datasets or not.
+    from pytest_rollouts.scoring.run_statistics import STATISTICS
+
     lines = []
     coverage = score.coverage
     if coverage.completed == 0 and coverage.expected:
