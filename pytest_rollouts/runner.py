@@ -47,6 +47,7 @@ from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
+from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
@@ -149,6 +150,10 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         models = _models(agents, urls, paths, prepared)
         dispatched = await _dispatch(settings, urls, models, paths, prepared.plan, ended)
         perf = perf_summary(ended.durations, time.perf_counter() - started) if ended.durations else None
+        # Scored against the plan's own index of the materialized rows, as a pytest session is, not
+        # one read back from disk; the planned rollouts, all sent, are let go first.
+        outputs = OutputScan(paths.out, prepared.plan.expected)
+        prepared.plan.rollouts.clear()
         try:
             score = await asyncio.to_thread(
                 score_configured,
@@ -156,6 +161,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
                 settings,
                 agent_url=lambda name: _metrics_url(agents, name),
                 perf_summary=perf,
+                outputs=outputs,
                 drained=frozenset(dispatched.drained),
             )
         except JsonlError as exc:

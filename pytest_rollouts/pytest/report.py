@@ -133,8 +133,11 @@ class Tally:
             # controller the loop starts a worker start-up earlier, which is not dispatch time.
             self.started_at = max(self.started_at, self.last_at - max(elapsed))
         self.durations.extend(elapsed)
-        self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
-        self.failures.update(props.get(FAILURES, {}))
+        # Most items drained and failed nothing: no set or Counter update for them (a Counter's is Python).
+        if DRAINED in props:
+            self.drained.update((task, rollout) for task, rollout in props[DRAINED])
+        if FAILURES in props:
+            self.failures.update(props[FAILURES])
         self.given_up += props.get(GIVEN_UP, 0)
         self.omitted += props.get(OMITTED, 0)
         if report.failed and _unscored(props):
