@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench_dispatch import (
+from harness import (
     HERE,
     Measurement,
     Target,

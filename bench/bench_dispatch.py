@@ -1,234 +1,133 @@
-"""How much slower is the plugin than a hand-written aiohttp loop, on the same agent?
+"""How much slower is the plugin than a hand-written aiohttp loop, and than an earlier commit?
 
-Both variants run in one invocation, alternating, each in its own subprocess, against
-one agent process (``zero_latency_agent.py``), so the ratio compares runs made on the
-same noisy machine at the same time. Wall time and peak RSS come from ``os.wait4`` on
-each child (``ru_maxrss`` is KiB on Linux), not ``RUSAGE_CHILDREN``, which would mix
-the children together. Every run must write exactly one output line per row.
+Every case runs its variants in one invocation, alternating (plain loop, this checkout, and with
+``--against REF`` the same case through REF's tree), each in its own subprocess against one
+agent process, so each ratio compares runs made on the same noisy machine at the same time
+(``harness.py``). A case's ratios are medians over back-to-back pairs. The cases are the
+pytest path, ``run_examples`` and ``run_from_config``; a REF older than the Python API runs the
+pytest cases only.
 
-Without ``--rows`` it measures every speed target of the issue in one run (about five
-minutes) and ends with a table of figure, limit and verdict:
+Without ``--rows`` it measures every limit (docs/performance.md) and ends with a table of figure,
+limit and verdict; ``--only`` picks some of the cases by name:
 
-    python bench/bench_dispatch.py
-    python bench/bench_dispatch.py --rows 2000,10000 --repeat 3 --latency 0.05
+    python bench/bench_dispatch.py --against 4bfe5e7
+    python bench/bench_dispatch.py --against 4bfe5e7 --only 10k,100k --pairs 3
+    python bench/bench_dispatch.py --rows 2000,10000 --pairs 3 --latency 0.05
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+from against import Tree, export_tree
+from harness import (
+    HERE,
+    Measurement,
+    Target,
+    agent,
+    alternate,
+    bench_env,
+    median_pair_ratio,
+    plain_command,
+    plugin_command,
+    scratch,
+    write_dataset,
+)
+from memory import Memory, measure_memory
 
-HERE = Path(__file__).resolve().parent
-HOST = "127.0.0.1"
+PARALLEL = 64
+# What the Python API cases need of a tree (a REF older than the API has neither); the pytest path runs in every tree.
+API_NEEDS = {"examples": "run_examples", "config": "run_from_config"}
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """``startup_s``: launch to the agent's first ``/run``; ``span_s``: that to its last reply."""
+class Case:
+    """One shape of run: ``rows`` rows of ``repeats`` rollouts each, through one front door."""
 
-    wall_s: float
-    peak_rss_mb: float
-    startup_s: float
-    span_s: float
+    name: str
+    rows: int
+    repeats: int = 1
+    front: str = "pytest"
+    latency: float = 0.0
+    pairs: int = 5
 
-
-def write_dataset(path: Path, rows: int) -> None:
-    with open(path, "wb") as out:
-        for i in range(rows):
-            row = {
-                "responses_create_params": {"input": [{"role": "user", "content": f"question {i}"}]},
-                "expected_answer": str(i % 7),
-            }
-            out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    @property
+    def lines(self) -> int:
+        return self.rows * self.repeats
 
 
-@contextmanager
-def agent(latency: float) -> Iterator[str]:
-    """The agent in its own process, while the block runs; yields its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "zero_latency_agent.py"), "--latency", str(latency)], stdout=subprocess.PIPE
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode().split()
-        if len(line) != 2 or line[0] != "PORT":
-            raise SystemExit(f"agent did not report its port (got {line!r})")
-        yield f"http://{HOST}:{line[1]}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+CASES = (
+    Case("1", 1),
+    Case("10k", 10_000),
+    Case("100k", 100_000),
+    Case("6250x16", 6_250, repeats=16),
+    Case("2000@50ms", 2_000, latency=0.05, pairs=3),
+    Case("api-10k", 10_000, front="examples"),
+    Case("config-62500x16", 62_500, repeats=16, front="config"),
+)
 
 
-def timeline(url: str) -> dict[str, float]:
-    """The agent's first-request and last-reply times since the previous call (and a reset)."""
-    with urllib.request.urlopen(f"{url}/timeline", timeout=10) as reply:
-        return orjson.loads(reply.read())
+def front_command(case: Case, data: Path, url: str, out: Path) -> list[str]:
+    """The command that runs ``case`` through its front door, in whichever tree ``PYTHONPATH`` puts first."""
+    if case.front == "pytest":
+        repeats = [f"--rollouts-repeats={case.repeats}"] if case.repeats > 1 else []
+        return plugin_command(data, out, PARALLEL, f"--rollouts-agent={url}", *repeats)
+    client = {"examples": ["api_client.py"], "config": ["config_client.py", "--repeats", str(case.repeats)]}
+    script, *extra = client[case.front]
+    tail = ["1024"] if case.front == "examples" else []  # api_client's max_resident
+    return [sys.executable, str(HERE / script), str(data), url, str(out), str(PARALLEL), *tail, *extra]
 
 
-def measure(argv: list[str], cwd: Path, log: Path, env: dict[str, str] | None, url: str) -> Measurement:
-    """Run ``argv`` to completion; fail loudly, with its log, unless it exits 0."""
-    timeline(url)
-    with open(log, "wb") as sink:
-        launched, started = time.time(), time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"{argv[1:3]} exited {code}; log {log}:\n{tail}")
-    seen = timeline(url)
-    return Measurement(wall, usage.ru_maxrss / 1024, seen["first"] - launched, seen["last"] - seen["first"])
-
-
-@contextmanager
-def scratch(keep: bool) -> Iterator[Path]:
-    """A temp dir for datasets, outputs and logs, removed after unless ``keep``."""
-    work = Path(tempfile.mkdtemp(prefix="rollouts-bench-"))
-    try:
-        yield work
-    finally:
-        if keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def count_lines(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for _ in handle)
-
-
-def bench_env() -> dict[str, str]:
-    """This environment for a measured run, bytecode caching on, as on an ordinary machine (this
-    sandbox sets PYTHONDONTWRITEBYTECODE, which would charge recompiling pytest to every run)."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-
-
-def plain_command(data: Path, url: str, out: Path, parallel: int) -> list[str]:
-    """The baseline: ``plain_client.py``, the aiohttp loop anyone would write by hand."""
-    return [sys.executable, str(HERE / "plain_client.py"), str(data), url, str(out), str(parallel)]
-
-
-def plugin_command(data: Path, out: Path, parallel: int, *extra: str) -> list[str]:
-    """pytest with this plugin loaded by name: the environment disables every other plugin's autoload."""
-    return [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(data),
-        f"--rollouts-out={out}",
-        f"--rollouts-parallel={parallel}",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "pytest_rollouts.plugin",
-        *extra,
-    ]
-
-
-def bench_rows(work: Path, url: str, rows: int, parallel: int, repeat: int) -> dict[str, list[Measurement]]:
-    """Every measurement of each variant, over ``repeat`` alternating runs (plain, then plugin)."""
-    base = work / str(rows)
+def run_case(work: Path, url: str, case: Case, pairs: int, ref: Tree | None) -> dict[str, list[Measurement]]:
+    """Every measurement of each variant of ``case``, over ``pairs`` alternating rounds."""
+    base = work / case.name
     base.mkdir()
     data = base / "data.jsonl"
-    write_dataset(data, rows)
-    outs = {"plain": base / "plain" / "r.jsonl", "plugin": base / "plugin" / "r.jsonl"}
-    commands = {
-        "plain": plain_command(data, url, outs["plain"], parallel),
-        "plugin": plugin_command(data, outs["plugin"], parallel, f"--rollouts-agent={url}"),
-    }
-    # Only pytest and this plugin: third-party plugins that happen to be installed on the
-    # bench machine (hypothesis, pytest-benchmark, ...) are not part of what is measured.
-    base_env = bench_env()
-    envs = {"plain": base_env, "plugin": {**base_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
-    return alternate(base, url, rows, commands, outs, envs, repeat)
-
-
-def alternate(
-    base: Path,
-    url: str,
-    rows: int,
-    commands: dict[str, list[str]],
-    outs: dict[str, Path],
-    envs: dict[str, dict[str, str]],
-    repeat: int,
-) -> dict[str, list[Measurement]]:
-    """``repeat`` rounds of each command in turn, in ``base``; each must write ``rows`` lines to its ``outs``."""
-    runs: dict[str, list[Measurement]] = {variant: [] for variant in commands}
-    for _ in range(repeat):
-        for variant, argv in commands.items():
-            result = measure(argv, base, base / f"{variant}.log", envs[variant], url)
-            written = count_lines(outs[variant])
-            if written != rows:
-                raise SystemExit(f"{variant} wrote {written} lines for {rows} rows")
-            runs[variant].append(result)
-    return runs
-
-
-def report(rows: int, runs: dict[str, list[Measurement]], parallel: int, latency: float) -> None:
-    """Best of each variant, and (with --repeat > 1) the median of the ratios of back-to-back pairs.
-
-    On a shared machine one lucky run of either variant swings the best-of ratio; a pair
-    shares its minute of load, so the median pair is the steadier figure.
-    """
-    best = {variant: min(ms, key=lambda m: m.wall_s) for variant, ms in runs.items()}
-    print(f"{'rows':>7}  {'variant':<7}  {'wall_s':>8}  {'peak_rss_MB':>11}  all walls")
-    for variant, m in best.items():
-        walls = " ".join(f"{r.wall_s:.2f}" for r in runs[variant])
-        print(f"{rows:>7}  {variant:<7}  {m.wall_s:>8.3f}  {m.peak_rss_mb:>11.1f}  {walls}")
-    ratio = best["plugin"].wall_s / best["plain"].wall_s
-    shape = f"rows={rows}, parallel={parallel}, latency={latency:g}"
-    print(f"ratio plugin/plain wall = {ratio:.2f}  (best of each; {shape})")
-    if len(runs["plain"]) > 1:
-        pairs = len(runs["plain"])
-        print(f"ratio plugin/plain wall = {median_pair_ratio(runs):.2f}  (median of {pairs} back-to-back pairs)")
-    for variant, m in best.items():
-        print(
-            f"{variant}: first /run {m.startup_s:.2f} s after launch, last reply {m.span_s:.2f} s after that, "
-            f"exit {m.wall_s - m.startup_s - m.span_s:.2f} s after that (its best run)"
-        )
-    if latency > 0:
-        ideal = rows * latency / parallel
-        span = best["plugin"].span_s
-        print(f"ideal rows*latency/parallel = {ideal:.3f} s; plugin dispatch span = {span / ideal:.2f} x ideal")
-    print(flush=True)
+    write_dataset(data, case.rows)
+    variants = ["plain", "head"] + (["ref"] if ref is not None else [])
+    outs = {variant: base / variant / "r.jsonl" for variant in variants}
+    commands = {"plain": plain_command(data, url, outs["plain"], PARALLEL, case.repeats)}
+    # Only pytest and this plugin: third-party plugins installed on the bench machine are not measured.
+    env = {**bench_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    envs = {"plain": bench_env(), "head": env}
+    for variant in variants[1:]:
+        commands[variant] = front_command(case, data, url, outs[variant])
+    if ref is not None:
+        envs["ref"] = ref.env(env)
+    return alternate(base, url, case.lines, commands, outs, envs, pairs)
 
 
 @dataclass(frozen=True)
-class Target:
-    what: str
-    figure: float
-    limit: float
-    unit: str = ""
+class Result:
+    case: Case
+    runs: dict[str, list[Measurement]]
 
-    def line(self) -> str:
-        verdict = "met" if self.figure <= self.limit else "NOT MET"
-        return f"{self.what:<58} {self.figure:>8.2f}{self.unit:<3} <= {self.limit:g}{self.unit:<3} {verdict}"
+    def ratio(self, variant: str = "head", base: str = "plain") -> float:
+        return median_pair_ratio(self.runs, variant, base)
+
+    def peak_mb(self, variant: str = "head") -> float:
+        return max(m.peak_rss_mb for m in self.runs[variant])
 
 
-def median_pair_ratio(runs: dict[str, list[Measurement]], variant: str = "plugin") -> float:
-    """The median over back-to-back pairs of ``variant``'s wall time over the plain loop's."""
-    return statistics.median(b.wall_s / a.wall_s for a, b in zip(runs["plain"], runs[variant], strict=True))
+def show(result: Result, ref: Tree | None) -> None:
+    """Each variant's median wall and largest peak RSS, and the ratios of the case's pairs."""
+    case = result.case
+    print(f"case {case.name}: {case.rows} rows x {case.repeats} through {case.front}, latency {case.latency:g}")
+    for variant, measured in result.runs.items():
+        name = f"ref {ref.name}" if variant == "ref" and ref is not None else variant
+        walls = " ".join(f"{m.wall_s:.2f}" for m in measured)
+        wall = statistics.median(m.wall_s for m in measured)
+        print(f"  {name:<12} median {wall:8.2f} s  peak {result.peak_mb(variant):7.1f} MB  walls {walls}")
+    line = f"  head / plain {result.ratio():.3f}"
+    if "ref" in result.runs:
+        line += f"   head / ref {result.ratio('head', 'ref'):.3f}   ref / plain {result.ratio('ref'):.3f}"
+    print(line + f"   (medians of {len(result.runs['plain'])} pairs)", flush=True)
 
 
 def plugin_import_ms(work: Path) -> float:
@@ -236,9 +135,9 @@ def plugin_import_ms(work: Path) -> float:
     the cumulative time of each import of one of its modules not made by another of them."""
     empty = work / "empty"
     empty.mkdir()
-    env = bench_env()
     argv = [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "pytest_rollouts.plugin", str(empty)]
-    result = subprocess.run(argv, cwd=empty, env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, capture_output=True)
+    env = {**bench_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    result = subprocess.run(argv, cwd=empty, env=env, capture_output=True)
     total_us, seen, ancestors = 0, False, []  # the import chain of the line at hand, outermost first
     # Children are printed before their parent, so read the lines bottom up.
     for line in reversed(result.stderr.decode().splitlines()):
@@ -255,60 +154,93 @@ def plugin_import_ms(work: Path) -> float:
     return total_us / 1000
 
 
-def measure_targets(work: Path) -> list[Target]:
-    """Each target as the issue words it, measured here and now against its baseline."""
-    with agent(0.0) as url:
-        single = bench_rows(work, url, 1, 64, 5)
-        report(1, single, 64, 0.0)
-        ten_k = bench_rows(work, url, 10_000, 64, 5)
-        report(10_000, ten_k, 64, 0.0)
-        hundred_k = bench_rows(work, url, 100_000, 64, 2)
-        report(100_000, hundred_k, 64, 0.0)
-    with agent(0.05) as url:
-        slow = bench_rows(work, url, 2000, 64, 3)
-        report(2000, slow, 64, 0.05)
-    ideal = 2000 * 0.05 / 64
-    fastest = min(slow["plugin"], key=lambda m: m.wall_s)
-    overhead = statistics.median(
-        b.startup_s - a.startup_s for a, b in zip(single["plain"], single["plugin"], strict=True)
-    )
-    return [
-        Target("10k rows: wall, plugin / plain (median of 5 pairs)", median_pair_ratio(ten_k), 1.5, "x"),
-        Target("100k rows: wall, plugin / plain (mean of 2 pairs)", median_pair_ratio(hundred_k), 1.6, "x"),
-        Target("100k rows: plugin peak RSS (largest)", max(m.peak_rss_mb for m in hundred_k["plugin"]), 500, "MB"),
-        Target(
-            "2000 rows at 50 ms: wall after the first /run / ideal",
-            (fastest.wall_s - fastest.startup_s) / ideal,
-            1.3,
-            "x",
-        ),
-        Target("1 row: launch to first /run, plugin minus plain (median)", overhead, 0.5, "s"),
-        Target("importing the plugin in a session without datasets", plugin_import_ms(work), 20, "ms"),
-    ]
+def targets(results: dict[str, Result], work: Path) -> list[Target]:
+    """Each limit whose case ran, measured here and now against its baseline (docs/performance.md)."""
+    found: list[Target] = []
+
+    def ratio(case: str, what: str, limit: float) -> None:
+        if case in results:
+            pairs = len(results[case].runs["plain"])
+            found.append(Target(f"{what}: head / plain (median of {pairs} pairs)", results[case].ratio(), limit, "x"))
+
+    ratio("10k", "pytest, 10k rows", 1.2)
+    ratio("100k", "pytest, 100k rows", 1.1)
+    if "100k" in results:
+        found.append(Target("pytest, 100k rows: peak RSS (largest run)", results["100k"].peak_mb(), 300, "MB"))
+    ratio("6250x16", "pytest, 6,250 rows x 16", 0.9)
+    ratio("api-10k", "run_examples, 10k rows", 1.0)
+    ratio("config-62500x16", "run_from_config, 62,500 rows x 16", 1.0)
+    if "config-62500x16" in results:
+        found.append(Target("run_from_config, 1M rollouts: peak RSS", results["config-62500x16"].peak_mb(), 300, "MB"))
+    if "1" in results:
+        pairs = zip(results["1"].runs["plain"], results["1"].runs["head"], strict=True)
+        overhead = statistics.median(b.startup_s - a.startup_s for a, b in pairs)
+        found.append(Target("pytest, 1 row: launch to first /run, head minus plain", overhead, 0.5, "s"))
+    if "2000@50ms" in results:
+        fastest = min(results["2000@50ms"].runs["head"], key=lambda m: m.wall_s)
+        ideal = 2000 * 0.05 / PARALLEL
+        after_first = (fastest.wall_s - fastest.startup_s) / ideal
+        found.append(Target("pytest, 2000 rows at 50 ms: wall after the first /run / ideal", after_first, 1.3, "x"))
+    found.append(Target("importing the plugin in a session without datasets", plugin_import_ms(work), 20, "ms"))
+    for name, result in results.items():
+        if "ref" in result.runs:
+            found.append(Target(f"{name}: head / ref (median of pairs)", result.ratio("head", "ref"), 1.05, "x"))
+    return found
+
+
+def chosen_cases(args: argparse.Namespace) -> list[Case]:
+    """``--rows`` shapes ad-hoc pytest cases; otherwise every case, or those ``--only`` names."""
+    if args.rows:
+        return [
+            Case(f"{n}x{args.repeats}" if args.repeats > 1 else str(n), int(n), args.repeats, latency=args.latency)
+            for n in args.rows.split(",")
+        ]
+    names = args.only.split(",") if args.only else [case.name for case in CASES]
+    unknown = set(names) - {case.name for case in CASES}
+    if unknown:
+        raise SystemExit(f"--only: no case {', '.join(sorted(unknown))} (cases: {', '.join(c.name for c in CASES)})")
+    return [case for case in CASES if case.name in names]
+
+
+def _ref_for(case: Case, ref: Tree | None) -> Tree | None:
+    """``ref``, unless it lacks what ``case`` runs through (then the case is compared with plain only)."""
+    needs = API_NEEDS.get(case.front)
+    if ref is None or needs is None or ref.offers(needs):
+        return ref
+    print(f"case {case.name}: {ref.name} has no {needs}; compared with the plain loop only")
+    return None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", help="comma-separated row counts (default: every target of the issue)")
-    parser.add_argument("--parallel", type=int, help="requests in flight (default 64; with --rows)")
-    parser.add_argument("--latency", type=float, help="agent seconds per /run (default 0; with --rows)")
-    parser.add_argument("--repeat", type=int, help="alternating runs per variant (default 1; with --rows)")
+    parser.add_argument("--against", metavar="REF", help="also run every case through this commit's tree")
+    parser.add_argument("--pairs", type=int, help="alternating rounds per case (default: 5, 3 for the 50 ms case)")
+    parser.add_argument("--only", help="comma-separated case names: " + ", ".join(c.name for c in CASES))
+    parser.add_argument("--rows", help="comma-separated row counts of ad-hoc pytest cases (no limits checked)")
+    parser.add_argument("--repeats", type=int, default=1, help="rollouts per row (with --rows)")
+    parser.add_argument("--latency", type=float, default=0.0, help="agent seconds per /run (with --rows)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (datasets, outputs, logs)")
     args = parser.parse_args()
-    if args.rows is None and (args.parallel, args.latency, args.repeat) != (None, None, None):
-        parser.error("--parallel, --latency and --repeat shape a --rows run; the targets run fixes its own")
-
+    cases = chosen_cases(args)
     with scratch(args.keep) as work:
-        if args.rows is None:
-            targets = measure_targets(work)
-            print("targets (2-core machine; figures from this run):")
-            for target in targets:
-                print("  " + target.line())
-        else:
-            parallel, latency, repeat = args.parallel or 64, args.latency or 0.0, args.repeat or 1
+        ref = export_tree(args.against, work) if args.against else None
+        results: dict[str, Result] = {}
+        for latency in sorted({case.latency for case in cases}):
             with agent(latency) as url:
-                for rows in (int(n) for n in args.rows.split(",")):
-                    report(rows, bench_rows(work, url, rows, parallel, repeat), parallel, latency)
+                for case in (c for c in cases if c.latency == latency):
+                    result = Result(case, run_case(work, url, case, args.pairs or case.pairs, _ref_for(case, ref)))
+                    show(result, ref)
+                    results[case.name] = result
+        memory: list[Memory] = []
+        if "1" in results and "100k" in results:
+            with agent(0.0) as url:
+                memory = measure_memory(work, url, results["1"].runs, results["100k"].runs, 100_000, ref)
+        for line in memory:
+            print(line.line())
+        if not args.rows:
+            print("limits (2-core machine; figures from this run):")
+            for target in targets(results, work):
+                print("  " + target.line())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench_dispatch import (
+from harness import (
     Target,
     agent,
     alternate,

@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 import warnings
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
@@ -39,13 +40,14 @@ from pytest_rollouts.plan.files import put_back, start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
 from pytest_rollouts.report.build import report_at_end
 from pytest_rollouts.rows.judge_retry import resume_mend
-from pytest_rollouts.rows.plan import Plan
+from pytest_rollouts.rows.plan import Plan, PlannedRollout
+from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
-from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
+from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import INTERRUPTED, NO_TESTS_COLLECTED, OK, RunEnd, Verdict, judge_run
 from pytest_rollouts.stops import TermAsInterrupt, in_thread
@@ -145,10 +147,14 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
         paths.discard(prepared.start)  # what --rollouts-overwrite replaces goes as the first request does
         started = time.perf_counter()
         trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(prepared.plan.rollouts)})
-        dispatched = await _dispatch(settings, urls, _models(agents, urls, paths, prepared), paths, prepared.plan)
-        if trace is not None:
-            trace.planned_rollouts(prepared.plan.rollouts, dispatched.outcomes)
-        perf = _perf_summary(dispatched, time.perf_counter() - started)
+        ended = _Ended(trace)
+        models = _models(agents, urls, paths, prepared)
+        dispatched = await _dispatch(settings, urls, models, paths, prepared.plan, ended)
+        perf = perf_summary(ended.durations, time.perf_counter() - started) if ended.durations else None
+        # Scored against the plan's own index of the materialized rows, as a pytest session is, not
+        # one read back from disk; the planned rollouts, all sent, are let go first.
+        outputs = OutputScan(paths.out, prepared.plan.expected)
+        prepared.plan.rollouts.clear()
         try:
             score = await in_thread(
                 score_configured,
@@ -156,7 +162,7 @@ async def run_from_config(config: CollectionConfig | Mapping[str, Any]) -> RunRe
                 settings,
                 agent_url=lambda name: _metrics_url(agents, name),
                 perf_summary=perf,
-                outputs=OutputScan(paths.out, prepared.plan.expected),
+                outputs=outputs,
                 drained=frozenset(dispatched.drained),
             )
         except JsonlError as exc:
@@ -343,10 +349,31 @@ async def _check_health(
         raise CollectionRefused(f"{exc}{undo}") from None
 
 
+class _Ended:
+    """What the run keeps of each rollout as it ends: its latency (8 bytes, for the perf summary)
+    and its tracing span, never the outcome itself (at a million rollouts, a gigabyte)."""
+
+    def __init__(self, trace: RunTrace | None) -> None:
+        self._trace = trace
+        self.durations = array("d")
+
+    def __call__(self, rollout: PlannedRollout, outcome: RolloutOutcome) -> None:
+        if outcome.attempts:
+            self.durations.append(outcome.elapsed)
+        if self._trace is not None:
+            self._trace.rollouts(rollout.task_index, rollout.agent, (outcome,))
+
+
 async def _dispatch(
-    settings: CollectionConfig, urls: dict[str, str], models: dict[str, ModelPlan], paths: ArtifactPaths, plan: Plan
+    settings: CollectionConfig,
+    urls: dict[str, str],
+    models: dict[str, ModelPlan],
+    paths: ArtifactPaths,
+    plan: Plan,
+    ended: _Ended,
 ) -> PlanResult:
-    """Every planned rollout, its row written as it completes; the agents were checked already."""
+    """Every planned rollout, its row written as it completes (and handed to ``ended``); the agents
+    were checked already."""
     if not plan.rollouts:
         # Nothing to send (a shard none of the tasks fell to, a resume with nothing left): its
         # artifacts still exist, as the merge and the next resume expect of every run.
@@ -362,15 +389,7 @@ async def _dispatch(
         models=models,
         model_parallel=settings.model_parallel,
     )
-    return await dispatch_plan(replace(header, health=None), plan.rollouts)
-
-
-def _perf_summary(dispatched: PlanResult, seconds: float) -> dict[str, Any] | None:
-    """This run's latency and throughput, for groups whose server gives none (as the plugin adds)."""
-    durations = [o.elapsed for o in dispatched.outcomes.values() if o.attempts]
-    if not durations:
-        return None
-    return perf_summary(durations, seconds)
+    return await dispatch_plan(replace(header, health=None), plan.rollouts, ended)
 
 
 def _metrics_url(agents: Agents, name: str) -> str | None:

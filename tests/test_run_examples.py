@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import subprocess
 import sys
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -151,6 +153,31 @@ async def test_at_most_max_resident_rollouts_wait_for_the_caller() -> None:
             assert len(agent.requests) == 4
             rest = await collect(results)
     assert sorted(row["_ng_task_index"] for row, _ in [first, *rest]) == list(range(10))
+
+
+class WeakRow(dict):  # type: ignore[type-arg]
+    """A row a weak reference can follow (a plain dict cannot be one's target)."""
+
+
+@pytest.mark.asyncio
+async def test_a_row_handed_back_is_held_nowhere() -> None:
+    """Memory is bounded by what is in flight, however many rows the caller streams: once a pair
+    is taken and dropped, its row is gone; at most ``max_resident`` wait, and the one being read."""
+    refs: list[weakref.ref[WeakRow]] = []
+
+    def rows() -> Iterator[WeakRow]:
+        for row in stamped(40):
+            refs.append(weakref.ref(held := WeakRow(row)))
+            yield held
+
+    most = 0
+    with ScriptedAgent() as agent:
+        async with run_examples(rows(), {"policy": agent.url}, parallel=2, max_resident=4) as results:
+            async for pair in results:
+                del pair
+                gc.collect()
+                most = max(most, sum(ref() is not None for ref in refs))
+    assert 0 < most <= 4 + 1
 
 
 @pytest.mark.parametrize("how", ["break", "exception", "cancel"])

@@ -7,6 +7,7 @@ datasets and messages are named relative to where the run starts.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 
 import pytest_rollouts
 from pytest_rollouts import CollectionConfig, CollectionRefused, run, run_from_config
+from pytest_rollouts.rows.records import RolloutOutcome
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
@@ -294,3 +296,22 @@ def test_a_suite_directory_runs_the_datasets_its_rollouts_toml_declares(agent: S
     assert orjson.loads((here / "out" / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "suite/tasks.jsonl"
     with pytest.raises(CollectionRefused, match="no dataset under it is declared"):
         run(CollectionConfig(input="out", out="out2/r.jsonl", agents={"x": agent.url}))
+
+
+def test_a_run_keeps_no_rollout_outcome_once_its_row_is_written(
+    agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory is bounded by what is in flight: by the time the run is scored, every rollout's
+    outcome is gone (its row is on disk, its latency a float). Counted structurally, at scoring."""
+    alive: list[int] = []
+    score = pytest_rollouts.runner.score_configured
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        alive.append(sum(isinstance(o, RolloutOutcome) for o in gc.get_objects()))
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(pytest_rollouts.runner, "score_configured", counting)
+    result = run(config(agent, repeats=4))
+    assert result.score.coverage.completed == 24
+    assert alive == [0]

@@ -192,11 +192,14 @@ class Agents:
         Their verifier and tools are imported here once, and their key's variable looked up, so a
         typo is a refusal before anything is sent rather than every rollout's failure.
         """
+        wanted = sorted(n for n in names if self.is_model(n))
+        if not wanted:  # most runs: nothing to import
+            return {}
         from pytest_rollouts.model.loading import LoadError, load_named
         from pytest_rollouts.model.tools import Toolbox
 
         plans = {}
-        for name in sorted(n for n in names if self.is_model(n)):
+        for name in wanted:
             endpoint = self.registry.endpoint(name).model
             assert endpoint is not None
             model = endpoint.plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -28,11 +29,21 @@ class Pairings:
     def in_front_of(self, agent: str) -> list[str]:
         """The environment servers whose ``agent_server`` is ``agent`` (NeMo Gym's
         ``_environment_servers_by_agent``), sorted."""
-        return sorted(server for server, runs_on in self.runs_on.items() if runs_on == agent)
+        return list(self._servers_by_agent.get(agent, ()))
+
+    @cached_property
+    def _servers_by_agent(self) -> dict[str, tuple[str, ...]]:
+        """Worked out once: routing asks for every row."""
+        by_agent: dict[str, list[str]] = {}
+        for server, runs_on in sorted(self.runs_on.items()):
+            by_agent.setdefault(runs_on, []).append(server)
+        return {agent: tuple(servers) for agent, servers in by_agent.items()}
 
     def check(self, row: Mapping[str, Any], agents: tuple[str, ...], dataset_server: str | None) -> None:
         """``PairingError`` when ``row``, routed to ``agents``, crosses a pairing. ``dataset_server``:
         the resources server of the row's file (listing it, or fronted by the agent listing it)."""
+        if not self.runs_on and not self.fronts:
+            return  # no head server's pairings (most runs): nothing a row could cross
         named = _agent_named(row)
         source = row.get("task_source")
         for target in agents:

@@ -163,7 +163,9 @@ class Routing:
                     f"row names unknown agent {name!r}{via} (known agents: {known})" + self._typo_hint(key)
                 )
         self._check_pairings(row, agents)
-        return agents if kind == "taskset" else tuple(map(self._through_server, agents))
+        if kind == "taskset" or not self.pairings.runs_on:  # no environment server fronts any agent
+            return agents
+        return tuple(map(self._through_server, agents))
 
     def _through_server(self, agent: str) -> str:
         """Where a flat row routed to ``agent`` is sent: the one environment server in front of it

@@ -152,7 +152,9 @@ class Dispatcher:
         self._stuck = False
 
     def start(self) -> None:
-        agents = sorted({r.agent for r in self._rollouts})
+        # Sent as columns, then let go: the plan is the engine's to hold, not pytest's (100k rollouts, 100k objects).
+        rollouts, self._rollouts = self._rollouts, []
+        agents = sorted({r.agent for r in rollouts})
         agent_index = {name: i for i, name in enumerate(agents)}
         header = PlanHeader.of(
             self._settings,
@@ -164,18 +166,20 @@ class Dispatcher:
             models=self._models,
             model_parallel=self._model_parallel,
         )
-        values: dict[str, list[int]] = {
-            "slot": [r.slot for r in self._rollouts],
-            "task": [r.task_index for r in self._rollouts],
-            "rollout": [r.rollout_index for r in self._rollouts],
-            "offset": [r.offset for r in self._rollouts],
-            "length": [r.length for r in self._rollouts],
-            "first_attempt": [r.first_attempt for r in self._rollouts],
-            "agent": [agent_index[r.agent] for r in self._rollouts],
-            "episode": [r.episode for r in self._rollouts],
-            "via_server": [r.via_server for r in self._rollouts],
+        values: dict[str, Callable[[PlannedRollout], int]] = {
+            "slot": lambda r: r.slot,
+            "task": lambda r: r.task_index,
+            "rollout": lambda r: r.rollout_index,
+            "offset": lambda r: r.offset,
+            "length": lambda r: r.length,
+            "first_attempt": lambda r: r.first_attempt,
+            "agent": lambda r: agent_index[r.agent],
+            "episode": lambda r: r.episode,
+            "via_server": lambda r: r.via_server,
         }
-        columns = [array(COLUMN_TYPES.get(name, "q"), values[name]) for name in COLUMNS]
+        # Each column straight into its array: no list of Python ints the size of the plan on the way.
+        columns = [array(COLUMN_TYPES.get(name, "q"), map(values[name], rollouts)) for name in COLUMNS]
+        del rollouts
         if self._proc is None:
             self._proc = spawn_engine()
         self._write(encode(header) + b"".join(frame(c.tobytes()) for c in columns))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -194,7 +194,11 @@ class PlanResult:
     stopped: str = ""
 
 
-async def dispatch_plan(header: PlanHeader, rollouts: Sequence[PlannedRollout]) -> PlanResult:
+async def dispatch_plan(
+    header: PlanHeader,
+    rollouts: Sequence[PlannedRollout],
+    on_outcome: Callable[[PlannedRollout, RolloutOutcome], None] | None = None,
+) -> PlanResult:
     """Dispatch ``rollouts`` in the running event loop, writing their rows as the dispatcher process does.
 
     ``header`` is the dispatcher process's (``shared_output`` must be false): ``urls`` and ``agents``
@@ -215,7 +219,9 @@ async def dispatch_plan(header: PlanHeader, rollouts: Sequence[PlannedRollout]) 
       row), fsyncs and closes the files, closes every connection, and re-raises.
     - Any other exception is a bug: dispatch ends as on a cancel, and it propagates.
 
-    Returns every ended rollout's outcome by key, and the keys the budget drained.
+    Returns every ended rollout's outcome by key, and the keys the budget drained. With
+    ``on_outcome``, each outcome is handed to it as its rollout ends and none is kept: a run of
+    a million rollouts holds what is in flight, not an outcome for each.
     """
     if header.shared_output:
         raise ValueError("shared_output is for xdist workers' dispatcher processes, not dispatch in process")
@@ -250,7 +256,10 @@ async def dispatch_plan(header: PlanHeader, rollouts: Sequence[PlannedRollout]) 
         try:
             async for rollout, outcome in stream:
                 key = (rollout.task_index, rollout.rollout_index)
-                result.outcomes[key] = outcome
+                if on_outcome is None:
+                    result.outcomes[key] = outcome
+                else:
+                    on_outcome(rollout, outcome)
                 if outcome.failure_class == CANCELLED and not outcome.attempts:
                     result.drained.append(key)
         except ArtifactError as exc:

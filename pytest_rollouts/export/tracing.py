@@ -19,7 +19,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.rows.plan import Key, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -70,13 +69,6 @@ class RunTrace:
             if outcome.failure_class is not None:
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, outcome.failure_class))
             span.end(end_time=start + int(outcome.elapsed * 1e9))
-
-    def planned_rollouts(self, planned: Iterable[PlannedRollout], outcomes: Mapping[Key, RolloutOutcome]) -> None:
-        """``rollouts`` for a whole plan's outcomes at once (the Python API's run)."""
-        for rollout in planned:
-            outcome = outcomes.get((rollout.task_index, rollout.rollout_index))
-            if outcome is not None:
-                self.rollouts(rollout.task_index, rollout.agent, (outcome,))
 
     def scored(self, score: RunScore) -> None:
         """What the run's score says, on ``job``: the rollouts it expected, scored and failed, and

@@ -41,13 +41,18 @@ class Declarations:
         self._agents = agents
         self._root = root
         self._known: dict[Path, Declared] = {}
+        # Paths as callers give them: resolving one (a few stat calls) is worth doing once per file.
+        self._given: dict[Path, Declared] = {}
         self._templates: dict[Path, PromptTemplate] = {}
 
     def of(self, dataset: Path) -> Declared:
         """``dataset``'s declaration; ``DeclarationError`` for a template that cannot be read."""
+        if dataset in self._given:
+            return self._given[dataset]
         path = dataset.resolve()
         if path not in self._known:
             self._known[path] = self._declare(path)
+        self._given[dataset] = self._known[path]
         return self._known[path]
 
     def head_selects(self, dataset: Path) -> bool:

@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import CANCELLED
 
@@ -36,30 +35,38 @@ ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, MASKED, NO_R
 def record_outcomes(
     user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome], task_index: int
 ) -> None:
-    """Put an item's rollout results where reports (and junitxml) carry them."""
-    user_properties.append((REWARDS, [o.reward for o in outcomes]))
-    user_properties.append((ELAPSED, [round(o.elapsed, 6) for o in outcomes if o.attempts and not o.cached]))
-    cached = sum(o.cached for o in outcomes)
-    if cached:
-        user_properties.append((CACHED, cached))
-    failed = [o.failure_class for o in outcomes if o.failure_class is not None]
-    if failed:
-        user_properties.append((FAILURES, dict(Counter(failed))))
-    masked = sum(o.masked for o in outcomes)
-    if masked:
-        user_properties.append((MASKED, masked))
-    unrewarded = sum(o.status == NO_REWARD_STATUS for o in outcomes)
-    if unrewarded:
-        user_properties.append((NO_REWARD, unrewarded))
-    drained = [[task_index, o.rollout_index] for o in outcomes if o.failure_class == CANCELLED]
-    if drained:
-        user_properties.append((DRAINED, drained))
-    given_up = sum(o.given_up for o in outcomes)
-    if given_up:
-        user_properties.append((GIVEN_UP, given_up))
-    omitted = sum(o.failure_class is not None and not o.persisted for o in outcomes)
-    if omitted:
-        user_properties.append((OMITTED, omitted))
+    """Put an item's rollout results where reports (and junitxml) carry them.
+
+    One pass over the outcomes: this runs for every item, and most items have nothing but results.
+    """
+    rewards, elapsed, failed, drained = [], [], [], []
+    cached = masked = unrewarded = given_up = omitted = 0
+    for o in outcomes:
+        rewards.append(o.reward)
+        if o.attempts and not o.cached:
+            elapsed.append(round(o.elapsed, 6))
+        cached += o.cached
+        masked += o.masked
+        given_up += o.given_up
+        if o.failure_class is None:
+            unrewarded += o.reward is None and not o.masked  # its status is NO_REWARD
+            continue
+        failed.append(o.failure_class)
+        omitted += not o.persisted
+        if o.failure_class == CANCELLED:
+            drained.append([task_index, o.rollout_index])
+    user_properties.append((REWARDS, rewards))
+    user_properties.append((ELAPSED, elapsed))
+    counts: tuple[tuple[str, object], ...] = (
+        (CACHED, cached),
+        (FAILURES, dict(Counter(failed)) if failed else None),
+        (MASKED, masked),
+        (NO_REWARD, unrewarded),
+        (DRAINED, drained),
+        (GIVEN_UP, given_up),
+        (OMITTED, omitted),
+    )
+    user_properties.extend((name, value) for name, value in counts if value)
 
 
 def json_property(name: str, value: object) -> object:

@@ -13,11 +13,10 @@ from collections import Counter
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_rollouts.pytest.finish import Ending, end_run, hear_worker
 from pytest_rollouts.pytest.progress import Progress, fit, live_redraw, own_line, rate, tell, terminal_width
 from pytest_rollouts.pytest.properties import (
     CACHED,
@@ -36,9 +35,10 @@ from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
-from pytest_rollouts.scoring.accounting import Outcomes
-from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import OK, Verdict
+
+if TYPE_CHECKING:  # this module is imported in every pytest session: scoring only once a run ends
+    from pytest_rollouts.pytest.finish import Ending
+    from pytest_rollouts.scoring.accounting import Outcomes
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
@@ -133,8 +133,11 @@ class Tally:
             # controller the loop starts a worker start-up earlier, which is not dispatch time.
             self.started_at = max(self.started_at, self.last_at - max(elapsed))
         self.durations.extend(elapsed)
-        self.drained.update((task, rollout) for task, rollout in props.get(DRAINED, ()))
-        self.failures.update(props.get(FAILURES, {}))
+        # Most items drained and failed nothing: no set or Counter update for them (a Counter's is Python).
+        if DRAINED in props:
+            self.drained.update((task, rollout) for task, rollout in props[DRAINED])
+        if FAILURES in props:
+            self.failures.update(props[FAILURES])
         self.given_up += props.get(GIVEN_UP, 0)
         self.omitted += props.get(OMITTED, 0)
         if report.failed and _unscored(props):
@@ -153,6 +156,8 @@ class Tally:
     def outcomes(self, as_zero: frozenset[str] = frozenset()) -> Outcomes:
         """What this session's items reported, counted as the whole run's coverage counts;
         ``as_zero``: the failure classes the policies score as zero."""
+        from pytest_rollouts.scoring.accounting import Outcomes
+
         total = self.rewarded + self.masked + self.unrewarded + sum(self.failures.values())
         zeros = sum(count for name, count in self.failures.items() if name in as_zero)
         return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures, zeros=zeros)
@@ -243,7 +248,7 @@ class RolloutReporter:
         self.config = config
         self.tally = Tally()
         # What the session's end decided; nothing until it ends.
-        self.ending = Ending(Verdict(OK))
+        self.ending: Ending | None = None
         self.progress = Progress(tty=sys.stdout.isatty())
         # Without -v, a session of rollout items only shows no letter per item: its progress
         # lines say more, and at 100k items a log of dots says nothing. On a terminal the
@@ -269,6 +274,8 @@ class RolloutReporter:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from pytest_rollouts.pytest.finish import hear_worker
+
         hear_worker(self.config, node)
 
     @pytest.hookimpl(optionalhook=True)
@@ -375,11 +382,15 @@ class RolloutReporter:
             yield
         except KeyboardInterrupt:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+        from pytest_rollouts.pytest.finish import end_run
+
         self.ending = end_run(self.config, session, self.tally, self._say)
         # The run's verdict (scoring/verdict.py) is the session's exit status.
         session.exitstatus = self.ending.verdict.exit_code
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.ending is None:  # the session never ended (pytest stopped before it began)
+            return
         score, verdict = self.ending.score, self.ending.verdict
         if (not self.tally.items and score is None) or self.ending.put_back:  # a refused run: no section
             return
@@ -401,6 +412,8 @@ class RolloutReporter:
             outcomes = score.coverage.outcomes() if score is not None else None
             lines = self.tally.lines(outcomes, sent, as_zero, stopped=bool(verdict.stopped))
         if score is not None:
+            from pytest_rollouts.scoring.summary import score_lines
+
             # No metrics (a stopped run, --rollouts-no-aggregate): no 'Metrics cover' line either.
             metrics = not (verdict.stopped or settings.no_aggregate)
             lines += score_lines(score, names[1], out=names[0], count_as_zero=settings.count_as_zero, scored=metrics)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pytest_rollouts.rows.schema import CREATE_PARAMS
@@ -91,6 +90,8 @@ class PromptTemplate:
 
 def load_template(path: Path) -> PromptTemplate:
     """Read a template file; ``PromptError`` names the file and what is wrong with it."""
+    import yaml  # here: every run imports this module, few have a template to read
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

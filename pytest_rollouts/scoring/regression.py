@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_rollouts.scoring.intervals import Interval
-from pytest_rollouts.scoring.paired import Comparison
+if TYPE_CHECKING:  # the verdict imports this module in every session; the statistics behind it only when compared
+    from pytest_rollouts.scoring.intervals import Interval
+    from pytest_rollouts.scoring.paired import Comparison
 
 # Beside the gate's 6, 7 and 9 (gate.py) and the merge's 8: the candidate may be worse than allowed.
 EXIT_REGRESSION = 10

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
 from pytest_rollouts.scoring.stats import nan_mean, written
@@ -141,6 +140,10 @@ def _detectable(rewards_by_task: Mapping[int, Sequence[float]]) -> float | None:
 def task_labels(materialized: Path, manifest: Path, field: str | None) -> TaskLabels:
     """Each task's dataset file (from the manifest; none without one) and, with ``field``, its value
     of that field (JSON text for a non-string, ``(none)`` when absent), read from the materialized rows."""
+    # Here, not at the top: the verdict imports this module in every pytest session, and the
+    # manifest's model would bring pydantic into sessions that collect no dataset.
+    from pytest_rollouts.rows.manifest import read_manifest
+
     recorded = read_manifest(manifest)
     datasets = () if recorded is None else tuple((d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets)
     values: dict[int, str] = {}

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import difflib
-
 from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.resume import RETRYABLE_WITH_OPT_IN
-from pytest_rollouts.scoring.accounting import IN_OUTPUT
 from pytest_rollouts.rows.schema import (
     AGENT_REQUEST_FAILED,
     AGENT_RUN_ERROR,
@@ -16,9 +14,8 @@ from pytest_rollouts.rows.schema import (
     ENVIRONMENT_SERVER_FAILED,
     JUDGE_INVALID,
 )
-
+from pytest_rollouts.scoring.accounting import IN_OUTPUT
 from pytest_rollouts.scoring.intervals import outside_words
-from pytest_rollouts.scoring.run_statistics import STATISTICS
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -49,6 +46,9 @@ def score_lines(
     ``count_as_zero``: the classes that policy names, a typo among them said at the end.
     ``scored``: false for a run stopped before its metrics (its coverage is all there is).
     """
+    # Here, not at the top: the reporter imports this module in every pytest session, datasets or not.
+    from pytest_rollouts.scoring.run_statistics import STATISTICS
+
     lines = []
     coverage = score.coverage
     if coverage.completed == 0 and coverage.expected:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION
-from pytest_rollouts.scoring.run_statistics import run_lower_bound
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -129,7 +128,12 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
         if status == OK:
             status = FAILED  # a run whose metrics are lost is no success
     # --rollouts-gate-on lower-bound: the mean with every failed or missing rollout at the floor.
-    mean = score.mean_reward if gate.gate_on == "mean" else run_lower_bound(score)
+    if gate.gate_on == "mean":
+        mean = score.mean_reward
+    else:  # imported here: the reporter imports this module in every pytest session, datasets or not
+        from pytest_rollouts.scoring.run_statistics import run_lower_bound
+
+        mean = run_lower_bound(score)
     failure = gate.check(score.coverage, mean, passing=status == OK)
     if failure is not None:
         problems.append(failure.message)
