@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from pytest_rollouts.config.output_values import run_file_clash
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
@@ -105,6 +106,9 @@ def compare_command(args: argparse.Namespace) -> int:
     gate = None
     if args.max_regression is not None:
         gate = RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
+    clash = run_file_clash(Path(args.json), "the comparison's JSON") if args.json else None
+    if clash:
+        return _usage("compare", ValueError(clash))
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:

@@ -55,7 +55,29 @@ def report_clash(report: Path | None, runs: Mapping[str, Path | ArtifactPaths | 
         files = () if run is None else (run if isinstance(run, ArtifactPaths) else ArtifactPaths(run)).all()
         if target in {path.resolve() for path in files}:
             return f"{report} is one of {words}'s files; the report would replace it: name an .html file"
-    return None
+    return run_file_clash(report, "the report")
+
+
+def run_file_clash(path: Path, what: str) -> str | None:
+    """Why ``what`` may not be written at ``path``: it is a file of a run found there, any run (a
+    report, a comparison's JSON would replace its rows). None if it may."""
+    from pytest_rollouts.store.artifacts import owning_run
+
+    run = owning_run(path)
+    if run is None:
+        return None
+    return f"{path} is one of the files of the run at {run.out}; {what} would replace it: name another file"
+
+
+def output_clash(out: Path) -> str | None:
+    """Why a run's output may not be ``out``: it is one of another run's sidecars, inputs, metrics or
+    manifest (an earlier output of the same name is the run's own to move aside). None if it may."""
+    from pytest_rollouts.store.artifacts import owning_run
+
+    run = owning_run(out)
+    if run is None or run.out.resolve() == out.resolve():
+        return None
+    return f"{out} is one of the files of the run at {run.out}; name the output <stem>.jsonl of a run of its own"
 
 
 def materialized_clash(materialized: Path | None, out: Path | None) -> bool:

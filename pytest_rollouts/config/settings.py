@@ -16,10 +16,23 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
+from pytest_rollouts.config.output_values import (
+    MlflowExperiment,
+    ReportPath,
+    WandbProject,
+    materialized_clash,
+    output_clash,
+    report_clash,
+)
 from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
-from pytest_rollouts.config.output_values import MlflowExperiment, ReportPath, WandbProject, materialized_clash, report_clash
 from pytest_rollouts.config.values import (
-    AgentAddress, AgentHeader, Keyed, MaxFailures, check_url, each_parsed, parse_agent_headers,
+    AgentAddress,
+    AgentHeader,
+    Keyed,
+    MaxFailures,
+    check_url,
+    each_parsed,
+    parse_agent_headers,
 )
 from pytest_rollouts.options import OPTION
 
@@ -156,6 +169,9 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
+        clash = output_clash(Path(value)) if isinstance(value, str | Path) else None
+        if clash:
+            raise ValueError(clash)
         return value
 
     @field_validator("shard", mode="before")

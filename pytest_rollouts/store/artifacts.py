@@ -257,6 +257,27 @@ def repair_tail(path: Path) -> int:
     return cut
 
 
+# What a run's files add to its stem, but its output's ``.jsonl``.
+DERIVED_SUFFIXES = ("_failures.jsonl", "_materialized_inputs.jsonl", "_aggregate_metrics.json", "_run_manifest.json")
+
+
+def owning_run(path: Path) -> ArtifactPaths | None:
+    """The run ``path`` is one of the files of, when a run is there (its manifest or materialized
+    inputs on disk, or its output locked by a session writing it): a report, a comparison's JSON or
+    another run's output written there would replace that run's rows. None for any other path."""
+    name = path.name
+    stems = [name[: -len(suffix)] for suffix in DERIVED_SUFFIXES if name.endswith(suffix)]
+    if name.endswith(".jsonl"):
+        stems.append(name[: -len(".jsonl")])
+    target = path.resolve()
+    for stem in filter(None, stems):
+        run = ArtifactPaths(path.with_name(stem + ".jsonl"))
+        there = any(p.exists() for p in (run.manifest, run.beside_materialized, run.lock))
+        if there and target in {p.resolve() for p in run.all()}:
+            return run
+    return None
+
+
 def torn_tail(path: Path) -> int:
     """How many bytes follow the last newline: a last line cut short (0 when whole, empty or absent)."""
     if not path.exists():
