@@ -13,6 +13,8 @@ A coroutine stops by being cancelled, at an ``await``; two things would otherwis
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -26,17 +28,24 @@ T = TypeVar("T")
 async def in_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``func`` in a worker thread, so the caller's loop keeps running. Cancelled, this still waits
     for the thread to end (and then raises ``CancelledError``): what ``func`` writes is written
-    before the caller lets go of what it holds."""
-    work = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
+    before the caller lets go of what it holds.
+
+    The thread's future is the executor's, not a task: ``asyncio.run`` cancels every task of its
+    loop on a second Ctrl-C (``asyncio.to_thread`` makes one), which ended the wait while the thread
+    still ran, and the run let go of its output before the thread wrote its metrics file there."""
+    loop = asyncio.get_running_loop()
+    work = loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, func, *args, **kwargs))
     try:
         return await asyncio.shield(work)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt) as stop:
+        # A second Ctrl-C is no cancellation: asyncio.run raises KeyboardInterrupt where the loop is,
+        # this frame included. Either waits all the same, and the stop is a cancellation from here.
         while not work.done():
-            with suppress(asyncio.CancelledError):  # a second stop waits all the same
+            with suppress(asyncio.CancelledError, KeyboardInterrupt):
                 await asyncio.wait([work])
         if not work.cancelled():
             work.exception()  # what it raised is moot now: the run is stopped
-        raise
+        raise asyncio.CancelledError() from stop
 
 
 class TermAsInterrupt:

@@ -158,6 +158,32 @@ def test_a_stop_in_run_keeps_the_rows_lets_the_output_go_and_says_so_in_one_line
     assert 1 <= len(read_rows(out)) < 6
 
 
+def test_a_second_ctrl_c_while_it_scores_still_waits_for_the_scoring(here: Path) -> None:
+    """A second Ctrl-C is asyncio.run's KeyboardInterrupt, and it cancels every task of the loop,
+    the one ``asyncio.to_thread`` makes included: the wait for the scoring thread ended, the run let
+    go of its output, and the thread then wrote its metrics file there (over a next run's). Now the
+    run waits for the thread, then removes the metrics file, as after one stop."""
+
+    def slow_metrics(body: dict[str, Any]) -> Reply:
+        metrics = {"mean/reward": 0.123}
+        return Reply(json={"agent_metrics": metrics, "key_metrics": metrics}, delay=2.0)
+
+    with ScriptedAgent(aggregate=slow_metrics) as agent:
+        settings = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}}
+        script = f"import pytest_rollouts\npytest_rollouts.run({settings!r})\n"
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=here, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not agent.aggregate_bodies and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert not (here / "out" / "r_aggregate_metrics.json").exists(), "written after the run let go of its output"
+    assert (here / "out" / ".r.jsonl.lock").read_bytes() == b""
+
+
 @pytest.mark.parametrize(("changes", "status"), [({"fail_under": 0.9}, 7), ({"require_complete": True}, 6)])
 def test_gates_give_the_plugins_exit_status(here: Path, changes: dict[str, Any], status: int) -> None:
     def fails_first(row: dict[str, Any], seen: int) -> Reply:
