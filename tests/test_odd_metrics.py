@@ -53,6 +53,19 @@ def test_an_odd_metrics_reply_is_named_and_the_runs_own_metrics_stand(
     assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "again.html")]) == 0
 
 
+def test_a_metrics_reply_cannot_rename_its_group(tmp_path: Path) -> None:
+    """A server's reply that names an ``agent_ref`` (or an environment server) renamed its group in
+    the metrics file: two entries for one agent, none for the other, and ``report`` printed them."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    reply = {"agent_ref": {"name": "someone"}, "_ng_environment_server": "elsewhere", "key_metrics": METRICS}
+    with ScriptedAgent(aggregate=lambda body: reply) as agent:
+        result = subprocess_run(tmp_path, agent.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert entry["agent_ref"] == {"name": "default"} and "_ng_environment_server" not in entry
+    assert entry["metrics_source"] == "server" and entry["key_metrics"] == METRICS
+
+
 def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A metrics file that holds what an earlier version kept of such a reply: the report is made,
     the odd values left out and named."""

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import GroupScore
 
 
+# The names of a metrics entry (``group_label``), which the group's metrics never replace.
+LABEL = frozenset({"agent_ref", ENVIRONMENT_SERVER})
+
+
 def write_metrics_file(path: Path, scores: Sequence[GroupScore], split: str | None = None) -> Path:
     """Each group's metrics with its coverage and where its metrics came from, and the run's
     split (``train``, ``validation``, ``benchmark``) when it has one: numbers from two splits
@@ -29,7 +33,8 @@ def write_metrics_file(path: Path, scores: Sequence[GroupScore], split: str | No
         {
             **(s.label or {"agent_ref": {"name": s.agent}}),
             **({"split": split} if split is not None else {}),
-            **s.metrics,
+            # A server's reply names no group: its names are the run's (``LABEL``), whatever it sent.
+            **{k: v for k, v in s.metrics.items() if k not in LABEL},
             "coverage": s.coverage.as_dict(),
             "metrics_source": s.source,
             **({"metrics_note": s.note} if s.note else {}),
