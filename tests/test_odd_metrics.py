@@ -15,7 +15,7 @@ import pytest
 
 from pytest_rollouts.cli import main
 
-from .agents import ScriptedAgent
+from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import subprocess_run
 
@@ -64,6 +64,16 @@ def test_a_metrics_reply_cannot_rename_its_group(tmp_path: Path) -> None:
     [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
     assert entry["agent_ref"] == {"name": "default"} and "_ng_environment_server" not in entry
     assert entry["metrics_source"] == "server" and entry["key_metrics"] == METRICS
+
+
+def test_an_infinite_mean_from_a_server_is_no_score_to_gate_on(tmp_path: Path) -> None:
+    """``1e400`` reads as infinity: the run said ``mean reward inf`` and passed ``--rollouts-fail-under``."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    body = b'{"agent_metrics": {"mean/reward": 1e400}, "key_metrics": {"mean/reward": 1e400}}'
+    with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
+        result = subprocess_run(tmp_path, agent.url, "--rollouts-fail-under=0.9")
+    assert result.returncode == 7, result.stdout + result.stderr
+    assert "EVAL FAILED" in result.stdout
 
 
 def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

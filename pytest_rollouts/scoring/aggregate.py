@@ -7,6 +7,8 @@ metrics come from its server (``server_metrics.py``), else are computed here (``
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,12 +63,13 @@ class GroupScore:
     def mean_reward(self) -> float | None:
         """``key_metrics`` ``mean/reward``, else ``agent_metrics``' (a server may fill only one).
 
-        A NaN there (a server's metrics are kept as it sent them) is no score: it would pass any
-        ``--rollouts-fail-under``, since no comparison with NaN is true."""
+        A NaN or an infinity there (a server's metrics are kept as it sent them) is no score: NaN
+        would pass any ``--rollouts-fail-under`` (no comparison with it is true), and so would an
+        infinite mean."""
         for part in ("key_metrics", "agent_metrics"):
             section = self.metrics.get(part)
             value = section.get("mean/reward") if isinstance(section, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 return float(value)
         return None
 
