@@ -58,26 +58,17 @@ def report_clash(report: Path | None, runs: Mapping[str, Path | ArtifactPaths | 
     return run_file_clash(report, "the report")
 
 
-def run_file_clash(path: Path, what: str) -> str | None:
+def run_file_clash(path: Path, what: str, *, its_own_output: bool = False) -> str | None:
     """Why ``what`` may not be written at ``path``: it is a file of a run found there, any run (a
-    report, a comparison's JSON would replace its rows). None if it may."""
+    report, a comparison's JSON or another run's output would replace its rows). None if it may.
+    ``its_own_output``: ``what`` is a run's output, which may be an earlier output of that name (a
+    fresh run moves it aside), never another run's sidecar, inputs, metrics or manifest."""
     from pytest_rollouts.store.artifacts import owning_run
 
     run = owning_run(path)
-    if run is None:
+    if run is None or (its_own_output and run.out.resolve() == path.resolve()):
         return None
     return f"{path} is one of the files of the run at {run.out}; {what} would replace it: name another file"
-
-
-def output_clash(out: Path) -> str | None:
-    """Why a run's output may not be ``out``: it is one of another run's sidecars, inputs, metrics or
-    manifest (an earlier output of the same name is the run's own to move aside). None if it may."""
-    from pytest_rollouts.store.artifacts import owning_run
-
-    run = owning_run(out)
-    if run is None or run.out.resolve() == out.resolve():
-        return None
-    return f"{out} is one of the files of the run at {run.out}; name the output <stem>.jsonl of a run of its own"
 
 
 def materialized_clash(materialized: Path | None, out: Path | None) -> bool:

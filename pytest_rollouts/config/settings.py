@@ -21,8 +21,8 @@ from pytest_rollouts.config.output_values import (
     ReportPath,
     WandbProject,
     materialized_clash,
-    output_clash,
     report_clash,
+    run_file_clash,
 )
 from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
 from pytest_rollouts.config.values import (
@@ -169,8 +169,7 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
-        clash = output_clash(Path(value)) if isinstance(value, str | Path) else None
-        if clash:
+        if isinstance(value, str | Path) and (clash := run_file_clash(Path(value), "a run's output", its_own_output=True)):
             raise ValueError(clash)
         return value
 

@@ -17,7 +17,7 @@ from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import loads
+from pytest_rollouts.store.jsonl import object_from, scan_lines
 
 
 def recorded_fronted_by(paths: ArtifactPaths) -> dict[str, str]:
@@ -43,11 +43,9 @@ def _rows(*paths: Path) -> Iterator[dict[str, Any]]:
     for path in paths:
         if not path.exists():
             continue
-        with open(path, "rb") as lines:
-            for line in lines:
-                try:
-                    row = loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    yield row
+        for _, _, line in scan_lines(path):
+            try:
+                row = object_from(line)
+            except ValueError:
+                continue
+            yield row
