@@ -12,13 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pytest_rollouts.rows.records import NO_REWARD
+from pytest_rollouts.rows.records import NO_REWARD, metrics_group
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
 from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.metrics_file import group_name
 from pytest_rollouts.scoring.metrics_shape import without_odd_values
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
@@ -67,7 +66,7 @@ def _from_metrics_file(paths: ArtifactPaths, entries: list[dict[str, Any]]) -> R
         coverage = _coverage(entry.get("coverage"))
         if coverage is None:
             return None
-        group = GroupScore(group_name(entry), coverage, source=str(entry.get("metrics_source", "file")))
+        group = GroupScore(metrics_group(entry), coverage, source=str(entry.get("metrics_source", "file")))
         _file_metrics(group, entry, str(entry.get("metrics_note", "")))
         groups.append(group)
         total += coverage
@@ -77,7 +76,7 @@ def _from_metrics_file(paths: ArtifactPaths, entries: list[dict[str, Any]]) -> R
 def _take_metrics(score: RunScore, entries: list[dict[str, Any]], paths: ArtifactPaths) -> None:
     """A metrics file without coverage (NeMo Gym's collector writes none) still holds each group's
     metrics: the groups scored from the rows take them, by the group each entry names."""
-    by_group = {group_name(entry): entry for entry in entries}
+    by_group = {metrics_group(entry): entry for entry in entries}
     for group in score.groups:
         entry = by_group.get(group.agent)
         if entry is not None:

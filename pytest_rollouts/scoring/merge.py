@@ -21,10 +21,18 @@ from typing import BinaryIO
 
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from pytest_rollouts.rows.resume import Key, key_of
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, rows_digest, torn_tail
+from pytest_rollouts.store.artifacts import (
+    FAILURES,
+    MATERIALIZED,
+    ArtifactPaths,
+    artifact_rows,
+    read_rows,
+    rows_digest,
+    torn_tail,
+)
 from pytest_rollouts.store.jsonl import JsonlError, replaced_atomically
 
-SIDECAR_SUFFIXES = ("_failures.jsonl", "_materialized_inputs.jsonl")
+SIDECAR_SUFFIXES = (FAILURES, MATERIALIZED)
 SHOWN = 10
 
 

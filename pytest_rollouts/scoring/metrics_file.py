@@ -59,13 +59,6 @@ def group_label(group: str, row: Mapping[str, Any]) -> dict[str, Any]:
     return {"agent_ref": {"name": agent or group}, **({ENVIRONMENT_SERVER: server} if server else {})}
 
 
-def group_name(entry: Mapping[str, Any]) -> str:
-    """The group a metrics entry (ours or NeMo Gym's) scores: its environment server, else its agent."""
-    server = entry.get(ENVIRONMENT_SERVER)
-    ref = entry.get("agent_ref")
-    return str(server) if server else str((ref if isinstance(ref, Mapping) else {}).get("name", ""))
-
-
 def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
     """The metrics file in pieces, lists one element per line."""
     yield b"["

@@ -25,6 +25,11 @@ from pytest_rollouts.store.jsonl import JsonlError, dumps, parse_object, scan_li
 # stamps; rows/schema.py takes their names from here, as the rows read here are checked for them.
 TASK_INDEX = "_ng_task_index"
 ROLLOUT_INDEX = "_ng_rollout_index"
+# What a run's files add to its stem, but its output's ``.jsonl`` (NeMo Gym's names).
+FAILURES = "_failures.jsonl"
+MATERIALIZED = "_materialized_inputs.jsonl"
+METRICS = "_aggregate_metrics.json"
+MANIFEST = "_run_manifest.json"
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class ArtifactPaths:
 
     @property
     def failures(self) -> Path:
-        return self._sibling("_failures.jsonl")
+        return self._sibling(FAILURES)
 
     @property
     def materialized(self) -> Path:
@@ -77,15 +82,15 @@ class ArtifactPaths:
     @property
     def beside_materialized(self) -> Path:
         """The materialized inputs' default place, and their name in a set moved aside."""
-        return self._sibling("_materialized_inputs.jsonl")
+        return self._sibling(MATERIALIZED)
 
     @property
     def metrics(self) -> Path:
-        return self._sibling("_aggregate_metrics.json")
+        return self._sibling(METRICS)
 
     @property
     def manifest(self) -> Path:
-        return self._sibling("_run_manifest.json")
+        return self._sibling(MANIFEST)
 
     @property
     def lock(self) -> Path:
@@ -257,8 +262,7 @@ def repair_tail(path: Path) -> int:
     return cut
 
 
-# What a run's files add to its stem, but its output's ``.jsonl``.
-DERIVED_SUFFIXES = ("_failures.jsonl", "_materialized_inputs.jsonl", "_aggregate_metrics.json", "_run_manifest.json")
+DERIVED_SUFFIXES = (FAILURES, MATERIALIZED, METRICS, MANIFEST)
 
 
 def owning_run(path: Path) -> ArtifactPaths | None:
