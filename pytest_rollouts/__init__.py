@@ -38,7 +38,20 @@ _HOMES = {
     "RunInterrupted": "pytest_rollouts.runner",
     "output_text": "pytest_rollouts.model.convert",
 }
-__all__ = sorted(_HOMES)
+__all__ = [  # noqa: RUF022  (the order of _HOMES)
+    "preprocess_examples",
+    "run_examples",
+    "HealthCheckFailed",
+    "CollectionConfig",
+    "run_from_config",
+    "run",
+    "RunResult",
+    "CollectionRefused",
+    "CollectionWarning",
+    "RunInterrupted",
+    "output_text",
+]
+assert set(__all__) == set(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from pytest_rollouts.config.routing import Routing, RoutingError, routing_key
 from pytest_rollouts.config.errors import describe_errors
+from pytest_rollouts.config.routing import Routing, RoutingError, routing_key
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.episodes import taskset_of
@@ -73,7 +73,9 @@ def preprocess_examples(
         params = row.get(CREATE_PARAMS)
         if params is not None and not isinstance(params, Mapping) and not episode:
             # As a dataset row is refused: adding the seed would replace the value without a word.
-            raise ValueError(f"{WHERE}: row {task_index}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}")
+            raise ValueError(
+                f"{WHERE}: row {task_index}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}"
+            )
         try:
             agents = _agents(routing, row)
         except RoutingError as exc:
@@ -100,7 +102,9 @@ def preprocess_examples(
 def _settings(agent_map: Any, fan_out: Any, num_repeats: Any, mode: Any, server: Any) -> Settings:
     for name, value in (("agent_map", agent_map), ("fan_out", fan_out)):
         if value is not None and not isinstance(value, Mapping):
-            raise ValueError(f"{WHERE}: {name} must be a mapping, e.g. {{'_default': 'policy'}}, not {type(value).__name__}")
+            raise ValueError(
+                f"{WHERE}: {name} must be a mapping, e.g. {{'_default': 'policy'}}, not {type(value).__name__}"
+            )
     if isinstance(num_repeats, bool):  # a bool is an int to Python, never a count here
         raise ValueError(f"{WHERE}: num_repeats must be a count, or counts by agent name, not {num_repeats!r}")
     given = {

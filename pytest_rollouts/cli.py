@@ -28,26 +28,26 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from pytest_rollouts.cli_compare import add_comparison_commands, compare_command, power_command
-from pytest_rollouts.report.command import add_report_command, report_command
-from pytest_rollouts.scoring.accounting import ScoringPolicy
-from pytest_rollouts.net.address import without_password
-from pytest_rollouts.scoring.aggregate import score_run
-from pytest_rollouts.scoring.configured import compare_with_baseline, statistics_options
-from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.net.auth import headers_for
-from pytest_rollouts.pacing import paced
-from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
-from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
-from pytest_rollouts.plan.files import put_back, start_notices
-from pytest_rollouts.scoring.merge import MergeError, OutputIsInput, check, find_inputs, load_shards, write_merged
-from pytest_rollouts.options import OPTION
-from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import RunEnd, judge_run
-from pytest_rollouts.store.runlock import OutputBusy, RunLock
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.layers import SettingsError, combine_layers
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.config.values import AgentHeader
+from pytest_rollouts.net.address import without_password
+from pytest_rollouts.net.auth import headers_for
+from pytest_rollouts.options import OPTION
+from pytest_rollouts.pacing import paced
+from pytest_rollouts.plan.files import put_back, start_notices
+from pytest_rollouts.report.command import add_report_command, report_command
+from pytest_rollouts.scoring.accounting import ScoringPolicy
+from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.scoring.configured import compare_with_baseline, statistics_options
+from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
+from pytest_rollouts.scoring.merge import MergeError, OutputIsInput, check, find_inputs, load_shards, write_merged
+from pytest_rollouts.scoring.summary import score_lines
+from pytest_rollouts.scoring.verdict import RunEnd, judge_run
+from pytest_rollouts.store.artifacts import ArtifactPaths
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
+from pytest_rollouts.store.runlock import OutputBusy, RunLock
 
 EXIT_NOT_ONE_RUN = 8
 # The run's statistics options, by settings name: the merged run is scored, compared and gated as
@@ -160,10 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=OPTION["count_as_zero"].metavar,
         help=OPTION["count_as_zero"].argparse_help,
     )
-    merge.add_argument("--count-missing-as-zero", action="store_true", help=OPTION["count_missing_as_zero"].argparse_help)
+    merge.add_argument(
+        "--count-missing-as-zero", action="store_true", help=OPTION["count_missing_as_zero"].argparse_help
+    )
     merge.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].argparse_help)
     merge.add_argument(
-        "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].argparse_help
+        "--fail-under",
+        type=float,
+        default=None,
+        metavar=OPTION["fail_under"].metavar,
+        help=OPTION["fail_under"].argparse_help,
     )
     for name, kind in STATISTICS_OPTIONS.items():
         flag = "--" + name.replace("_", "-")

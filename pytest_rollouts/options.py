@@ -178,7 +178,9 @@ OPTIONS: tuple[Option, ...] = (
         "Rollouts admitted but not yet reported, which bounds memory.",
         "N",
         computed_default="8 x parallel",
-        details="The item pytest is waiting on is always admitted, so the bound can be exceeded by that item's repeats.",
+        details=(
+            "The item pytest is waiting on is always admitted, so the bound can be exceeded by that item's repeats."
+        ),
     ),
     Option(
         "timeout",

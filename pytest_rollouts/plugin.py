@@ -83,7 +83,8 @@ def _refuse_unknown_ini(config: pytest.Config) -> None:
             meant = meant and f"rollouts_{meant}"
             where = config.inipath or "-o"
             raise pytest.UsageError(
-                f"{where}: unknown option {key}" + (f": did you mean {meant}?" if meant else f" (known: {', '.join(ours)})")
+                f"{where}: unknown option {key}"
+                + (f": did you mean {meant}?" if meant else f" (known: {', '.join(ours)})")
             )
 
 

@@ -236,7 +236,9 @@ def validated(config: CollectionConfig | Mapping[str, Any]) -> CollectionConfig:
     if isinstance(config, CollectionConfig):
         return config
     if not isinstance(config, Mapping):
-        raise ValueError(f"a run's config is a CollectionConfig or a mapping of its fields, not {type(config).__name__}")
+        raise ValueError(
+            f"a run's config is a CollectionConfig or a mapping of its fields, not {type(config).__name__}"
+        )
     return CollectionConfig(**{str(key): value for key, value in config.items()})
 
 
@@ -297,9 +299,7 @@ def _prepare(
     _tell(start_notices(start, paths.out, resume=RESUME, overwrite=OVERWRITE))
     resuming, shown = numbering.resuming, os.path.relpath(paths.materialized, root)
     try:
-        plan = build_plan(
-            tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, shaping=shaping
-        )
+        plan = build_plan(tasks, paths, settings, numbering.manifest, resuming=resuming, shown=shown, shaping=shaping)
     except PlanError as exc:
         raise CollectionRefused(f"{exc}{put_back(paths, start, resuming=resuming)}") from None
     except ArtifactError as exc:  # a full disk before anything was sent
@@ -408,7 +408,11 @@ def _tell(notices: list[str]) -> None:
         frame = frame.f_back
     for notice in notices:
         warnings.warn_explicit(
-            CollectionWarning(notice), CollectionWarning, frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__")
+            CollectionWarning(notice),
+            CollectionWarning,
+            frame.f_code.co_filename,
+            frame.f_lineno,
+            frame.f_globals.get("__name__"),
         )
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
-from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.rows.plan import PlannedRollout
 
 from .conftest import read_rows
 

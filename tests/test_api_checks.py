@@ -105,7 +105,12 @@ def test_with_one_agent_rows_naming_it_and_a_fan_out_of_the_default_need_nothing
         warnings.simplefilter("error", pytest_rollouts.CollectionWarning)
         named = run({"input": "named.jsonl", "out": "n/r.jsonl", "agents": {"policy": agent.url}})
         fanned = run(
-            {"input": "data.jsonl", "out": "f/r.jsonl", "agents": {"policy": agent.url}, "fan_out": {"_default": ["policy"]}}
+            {
+                "input": "data.jsonl",
+                "out": "f/r.jsonl",
+                "agents": {"policy": agent.url},
+                "fan_out": {"_default": ["policy"]},
+            }
         )
     assert named.score.coverage.completed == 2 and fanned.score.coverage.completed == 3
 

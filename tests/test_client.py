@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
+from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool, Target
 
 from .agents import Reply, ScriptedAgent

@@ -141,7 +141,12 @@ def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
 
 def test_a_session_without_datasets_does_not_import_collection(pytester: pytest.Pytester) -> None:
     """Every pytest session loads the plugin: it must cost next to nothing there (issue 6: < 20 ms)."""
-    names = ("pytest_rollouts.pytest.items", "pytest_rollouts.dispatch.channel", "pytest_rollouts.config.settings", "httptools")
+    names = (
+        "pytest_rollouts.pytest.items",
+        "pytest_rollouts.dispatch.channel",
+        "pytest_rollouts.config.settings",
+        "httptools",
+    )
     assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
 
 
@@ -156,7 +161,9 @@ def test_rows_naming_no_agent_with_only_named_agents_are_told_how_to_route_them(
     """With only ``--rollouts-agent gpt=URL`` the message named no way to send such rows to gpt."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
     result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--co")
-    result.stdout.fnmatch_lines(["*no default agent is set*or send them to one agent with --rollouts-agent-map _default=NAME; agents: gpt)"])
+    result.stdout.fnmatch_lines(
+        ["*no default agent is set*or send them to one agent with --rollouts-agent-map _default=NAME; agents: gpt)"]
+    )
     routed = run_rollouts(
         pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--rollouts-agent-map=_default=gpt", "--co"
     )

@@ -260,7 +260,7 @@ def test_power_refuses_a_run_with_fewer_than_two_scored_tasks(
 def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """"①" and "²" pass ``str.isdigit`` but not ``int``: compare, report --baseline and a run with
+    """ "①" and "²" pass ``str.isdigit`` but not ``int``: compare, report --baseline and a run with
     --rollouts-baseline ended in a ValueError traceback."""
     ids = ["①", "²", "10", "9", "t1", "٣"]
     rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]

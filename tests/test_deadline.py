@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import pty
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_rollouts.scoring.metrics import latency_summary
 from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
 from pytest_rollouts.pytest.report import ELAPSED, REWARDS, Tally
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.scoring.metrics import latency_summary
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows
@@ -287,7 +287,9 @@ def test_status_line_counts_what_finished_behind_a_slow_early_rollout(pytester: 
     waiting = [r for r in screen.split("\rdata.jsonl rollouts: ") if "oldest in flight: task 1 rollout 0" in r]
     assert waiting, screen
     # The masking view follows the failures: 6 of the 10 results right, the failure dropped from the output.
-    expected = "11/12 tasks done, 1 failed (agent_run_error 1), reward_unmasked 60.00%, dropped 1 (1 failed), 1 in flight, "
+    expected = (
+        "11/12 tasks done, 1 failed (agent_run_error 1), reward_unmasked 60.00%, dropped 1 (1 failed), 1 in flight, "
+    )
     assert waiting[-1].startswith(expected), waiting[-1]
 
 

@@ -88,9 +88,7 @@ SERVER_METRICS = {"agent_metrics": {"mean/reward": 0.25}, "key_metrics": {"mean/
 def test_a_trickling_metrics_server_is_cut_at_the_timeout_and_scored_locally(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(2))
     with TrickleServer("/aggregate_metrics", SERVER_METRICS) as server:
-        result = run_rollouts(
-            pytester, "data.jsonl", f"--rollouts-agent={server.url}", f"--rollouts-timeout={TIMEOUT}"
-        )
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={server.url}", f"--rollouts-timeout={TIMEOUT}")
     result.assert_outcomes(passed=2)
     [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     assert group["metrics_source"] == "local"

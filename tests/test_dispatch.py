@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 import pytest
 
-
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import read_rows, tasks, write_rows
 from .helpers import (

@@ -19,7 +19,15 @@ def test_no_plugin_variable_reaches_a_test() -> None:
 def test_a_shell_that_sets_them_changes_nothing() -> None:
     """The test above, run in a session whose shell set every one of them."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::test_no_plugin_variable_reaches_a_test"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{__file__}::test_no_plugin_variable_reaches_a_test",
+        ],
         cwd=REPO,
         env={**os.environ, **SHELL},
         capture_output=True,

@@ -39,7 +39,8 @@ def fails_task_2_once(row: dict[str, Any], seen: int) -> Reply:
 
 
 def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_it(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(3)
@@ -73,7 +74,8 @@ def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_i
 
 
 def test_legacy_mode_refuses_a_row_naming_another_agent_than_the_servers(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(2)
@@ -125,7 +127,8 @@ def test_legacy_mode_and_its_server_come_together(
 
 
 def test_a_head_servers_config_sets_the_mode_and_an_option_wins_over_it(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     write_rows(pytester.path / "data.jsonl", tasks(2))
@@ -154,7 +157,8 @@ def test_a_bad_mode_in_a_head_servers_config_is_a_usage_error(pytester: pytest.P
 
 
 def test_a_resume_refuses_another_routing_than_the_recorded_runs(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     write_rows(pytester.path / "data.jsonl", tasks(2))
@@ -167,7 +171,6 @@ def test_a_resume_refuses_another_routing_than_the_recorded_runs(
         )
         assert result.ret == pytest.ExitCode.USAGE_ERROR and agent.requests == []
     result.stderr.fnmatch_lines(["*environment_server: recorded 'legacy_env', now None*"])
-
 
 
 def test_a_legacy_server_without_an_agent_server_leaves_rows_naming_none_as_they_are(
@@ -192,7 +195,8 @@ def servers_yaml(**servers: ScriptedAgent) -> str:
 
 
 def test_a_head_servers_environment_server_routes_send_tasksets_to_their_servers(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = [{"task_id": {"taskset": name, "id": 0}, "task_input": {"q": 0}} for name in ("math_v1", "code_v1")]
@@ -245,7 +249,9 @@ def test_a_head_servers_bad_environment_server_routes_are_refused_before_any_req
 
 
 def test_the_python_api_routes_as_the_head_servers_config_says(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, head_server  # noqa: F811
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
+    head_server,  # noqa: F811
 ) -> None:
     from pytest_rollouts import CollectionConfig, run
 
@@ -263,7 +269,8 @@ def test_the_python_api_routes_as_the_head_servers_config_says(
 
 
 def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front_of_it(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     """NeMo Gym's agent routing resolves a flat row's agent to the one environment server in front of it
     (``_environment_server_for_agent``) at dispatch: the row goes there as materialized, unstamped and
@@ -298,7 +305,8 @@ def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front
 
 
 def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_agent(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(2)
@@ -317,7 +325,8 @@ def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_a
 
 
 def test_legacy_rows_are_counted_by_the_agent_their_server_runs_them_on(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     write_rows(pytester.path / "data.jsonl", tasks(2))
@@ -329,7 +338,8 @@ def test_legacy_rows_are_counted_by_the_agent_their_server_runs_them_on(
 
 
 def test_a_server_given_alone_overrides_the_head_servers_and_needs_its_legacy_mode(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     write_rows(pytester.path / "data.jsonl", tasks(1))
@@ -347,7 +357,8 @@ def test_a_server_given_alone_overrides_the_head_servers_and_needs_its_legacy_mo
 
 
 def test_an_agent_given_its_address_on_the_command_line_takes_its_rows_itself(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     write_rows(pytester.path / "data.jsonl", tasks(2))

@@ -127,7 +127,10 @@ def test_the_report_a_run_writes_is_the_one_logged(
     assert result.ret == 0
     [logged] = mlflow_runs(mlruns)
     client = MlflowClient(tracking_uri=mlruns)
-    assert sorted(a.path for a in client.list_artifacts(logged.info.run_id)) == ["r_aggregate_metrics.json", "report.html"]
+    assert sorted(a.path for a in client.list_artifacts(logged.info.run_id)) == [
+        "r_aggregate_metrics.json",
+        "report.html",
+    ]
     copy = Path(client.download_artifacts(logged.info.run_id, "report.html", str(tmp_path)))
     assert copy.read_bytes() == (pytester.path / "out" / "report.html").read_bytes()
 

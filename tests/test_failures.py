@@ -182,7 +182,11 @@ def test_an_agent_class_named_like_a_collector_outcome_is_kept_apart(pytester: p
     )
     result.stdout.no_fnmatch_line("*not started*")
     failures = Artifacts(pytester.path).failures
-    assert sorted(f["_ng_failure_class"] for f in failures) == ["agent_cancelled", "agent_mask_sample", "agent_no_reward"]
+    assert sorted(f["_ng_failure_class"] for f in failures) == [
+        "agent_cancelled",
+        "agent_mask_sample",
+        "agent_no_reward",
+    ]
 
 
 def test_a_null_or_empty_class_is_a_result_and_terminal_is_kept_as_returned(pytester: pytest.Pytester) -> None:

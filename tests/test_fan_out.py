@@ -88,7 +88,13 @@ def test_an_unmatched_map_key_is_named_in_the_rollouts_section(
     """It was a warning lost in pytest's warnings summary (and an error under -W error); under
     -n only the workers, which collect the rows, know it: they tell their controller."""
     write_rows(pytester.path / "data.jsonl", tasks(2))
-    args = ["data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-agent-map=mth=default", "-W", "error:no collected row"]
+    args = [
+        "data.jsonl",
+        f"--rollouts-agent={agent.url}",
+        "--rollouts-agent-map=mth=default",
+        "-W",
+        "error:no collected row",
+    ]
     if workers is None:
         result = run_rollouts(pytester, *args)
     else:
@@ -104,8 +110,10 @@ def test_a_map_key_typo_that_leaves_rows_unrouted_is_named(pytester: pytest.Pyte
     result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent=a={agent.url}", "--rollouts-agent-map=math_src=a")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        ["data.jsonl:1: row's task_source 'math_source' names no agent *; --rollouts-agent-map key 'math_src' "
-         "matches no row: did you mean 'math_source'?"]
+        [
+            "data.jsonl:1: row's task_source 'math_source' names no agent *; --rollouts-agent-map key 'math_src' "
+            "matches no row: did you mean 'math_source'?"
+        ]
     )
     assert agent.requests == []
 

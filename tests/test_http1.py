@@ -221,7 +221,9 @@ async def test_url_path_host_and_credentials_are_sent_as_aiohttp_sent_them() -> 
 async def test_101_switching_protocols_is_its_status_without_a_logged_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with server(answering(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")) as agent:
+    async with server(
+        answering(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+    ) as agent:
         pool = Pool(5)
         reply = await post(pool, agent.url)
         pool.close()

@@ -172,7 +172,6 @@ def test_a_suite_collects_none_of_the_runs_own_files_as_datasets(pytester: pytes
     assert [line.strip() for line in result.stdout.lines if "DatasetFile" in line] == ["<DatasetFile data.jsonl>"]
 
 
-
 def test_an_ini_place_is_read_from_the_rootdir_and_the_report_may_not_take_it(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import pytest
 
-from pytest_rollouts.store.jsonl import NonFinite
 from pytest_rollouts.scoring.metrics import MetricRow, compute_default_metrics, is_correct, numeric_fields, pass_at_k
+from pytest_rollouts.store.jsonl import NonFinite
 
 Z = 1.96
 

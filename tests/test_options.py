@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_rollouts.options import OPTIONS
 from pytest_rollouts.config.values import check_url
+from pytest_rollouts.options import OPTIONS
 
 from .agents import ScriptedAgent
 from .conftest import tasks, write_rows
@@ -41,7 +41,10 @@ from .helpers import QUIET, Artifacts, keys, run_rollouts
         # Every endpoint was appended to the fragment: /run, /health and /aggregate_metrics were one route.
         ("--rollouts-agent=http://127.0.0.1:9/p#frag", "has a #fragment, which no request carries"),
         # Went into every request line ('POST /v1 /chat/completions'): a 404 on every rollout.
-        ("--rollouts-model=http://127.0.0.1:9/v1 ", "--rollouts-model: agent address 'http://127.0.0.1:9/v1 ' has a space"),
+        (
+            "--rollouts-model=http://127.0.0.1:9/v1 ",
+            "--rollouts-model: agent address 'http://127.0.0.1:9/v1 ' has a space",
+        ),
         # Passed validation, then overflowed the plan's columns: INTERNALERROR, and the session hung.
         ("--rollouts-parallel=9223372036854775807", "--rollouts-parallel: must be at most 100000"),
         ("--rollouts-max-resident=99999999999", "--rollouts-max-resident: must be at most"),

@@ -56,7 +56,8 @@ def run_against(pytester: pytest.Pytester, state: dict[str, str], dataset: str, 
 
 
 def test_a_row_whose_agent_fronts_another_resources_server_is_refused(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(3)
@@ -93,7 +94,8 @@ def test_paired_rows_run(pytester: pytest.Pytester, head_server) -> None:  # noq
 
 
 def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_it(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(2)
@@ -105,12 +107,15 @@ def test_a_row_of_a_resources_servers_dataset_must_run_on_an_agent_that_fronts_i
         result = run_against(pytester, state, "math.jsonl")
         assert math.requests == [] and code.requests == []
     refused(result).fnmatch_lines(
-        ["*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file belongs to resources server 'math_rs'*"]
+        [
+            "*math.jsonl:2: agent 'code_agent' fronts resources server 'code_rs', but its dataset file belongs to resources server 'math_rs'*"
+        ]
     )
 
 
 def test_a_row_sent_to_an_environment_server_must_name_its_agent(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = [
@@ -131,7 +136,9 @@ def test_a_row_sent_to_an_environment_server_must_name_its_agent(
 
 
 def test_the_python_api_refuses_it_too(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, head_server  # noqa: F811
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
+    head_server,  # noqa: F811
 ) -> None:
     from pytest_rollouts import CollectionConfig, CollectionRefused, run
 
@@ -148,7 +155,8 @@ def test_the_python_api_refuses_it_too(
 
 
 def test_a_dataset_listed_by_an_agent_runs_only_on_agents_of_that_agents_resources_server(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     """NeMo Gym's benchmarks list their datasets under their agent: the file's rows are verified by the
     resources server that agent fronts, so a map sending them to another resources server's agent is refused."""
@@ -172,7 +180,8 @@ def test_a_dataset_listed_by_an_agent_runs_only_on_agents_of_that_agents_resourc
 
 
 def test_a_legacy_row_is_checked_against_the_agent_its_server_runs_it_on(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     """Legacy routing sends the rows to the environment server, which runs them on its agent_server:
     that agent's resources server must be the one the row's dataset belongs to."""
@@ -194,7 +203,8 @@ def test_a_legacy_row_is_checked_against_the_agent_its_server_runs_it_on(
 
 
 def test_a_row_naming_an_environment_server_as_its_agent_is_told_the_agent_to_name(
-    pytester: pytest.Pytester, head_server  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,  # noqa: F811
 ) -> None:
     _, state = head_server
     rows = tasks(1)

@@ -18,8 +18,13 @@ from .helpers import run_rollouts
 
 # One row per fault, then plain rows; each row says what its agent does with it.
 FAULTS = ["500", "reset", "no_reward", "mask_sample", "agent_failure", "skipped"]
-ROWS = [{"responses_create_params": {"input": f"q{i}"}, "fault": f, "answer": "1", "expected_answer": "1"} for i, f in enumerate(FAULTS)]
-ROWS += [{"responses_create_params": {"input": f"p{i}"}, "answer": str(i % 2), "expected_answer": "1"} for i in range(6)]
+ROWS = [
+    {"responses_create_params": {"input": f"q{i}"}, "fault": f, "answer": "1", "expected_answer": "1"}
+    for i, f in enumerate(FAULTS)
+]
+ROWS += [
+    {"responses_create_params": {"input": f"p{i}"}, "answer": str(i % 2), "expected_answer": "1"} for i in range(6)
+]
 # Measurements of this one run, not results: every row has its own, and so have the metrics.
 TIMING = ("elapsed", "latency", "perf_summary", "per_hour")
 

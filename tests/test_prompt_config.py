@@ -214,6 +214,8 @@ def test_under_xdist_every_worker_builds_the_same_inputs(pytester: pytest.Pytest
         ]
         assert all(r["responses_create_params"]["input"] == EXPECTED_INPUT for r in agent.requests)
     materialized = [orjson.loads(line) for line in (pytester.path / "inputs/m.jsonl").read_bytes().splitlines()]
-    assert len(materialized) == 24 and all(r["responses_create_params"]["input"] == EXPECTED_INPUT for r in materialized)
+    assert len(materialized) == 24 and all(
+        r["responses_create_params"]["input"] == EXPECTED_INPUT for r in materialized
+    )
     [entry] = orjson.loads((pytester.path / "out/r_run_manifest.json").read_bytes())["datasets"]
     assert entry["prompt_sha256"] == load_template(suite / "prompt.yaml").sha256

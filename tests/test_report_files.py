@@ -13,7 +13,7 @@ from pytest_rollouts import CollectionConfig
 from pytest_rollouts.cli import main
 
 from .helpers import run_rollouts
-from .test_report import embedded, here, make_run  # noqa: F401, F811 (here: the fixture)
+from .test_report import embedded, here, make_run  # noqa: F401 (here: the fixture)
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,10 @@ def test_rollouts_html_may_not_name_the_runs_files_nor_the_baselines(pytester: p
         assert run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", out="base/r.jsonl").ret == 0
         for html, said in (("out/r.jsonl", "this run's files"), ("base/r.jsonl", "the baseline's files")):
             result = run_rollouts(
-                pytester, "data.jsonl", f"--rollouts-agent={agent.url}", f"--rollouts-html={html}",
+                pytester,
+                "data.jsonl",
+                f"--rollouts-agent={agent.url}",
+                f"--rollouts-html={html}",
                 "--rollouts-baseline=base/r.jsonl",
             )
             assert result.ret == 4
@@ -56,7 +59,9 @@ def test_rollouts_html_may_not_name_the_runs_files_nor_the_baselines(pytester: p
             assert agent.keys().count((0, 0)) == 1, "nothing sent after the first run"
     assert not (pytester.path / "out").exists()
     with pytest.raises(ValueError, match="is one of this run's files"):
-        CollectionConfig(input="data.jsonl", out="out/r.jsonl", html="out/r_run_manifest.json", agents={"a": "http://127.0.0.1:9"})
+        CollectionConfig(
+            input="data.jsonl", out="out/r.jsonl", html="out/r_run_manifest.json", agents={"a": "http://127.0.0.1:9"}
+        )
 
 
 @pytest.mark.parametrize(

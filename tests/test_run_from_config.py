@@ -47,7 +47,9 @@ def keys(path: Path) -> list[tuple[int, int]]:
 def test_a_run_writes_the_plugins_files_and_returns_its_score(agent: ScriptedAgent, here: Path) -> None:
     result = run(config(agent, repeats=2))
     out = here / "out"
-    assert keys(out / "r.jsonl") == keys(out / "r_materialized_inputs.jsonl") == [(t, r) for t in range(6) for r in (0, 1)]
+    assert (
+        keys(out / "r.jsonl") == keys(out / "r_materialized_inputs.jsonl") == [(t, r) for t in range(6) for r in (0, 1)]
+    )
     assert (out / "r_failures.jsonl").read_bytes() == b""
     assert orjson.loads((out / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "data.jsonl"
     # tasks(6): every third answered wrong (tasks 0 and 3), so 8 of 12 rollouts score 1.
@@ -104,7 +106,9 @@ def test_a_bad_row_is_refused_with_file_and_line_before_anything_is_sent(agent: 
         ({"num_repeats": 4}, "num_repeats is repeats here"),
     ],
 )
-def test_a_bad_config_is_a_value_error_naming_the_field(agent: ScriptedAgent, changes: dict[str, Any], words: str) -> None:
+def test_a_bad_config_is_a_value_error_naming_the_field(
+    agent: ScriptedAgent, changes: dict[str, Any], words: str
+) -> None:
     given = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, **changes}
     with pytest.raises(ValueError, match=words):
         run(given)
@@ -316,10 +320,14 @@ def test_a_suite_directory_runs_the_datasets_its_rollouts_toml_declares(agent: S
     suite = here / "suite"
     write_rows(suite / "tasks.jsonl", tasks(2))
     write_rows(suite / "notes.jsonl", [{"not": "a dataset"}])
-    (suite / "rollouts.toml").write_text(f'datasets = ["tasks.jsonl"]\nagent = "policy"\n[agents.policy]\nurl = "{agent.url}"\n')
+    (suite / "rollouts.toml").write_text(
+        f'datasets = ["tasks.jsonl"]\nagent = "policy"\n[agents.policy]\nurl = "{agent.url}"\n'
+    )
     result = run(CollectionConfig(input="suite", out="out/r.jsonl"))
     assert result.score.coverage.completed == 2
-    assert orjson.loads((here / "out" / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "suite/tasks.jsonl"
+    assert (
+        orjson.loads((here / "out" / "r_run_manifest.json").read_bytes())["datasets"][0]["path"] == "suite/tasks.jsonl"
+    )
     with pytest.raises(CollectionRefused, match="no dataset under it is declared"):
         run(CollectionConfig(input="out", out="out2/r.jsonl", agents={"x": agent.url}))
 

@@ -310,6 +310,8 @@ def test_an_infinite_reward_is_no_reward_everywhere_and_cannot_pass_a_gate(pytes
     with ScriptedAgent(infinite_first) as agent:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.99")
     assert result.ret == 7, result.stdout.str()
-    result.stdout.fnmatch_lines(["3 of 4 rollouts scored; no_reward 1", "default: mean reward 0.5000 *over 3 rollouts*"])
+    result.stdout.fnmatch_lines(
+        ["3 of 4 rollouts scored; no_reward 1", "default: mean reward 0.5000 *over 3 rollouts*"]
+    )
     metrics = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     assert metrics[0]["coverage"]["unrewarded"] == 1

@@ -15,10 +15,10 @@ import pytest
 
 from pytest_rollouts.scoring.accounting import ScoringPolicy, account
 from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.scoring.metrics import numeric_fields
 from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError
-from pytest_rollouts.scoring.metrics import numeric_fields
 
 from .agents import Reply, ScriptedAgent, verifier
 from .conftest import tasks, write_rows

@@ -146,9 +146,7 @@ def run_against_echoing_agents(pytester: pytest.Pytester) -> dict[str, str]:
 def run_against_a_failing_health_check(pytester: pytest.Pytester) -> str:
     write_rows(pytester.path / "one.jsonl", [{"responses_create_params": {"input": "q"}}])
     with ScriptedAgent(health=Reply(status=503, raw=across(HEALTH_CUT, HEADER))) as sick:
-        result = run_rollouts(
-            pytester, "one.jsonl", "-v", "-rA", f"--rollouts-agent={sick.url}", HEADER_OPTION
-        )
+        result = run_rollouts(pytester, "one.jsonl", "-v", "-rA", f"--rollouts-agent={sick.url}", HEADER_OPTION)
     shown = "\n".join(result.outlines + result.errlines)
     assert "HTTP 503: xxx" in shown
     return shown

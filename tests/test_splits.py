@@ -157,7 +157,9 @@ def test_a_file_named_beside_its_suites_directory_runs(pytester: pytest.Pytester
 
 @pytest.mark.parametrize("where", ["suite", "head server", "head server, found in a directory", "two templates"])
 def test_a_file_declared_in_two_splits_is_refused_naming_both(
-    pytester: pytest.Pytester, head_server, where: str  # noqa: F811
+    pytester: pytest.Pytester,
+    head_server,
+    where: str,
 ) -> None:
     _, state = head_server
     with ScriptedAgent() as agent:

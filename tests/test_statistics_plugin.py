@@ -67,8 +67,12 @@ def test_a_regression_beyond_max_regression_fails_the_run_with_exit_10_and_the_n
         ]
     )
     both = session(
-        pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.05",
-        "--rollouts-fail-under=0.9", out="both/r.jsonl",
+        pytester,
+        WORSE,
+        "--rollouts-baseline=base/r.jsonl",
+        "--rollouts-max-regression=0.05",
+        "--rollouts-fail-under=0.9",
+        out="both/r.jsonl",
     )
     assert both.ret == 7, "the fail-under gate's code stands, as documented"
     both.stdout.fnmatch_lines(
@@ -160,7 +164,9 @@ def test_pass_k_takes_the_ks_asked_and_names_the_tasks_with_too_few(pytester: py
         result = run_rollouts(pytester, "data.jsonl", *args)
         assert result.ret == 0
         # pass^k beside pass@k in the summary (it was only in the metrics file).
-        result.stdout.fnmatch_lines(["default: mean reward *; pass@1 *, pass@3 1.0000; pass^3 0.5000 [[]local metrics[]]"])
+        result.stdout.fnmatch_lines(
+            ["default: mean reward *; pass@1 *, pass@3 1.0000; pass^3 0.5000 [[]local metrics[]]"]
+        )
         asked_too_many = run_rollouts(pytester, "data.jsonl", *args[:-1], "--rollouts-pass-k=1,5", out="more/r.jsonl")
         asked_too_many.stdout.fnmatch_lines(["default: mean reward *; pass@1 *, pass@5 - (too few rollouts) *"])
     agent_metrics = statistics(pytester)["agent_metrics"]
@@ -220,7 +226,9 @@ def test_metrics_per_dataset_file_come_without_group_by(pytester: pytest.Pyteste
     b_scored = [r for r in rewards[6:] if r is not None]
     low, high = sum(b_scored) / 6, (sum(b_scored) + 1) / 6
     result.stdout.fnmatch_lines(
-        [f"default [[]dataset b.jsonl[]]: mean reward * over 5 rollouts; *; Manski bounds [[]{low:.4f}, {high:.4f}[]] (1 unknown)"]
+        [
+            f"default [[]dataset b.jsonl[]]: mean reward * over 5 rollouts; *; Manski bounds [[]{low:.4f}, {high:.4f}[]] (1 unknown)"
+        ]
     )
 
 
@@ -229,7 +237,10 @@ def test_a_group_with_a_baseline_and_breakdowns_takes_at_most_three_lines(pytest
     dataset(pytester)
     assert session(pytester, GOOD, out="base/r.jsonl").ret == 0
     result = session(
-        pytester, WORSE, "--rollouts-baseline=base/r.jsonl", "--rollouts-max-regression=0.7",
+        pytester,
+        WORSE,
+        "--rollouts-baseline=base/r.jsonl",
+        "--rollouts-max-regression=0.7",
         "--rollouts-group-by=difficulty",
     )
     assert result.ret == 0
@@ -339,14 +350,25 @@ def test_aggregate_scores_compares_and_gates_with_the_runs_statistics_options(py
     base = session(pytester, GOOD, "--rollouts-repeats=2", out="base2/r.jsonl")
     assert base.ret == 0
     merged = aggregate(
-        pytester.path, "--input=out/r.jsonl", "--out=m/r.jsonl", "--baseline=base2/r.jsonl",
-        "--max-regression=0.05", "--group-by=difficulty", "--pass-k=1,2",
+        pytester.path,
+        "--input=out/r.jsonl",
+        "--out=m/r.jsonl",
+        "--baseline=base2/r.jsonl",
+        "--max-regression=0.05",
+        "--group-by=difficulty",
+        "--pass-k=1,2",
     )
     assert merged.returncode == 10, merged.stderr
     lines = merged.stdout.splitlines()
-    assert [line.split(": ")[1].split(" ")[0] for line in lines if line.startswith("default: ")] == ["mean", "95%", "vs"]
+    assert [line.split(": ")[1].split(" ")[0] for line in lines if line.startswith("default: ")] == [
+        "mean",
+        "95%",
+        "vs",
+    ]
     assert any(line.startswith("default [difficulty=easy]: mean reward ") for line in lines)
-    assert any(line.startswith("--max-regression 0.05: default: lower bound of candidate - baseline -") for line in lines)
+    assert any(
+        line.startswith("--max-regression 0.05: default: lower bound of candidate - baseline -") for line in lines
+    )
     assert "EVAL FAILED: the candidate may be more than 0.05 worse" in merged.stderr
     [entry] = json.loads((pytester.path / "m/r_aggregate_metrics.json").read_text())
     assert entry["statistics"]["baseline_comparison"]["max_regression"] == 0.05
@@ -359,10 +381,20 @@ def test_aggregate_scores_compares_and_gates_with_the_runs_statistics_options(py
         pytester.path, "--input=out/r.jsonl", "--out=g/r.jsonl", "--gate-on=lower-bound", f"--fail-under={lower + 0.01}"
     )
     assert gated.returncode == 7, gated.stdout + gated.stderr
-    assert f"--fail-under {lower + 0.01:g}: Manski lower bound of the mean reward {lower:.4f} over 24 rollouts" in gated.stdout
-    assert aggregate(
-        pytester.path, "--input=out/r.jsonl", "--out=g/r.jsonl", "--gate-on=lower-bound", f"--fail-under={lower - 0.01}"
-    ).returncode == 0
+    assert (
+        f"--fail-under {lower + 0.01:g}: Manski lower bound of the mean reward {lower:.4f} over 24 rollouts"
+        in gated.stdout
+    )
+    assert (
+        aggregate(
+            pytester.path,
+            "--input=out/r.jsonl",
+            "--out=g/r.jsonl",
+            "--gate-on=lower-bound",
+            f"--fail-under={lower - 0.01}",
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.parametrize(

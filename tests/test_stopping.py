@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-
 from .agents import Reply, ScriptedAgent
 from .conftest import tasks, write_rows
 from .helpers import Artifacts, one_rollout_dispatcher, pytest_command, run_rollouts
@@ -50,9 +49,7 @@ def engine_pid():
 
 
 @contextmanager
-def session(
-    cwd: Path, command: list[str], env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
+def session(cwd: Path, command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """A pytest session in a process group of its own, as a shell runs a job: a signal to the group
     is what Ctrl-C at a terminal sends. Whatever is left of it at the end is killed."""
     # Unbuffered: a test reading lines as they come leaves nothing in a buffer ``communicate`` skips.
@@ -117,8 +114,7 @@ def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytest
     """pytest blocked writing a plan the dispatcher does not take (stopped here; in life still
     starting up, or stuck): a stop then left the two processes waiting on each other for ever."""
     pytester.makeconftest(
-        FIND_ENGINE
-        + "def pytest_collection_finish(session):\n"
+        FIND_ENGINE + "def pytest_collection_finish(session):\n"
         "    pid = engine_pid()\n"
         "    os.kill(pid, signal.SIGSTOP)\n"
         "    Path('engine.pid').write_text(str(pid))\n"

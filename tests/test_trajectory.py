@@ -43,7 +43,8 @@ def trajectory(task: int, refs: list[str], captured: list[str], tools: int = 0) 
             for c in captured
         ],
         "tool_calls": [
-            {"kind": "tool_call", "invocation_id": "root", "tool_call_id": f"t{n}", "output": "ok"} for n in range(tools)
+            {"kind": "tool_call", "invocation_id": "root", "tool_call_id": f"t{n}", "output": "ok"}
+            for n in range(tools)
         ],
         "gaps": [],
     }

@@ -37,7 +37,7 @@ class Discovered:
     task_sources: Mapping[str, str]
     # Its dataset entries (``jsonl_fpath``, ``type``, ``prompt_config``): a dataset's split and prompt.
     datasets: tuple[HeadDataset, ...] = ()
-    pairings: Pairings = Pairings()
+    pairings: Pairings = field(default_factory=Pairings)
     # Its top-level collection keys, by the option each defaults (``headserver.RUN_KEYS``).
     options: Mapping[str, Any] = field(default_factory=dict)
     # Its ``environment_server_routes``: the environment server of each taskset.
@@ -87,7 +87,7 @@ class Routing:
     # The suite's ``keywords``: row fields whose values -k matches on the row's items.
     keywords: tuple[str, ...] = ()
     # The head server's pairings, and the resources server that verifies this file's rows, if one is listed.
-    pairings: Pairings = Pairings()
+    pairings: Pairings = field(default_factory=Pairings)
     dataset_server: str | None = None
     # NeMo Gym's ``environment_routing_mode`` for flat rows, and legacy mode's ``environment_server_name``.
     mode: str = "agent"

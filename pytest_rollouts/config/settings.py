@@ -3,7 +3,8 @@
 Every value goes through one pydantic model, so a bad value anywhere (flag, variable or ini)
 becomes one readable usage error that names where it came from. The model's fields are the
 option table's (``options.py``): their defaults and descriptions come from there, their types
-and bounds are here. The Python API takes the same model, plus its datasets, as ``CollectionConfig`` (``collection.py``).
+and bounds are here. The Python API takes the same model, plus its datasets, as ``CollectionConfig``
+(``collection.py``).
 """
 
 from __future__ import annotations
@@ -125,9 +126,7 @@ class Settings(BaseModel):
     max_failures: MaxFailures = option_field("max_failures")
     no_aggregate: bool = option_field("no_aggregate")
     shard: tuple[int, int] | None = option_field("shard")
-    dispatch_budget: float | None = option_field(
-        "dispatch_budget", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False
-    )
+    dispatch_budget: float | None = option_field("dispatch_budget", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
     drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     baseline: Path | None = option_field("baseline")
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
@@ -169,7 +168,9 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
-        if isinstance(value, str | Path) and (clash := run_file_clash(Path(value), "a run's output", its_own_output=True)):
+        if isinstance(value, str | Path) and (
+            clash := run_file_clash(Path(value), "a run's output", its_own_output=True)
+        ):
             raise ValueError(clash)
         return value
 
@@ -202,7 +203,9 @@ class Settings(BaseModel):
         if isinstance(value, dict):
             for key, count in value.items():
                 if not str(count).strip().isdigit() or not 1 <= int(count) <= MAX_REPEATS:
-                    raise ValueError(f"repeats for {key!r} must be a whole number from 1 to {MAX_REPEATS}, got {count!r}")
+                    raise ValueError(
+                        f"repeats for {key!r} must be a whole number from 1 to {MAX_REPEATS}, got {count!r}"
+                    )
             return {str(k): int(v) for k, v in value.items()}
         if isinstance(value, str):
             try:
@@ -320,9 +323,8 @@ class Settings(BaseModel):
         if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
             raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
         if self.max_regression is not None and self.baseline is None:
-            raise ValueError(
-                f"{self.source_of('max_regression')} compares with a baseline run: give {self.source_of('baseline')} PATH"
-            )
+            gate, baseline = self.source_of("max_regression"), self.source_of("baseline")
+            raise ValueError(f"{gate} compares with a baseline run: give {baseline} PATH")
         if self.gate_scored_only and self.max_regression is None:
             scored_only, gate = self.source_of("gate_scored_only"), self.source_of("max_regression")
             raise ValueError(f"{scored_only} says how {gate} judges: give it DELTA")
@@ -331,7 +333,9 @@ class Settings(BaseModel):
 
             missing = [p for p in (self.baseline, ArtifactPaths(self.baseline).materialized) if not p.is_file()]
             if missing:
-                raise ValueError(f"{self.source_of('baseline')}: {missing[0]} is not there; name an earlier run's output")
+                raise ValueError(
+                    f"{self.source_of('baseline')}: {missing[0]} is not there; name an earlier run's output"
+                )
         if self.no_aggregate:
             # They read or write the metrics, which there are none of: they would do nothing, unsaid.
             given = [self.source_of(name) for name in ("baseline", "pass_k", "group_by") if getattr(self, name)]

@@ -3,10 +3,10 @@
 Each row is sent as given (``preprocess_examples`` stamps rows as a run does): to the agent its
 ``agent_ref.name`` names or, for an episode row or a flat row of legacy routing, to the environment
 server stamped on it (or, for a flat row, given for every flat row: NeMo Gym's
-``environment_server_name``), with the retries, bounds and budget of the plan. What comes back for a row is exactly the agent's reply (an
-episode's ``result``, as a run stores it), or the row the failures sidecar would hold, with the
-``_ng_failure_*`` fields: a rollout's failure is data, never an exception that would end the
-rollouts still in flight. Nothing is written to disk.
+``environment_server_name``), with the retries, bounds and budget of the plan. What comes back for
+a row is exactly the agent's reply (an episode's ``result``, as a run stores it), or the row the
+failures sidecar would hold, with the ``_ng_failure_*`` fields: a rollout's failure is data, never
+an exception that would end the rollouts still in flight. Nothing is written to disk.
 """
 
 from __future__ import annotations
@@ -132,4 +132,3 @@ class _Kept:
 
     def failure(self, row: dict[str, Any]) -> None:
         self.row = row
-

@@ -27,9 +27,7 @@ def spawn_engine() -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "pytest_rollouts.dispatch.engine"]
     # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
     # frames them itself, so a buffer in front of it would only go unused.
-    return subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0
-    )
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0)
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:

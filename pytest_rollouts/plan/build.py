@@ -275,7 +275,9 @@ def plan_resume(
 
 def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:
     if verdict is Verdict.DONE:
-        return RolloutOutcome(rollout_index, history.reward, None, "", history.longest, 0, cached=True, masked=history.masked)
+        return RolloutOutcome(
+            rollout_index, history.reward, None, "", history.longest, 0, cached=True, masked=history.masked
+        )
     why = (
         "terminal failure recorded earlier"
         if verdict is Verdict.TERMINAL

@@ -173,7 +173,9 @@ def read_datasets(paths: Sequence[Path], settings: Settings, agents: Agents, roo
         scan = DatasetScan(path, shown, settings, agents.routing_for(path.resolve()), declared.prompt)
         entry = DatasetTasks(shown.as_posix(), "", 0, declared=declared)
         for row in scan.tasks():
-            task = Task(entry.name, path, row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode)
+            task = Task(
+                entry.name, path, row.offset, row.row_index, row.agent, row.first_rollout, row.repeats, row.episode
+            )
             read.tasks.append(task)
             entry.agents.add(row.agent)
             entry.rollouts += row.repeats

@@ -238,7 +238,7 @@ class RolloutItem(pytest.Item):
     """
 
     # In slots, not the node's ``__dict__``: eight more keys there would double its table, for each of 100k items.
-    __slots__ = ("offset", "row_index", "agent", "first_rollout", "repeats", "episode", "task_index", "slot")
+    __slots__ = ("agent", "episode", "first_rollout", "offset", "repeats", "row_index", "slot", "task_index")
 
     def __init__(
         self,

@@ -32,7 +32,9 @@ def score_session(
 
     paths = run.paths
     if not paths.materialized.exists():
-        if run.began() and not run.workers.taken_back:  # it wrote them: removed since, and what the score counts against
+        if (
+            run.began() and not run.workers.taken_back
+        ):  # it wrote them: removed since, and what the score counts against
             raise pytest.UsageError(
                 f"cannot score the run: its materialized inputs {run.shown(paths.materialized)} were "
                 "removed while it ran; restore them and --rollouts-resume, or start afresh"

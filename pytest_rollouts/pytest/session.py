@@ -34,13 +34,13 @@ from pytest_rollouts.store.jsonl import ArtifactError
 from pytest_rollouts.store.runlock import OutputBusy
 
 if TYPE_CHECKING:
-    from pytest_rollouts.pytest.progress import Finished
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
     from pytest_rollouts.export.tracing import RunTrace
     from pytest_rollouts.model.spec import ModelPlan
     from pytest_rollouts.plan.declared import Declarations
+    from pytest_rollouts.pytest.progress import Finished
     from pytest_rollouts.scoring.output_scan import ReadAhead
 
 
@@ -273,7 +273,7 @@ class RolloutRun:
             self._stopped = f"{exc}{self.planning.put_back(self.paths, workerinput)}"
             if workerinput is None:
                 if isinstance(exc, AgentsUnhealthy):
-                    raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED)
+                    raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED) from None
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             if isinstance(exc, AgentsUnhealthy):
                 self.workers.refusal = (self._stopped, int(pytest.ExitCode.INTERRUPTED))

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.output_values import report_clash
 from pytest_rollouts.config.settings import Settings
-
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.report.build import write_report
 from pytest_rollouts.scoring.gate import Gate
@@ -44,7 +43,11 @@ def add_report_command(commands: argparse._SubParsersAction) -> None:  # type: i
         help="an earlier run's <stem>.jsonl: add the paired comparison and the flipped tasks",
     )
     report.add_argument(
-        "--fail-under", type=float, default=None, metavar=OPTION["fail_under"].metavar, help=OPTION["fail_under"].argparse_help
+        "--fail-under",
+        type=float,
+        default=None,
+        metavar=OPTION["fail_under"].metavar,
+        help=OPTION["fail_under"].argparse_help,
     )
     report.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].argparse_help)
     report.add_argument(

@@ -30,7 +30,6 @@ class PlannedRollout:
     via_server: bool = False
 
 
-
 @dataclass
 class Plan:
     """What this session dispatches, and what earlier runs already settled (on resume)."""
@@ -38,5 +37,6 @@ class Plan:
     rollouts: list[PlannedRollout]
     slots: int
     prior: dict[int, list[RolloutOutcome]] = field(default_factory=dict)
-    # Every materialized row by its group (``records.metrics_group``) and key, and its offset: what scoring counts against.
+    # Every materialized row by its group (``records.metrics_group``) and key, and its offset:
+    # what scoring counts against.
     expected: dict[str, dict[Key, int]] = field(default_factory=dict)

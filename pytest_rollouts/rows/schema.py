@@ -82,6 +82,8 @@ COLLECTOR_OUTCOMES = frozenset({"no_reward", "mask_sample", CANCELLED})
 def agent_class(name: str) -> str:
     """An agent's failure class as stored: its own, unless it is one of the collector's outcomes."""
     return f"agent_{name}" if name in COLLECTOR_OUTCOMES else name
+
+
 # A failure's response body is kept up to this many characters (NeMo Gym's cut).
 MAX_BODY_CHARS = 2000
 
@@ -104,7 +106,11 @@ PERF_TOKENS = {  # ng_perf key: the key of a trajectory model call's ``token_sta
 }
 PERF_LATENCY_MS = "total_latency_ms"
 # The same token sums under the Responses API's ``usage`` names, which the metrics use for both.
-PERF_AS_USAGE = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens", "cached_prompt_tokens": "cached_tokens"}
+PERF_AS_USAGE = {
+    "prompt_tokens": "input_tokens",
+    "completion_tokens": "output_tokens",
+    "cached_prompt_tokens": "cached_tokens",
+}
 
 
 def is_collector_key(key: str) -> bool:

@@ -51,7 +51,11 @@ class Outcomes:
         """``N of M rollouts scored; ...`` for the whole run, ``M rollouts reported, N scored; ...`` for
         a session (which may not have reported them all)."""
         scored = self.scored + self.zeros
-        head = f"{self.total} rollouts reported, {scored} scored" if session else f"{scored} of {self.total} rollouts scored"
+        head = (
+            f"{self.total} rollouts reported, {scored} scored"
+            if session
+            else f"{scored} of {self.total} rollouts scored"
+        )
         if self.zeros:
             head += f", {self.zeros} of them failed and scored as zero"
         failed = ", ".join(f"{name} {count}" for name, count in sorted(self.failed.items()) if count)
@@ -141,7 +145,9 @@ class Coverage:
             "missing_by_class": dict(sorted(self.missing_by_class.items())),
             "failed": self.failed,
             # Adds up to ``failed``: a result without a reward is a failed rollout too.
-            "failed_by_class": dict(sorted({**self.failed_by_class, **({NO_REWARD: self.unrewarded} if self.unrewarded else {})}.items())),
+            "failed_by_class": dict(
+                sorted({**self.failed_by_class, **({NO_REWARD: self.unrewarded} if self.unrewarded else {})}.items())
+            ),
         }
 
     def pointer(self, sidecar: str, out: str) -> str:

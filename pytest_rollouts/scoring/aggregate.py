@@ -8,7 +8,6 @@ metrics come from its server (``server_metrics.py``), else are computed here (``
 from __future__ import annotations
 
 import math
-
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field

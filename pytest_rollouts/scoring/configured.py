@@ -12,9 +12,9 @@ from pytest_rollouts.pacing import paced
 from pytest_rollouts.rows.plan import Key
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.scoring.aggregate import RunScore, score_run
-from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.regression import RegressionGate
 from pytest_rollouts.scoring.run_statistics import StatisticsOptions

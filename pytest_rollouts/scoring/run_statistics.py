@@ -145,7 +145,9 @@ def task_labels(materialized: Path, manifest: Path, field: str | None) -> TaskLa
     from pytest_rollouts.rows.manifest import read_manifest
 
     recorded = read_manifest(manifest)
-    datasets = () if recorded is None else tuple((d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets)
+    datasets = (
+        () if recorded is None else tuple((d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets)
+    )
     values: dict[int, str] = {}
     if field is not None:
         for row in read_rows(materialized):

@@ -80,7 +80,8 @@ def score_lines(
         hats = ", ".join(
             f"pass^{k} {value:.4f}"
             for name in key
-            if name.startswith("pass@") and (k := name.split("/")[0][5:]) != "1"
+            if name.startswith("pass@")
+            and (k := name.split("/")[0][5:]) != "1"
             and isinstance(value := agent_metrics.get(f"pass^{k}/reward"), int | float)
         )
         lines.append(
@@ -97,7 +98,11 @@ def score_lines(
         if tokens:
             second = [f"{second[0]}; {tokens}"] if second else [f"{group.agent}: {tokens}"]
         lines.extend(second)
-        compared = None if score.baseline is None or isinstance(score.baseline, str) else score.baseline.group_line(group.agent)
+        compared = (
+            None
+            if score.baseline is None or isinstance(score.baseline, str)
+            else score.baseline.group_line(group.agent)
+        )
         if compared:
             lines.append(compared)
         lines.extend(breakdown_lines(group.agent, group.metrics.get(STATISTICS)))
@@ -183,12 +188,15 @@ def _policy_typos(count_as_zero: frozenset[str], seen: set[str], option: str) ->
     lines = []
     results = sorted(count_as_zero & IN_OUTPUT)
     if results:
-        lines.append(f"{option} {', '.join(results)}: a result kept as sent, not a failure class; never counted as zero")
+        lines.append(
+            f"{option} {', '.join(results)}: a result kept as sent, not a failure class; never counted as zero"
+        )
     known = KNOWN_FAILURE_CLASSES | seen
     for name in sorted(count_as_zero - known - IN_OUTPUT):
         near = difflib.get_close_matches(name, sorted(known), n=1)
         hint = f"did you mean {near[0]}? " if near else ""
+        known_text = ", ".join(sorted(known))
         lines.append(
-            f"{option} {name}: no such failure class in this run, nor a known one; {hint}(known: {', '.join(sorted(known))})"
+            f"{option} {name}: no such failure class in this run, nor a known one; {hint}(known: {known_text})"
         )
     return lines

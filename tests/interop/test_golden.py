@@ -19,8 +19,8 @@ import yaml
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import run_rollouts
-from ..test_report import embedded
 from ..test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
+from ..test_report import embedded
 from .nemo_gym import (
     AGENT,
     ENVIRONMENT_SERVER,
