@@ -161,24 +161,31 @@ class DatasetFile(pytest.File):
 
         assert self.declared is not None
         scan = DatasetScan(self.path, shown, settings, routing, self.declared.prompt)
+        # An explicit structured node id ("[...]" are its parameters: --lf finds items by it), made
+        # from the file's: its path and names are this file's objects, shared by every item.
+        task_id = self.id.child("task")
+        # -k's names of an item (its agent, its row's keyword values), one set for all items that share them.
+        matches: dict[tuple[str, tuple[str, ...]], set[str]] = {}
         try:
             for task in scan.tasks():
+                key = (task.agent, task.keywords)
+                keyword_matches = matches.get(key)
+                if keyword_matches is None:
+                    keyword_matches = matches[key] = {task.agent, *task.keywords}
                 # A task that runs on several agents shows which one in its id, joined the way
                 # pytest joins parameter ids, so -k can select it.
-                name = f"task[{task.row_index}-{task.agent}]" if task.fanned else f"task[{task.row_index}]"
-                # An explicit node id: pytest >= 9.2 reads "[...]" in ids as parameters, and
-                # --lf only finds items whose structured id was built that way.
+                params = f"{task.row_index}-{task.agent}" if task.fanned else str(task.row_index)
                 yield RolloutItem.from_parent(
                     self,
-                    name=name,
-                    nodeid=f"{self.nodeid}::{name}",
+                    name=f"task[{params}]",
+                    nodeid=task_id.with_params(params),
                     offset=task.offset,
                     row_index=task.row_index,
                     agent=task.agent,
                     first_rollout=task.first_rollout,
                     repeats=task.repeats,
                     episode=task.episode,
-                    keywords=task.keywords,
+                    keyword_matches=keyword_matches,
                 )
         except DatasetRefused as exc:  # the run's refusal, once collection is done: a usage error (exit 4)
             self.config.stash[RUN_KEY].planning.refuse(str(exc))
@@ -249,7 +256,7 @@ class RolloutItem(pytest.Item):
         first_rollout: int,
         repeats: int,
         episode: bool,
-        keywords: tuple[str, ...] = (),
+        keyword_matches: set[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -259,10 +266,10 @@ class RolloutItem(pytest.Item):
         self.first_rollout = first_rollout
         self.repeats = repeats
         self.episode = episode
-        # ``-k AGENT`` selects an agent's items, fanned out or not.
-        self.extra_keyword_matches.add(agent)
-        # ``-k hard`` selects the rows whose suite-listed keyword fields hold ``hard``.
-        self.extra_keyword_matches.update(keywords)
+        # ``-k AGENT`` selects an agent's items, fanned out or not; ``-k hard`` the rows whose
+        # suite-listed keyword fields hold ``hard``. The set is shared by the file's items with the
+        # same names (``keyword_matches``): pytest gives each node an empty one, 216 bytes a row.
+        self.extra_keyword_matches = keyword_matches if keyword_matches is not None else {agent}
         self.task_index = -1
         self.slot = -1
 

@@ -11,15 +11,56 @@ junitxml is on, since that is where it records an item's properties.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
-from pluggy import HookRelay
+from pluggy import HookCaller, HookRelay
 
 from pytest_rollouts.pacing import paced
 
+# pytest's own plugins whose report hook does nothing for a rollout item, yet runs for each:
+# tmpdir keeps each phase's outcome in the item's stash (for tmp_path's retention, and a rollout
+# item has no fixtures: 220 bytes an item, to the end of the session), unittest turns
+# ``unittest.SkipTest`` into a skip (a rollout item runs no test code).
+IDLE_FOR_ROLLOUTS = ("tmpdir", "unittest")
 
-def run_lean(item: pytest.Item, ihook: HookRelay | None = None) -> None:
-    """``ihook``: the item's hook relay, when the caller already has its file's."""
-    ihook = ihook or item.ihook
+
+@dataclass(frozen=True, slots=True)
+class FileHooks:
+    """The hooks a file's items are run with: its relay, and its report hook without the idle plugins."""
+
+    relay: HookRelay
+    makereport: HookCaller
+
+
+FILE_HOOKS_KEY = pytest.StashKey[FileHooks]()
+
+
+def file_hooks(item: pytest.Item) -> FileHooks:
+    """Worked out once per file (on its node's stash): a relay takes a conftest lookup, a subset caller more."""
+    parent = item.parent if item.parent is not None else item
+    hooks = parent.stash.get(FILE_HOOKS_KEY, None)
+    if hooks is None:
+        relay = item.ihook
+        manager = item.config.pluginmanager
+        # The file's own relay leaves out conftests from elsewhere; those stay out, and the idle ones too.
+        kept = {impl.plugin for impl in relay.pytest_runtest_makereport.get_hookimpls()}
+        idle = [manager.get_plugin(name) for name in IDLE_FOR_ROLLOUTS]
+        removed = [
+            impl.plugin
+            for impl in manager.hook.pytest_runtest_makereport.get_hookimpls()
+            if impl.plugin not in kept or impl.plugin in idle
+        ]
+        hooks = parent.stash[FILE_HOOKS_KEY] = FileHooks(
+            relay, manager.subset_hook_caller("pytest_runtest_makereport", removed)
+        )
+    return hooks
+
+
+def run_lean(item: pytest.Item, hooks: FileHooks | None = None) -> None:
+    """``hooks``: its file's, when the caller already has them."""
+    hooks = hooks or file_hooks(item)
+    ihook = hooks.relay
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     phases = [("call", item.runtest)]
     junitxml = item.config.option.xmlpath
@@ -27,7 +68,7 @@ def run_lean(item: pytest.Item, ihook: HookRelay | None = None) -> None:
         phases.append(("teardown", item.teardown))
     for when, func in phases:
         call = pytest.CallInfo.from_call(func, when=when, reraise=(pytest.exit.Exception, KeyboardInterrupt))
-        report = ihook.pytest_runtest_makereport(item=item, call=call)
+        report = hooks.makereport(item=item, call=call)
         ihook.pytest_runtest_logreport(report=report)
     if not junitxml:
         # The call report holds its own copy, and without a teardown report nothing reads the
@@ -44,13 +85,12 @@ def run_items(session: pytest.Session) -> None:
     the protocol itself. ``-x`` and ``--maxfail`` still stop the loop, through the session
     flags they set from the reports.
     """
-    parent, ihook = None, None
+    parent, hooks = None, None
     with paced():
         for item in session.items:
-            # Every item of a file has its file's hook relay; working it out costs a conftest lookup.
             if item.parent is not parent:
-                parent, ihook = item.parent, item.ihook
-            run_lean(item, ihook)
+                parent, hooks = item.parent, file_hooks(item)
+            run_lean(item, hooks)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
