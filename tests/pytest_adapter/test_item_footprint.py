@@ -1,0 +1,49 @@
+"""What a rollout item holds once it ran: 100k of them live to the session's end, so what one item
+keeps of its own (not shared with its file's other items) is paid 100k times."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..agents import ScriptedAgent
+from ..helpers import QUIET, write_rows
+
+
+class Items:
+    """Keeps the session's items, after every other plugin's end of session."""
+
+    def __init__(self) -> None:
+        self.items: list[pytest.Item] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.items = list(session.items)
+
+
+def run(
+    pytester: pytest.Pytester, agent: ScriptedAgent, rows: list[dict[str, object]], *args: str
+) -> list[pytest.Item]:
+    write_rows(pytester.path / "data.jsonl", rows)
+    kept = Items()
+    result = pytester.runpytest(
+        *QUIET, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-out=out/r.jsonl", *args, plugins=[kept]
+    )
+    result.assert_outcomes(passed=len(rows))
+    return kept.items
+
+
+def test_items_share_their_files_id_parts_and_keep_nothing_in_their_stash(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    items = run(pytester, agent, [{"responses_create_params": {"input": f"q{n}"}} for n in range(3)])
+    assert [item.nodeid for item in items] == [f"data.jsonl::task[{n}]" for n in range(3)]
+    first, second = items[0].id, items[1].id
+    assert first.path is second.path and first.names is second.names, "each item parsed its own id"
+    # pytest's tmpdir plugin kept each phase's outcome in every item's stash (for tmp_path retention).
+    assert [len(item.stash) for item in items] == [0, 0, 0]
+
+
+def test_items_with_the_same_agent_share_one_set_of_k_names(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    items = run(pytester, agent, [{"responses_create_params": {"input": f"q{n}"}} for n in range(3)])
+    assert len({id(item.extra_keyword_matches) for item in items}) == 1
+    assert items[0].extra_keyword_matches == {"default"}, "-k default selects them"
