@@ -5,7 +5,7 @@ fields travel by name, never by position. A field one side adds and the other do
 (an engine and a pytest from different checkouts, or a change made on one side only) is a
 ``MessageError`` naming the message and the field, where a list read back by index would have
 shifted every later value into the wrong place without a word. orjson writes dataclasses
-natively, so encoding costs no more than the lists it replaces did.
+natively; a list of them (a task's outcomes) goes as a table whose columns are named once.
 
 The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in ``COLUMNS``
 order (``frames.py``): at 100k rollouts a column is one frame, not 100k values in JSON.
@@ -14,6 +14,7 @@ order (``frames.py``): at 100k rollouts a column is one frame, not 100k values i
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -229,7 +230,7 @@ Message = PlanHeader | ToEngine | FromEngine
 
 def encode(msg: Message) -> bytes:
     """One framed message, ready to write."""
-    return frame(orjson.dumps([msg.tag, msg]))
+    return frame(orjson.dumps([msg.tag, _ENCODERS[msg.tag](msg)]))
 
 
 def decode(raw: bytes) -> Message:
@@ -256,6 +257,43 @@ class _Mismatch(Exception):
 
 
 Builder = Callable[[Any], Any]
+
+
+def _encoder(cls: type) -> Callable[[Any], Any]:
+    """What ``cls`` goes over the pipe as: itself (orjson writes a dataclass by field name), except
+    that a list of flat dataclasses goes as a table, its field names once and a list of values
+    per element (a task's outcomes: their names written and read once, not once per rollout)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    hints = typing.get_type_hints(cls)
+    tables = [(name, _table_columns(element)) for name in names if (element := _flat_element(hints[name])) is not None]
+    if not tables:
+        return lambda msg: msg
+
+    def fields_of(msg: Any) -> dict[str, Any]:
+        fields = {name: getattr(msg, name) for name in names}
+        for name, (columns, values) in tables:
+            fields[name] = {"fields": columns, "rows": [values(element) for element in fields[name]]}
+        return fields
+
+    return fields_of
+
+
+def _flat_element(hint: Any) -> type | None:
+    """The element type of a list of dataclasses none of whose fields holds another dataclass."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is not list or not args or not dataclasses.is_dataclass(args[0]):
+        return None
+    element: type = args[0]  # type: ignore[assignment]
+    inner = typing.get_type_hints(element).values()
+    return None if any(_nested(hint) is not None for hint in inner) else element
+
+
+def _table_columns(cls: type) -> tuple[list[str], Callable[[Any], tuple[Any, ...]]]:
+    """``cls``'s field names, and a getter of an instance's values in that order (one C call)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    if len(names) == 1:
+        return names, lambda element: (getattr(element, names[0]),)
+    return names, operator.attrgetter(*names)
 
 
 def _builder(cls: type) -> Builder:
@@ -297,7 +335,8 @@ def _nested(hint: Any) -> Builder | None:
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
     if origin is list and args and dataclasses.is_dataclass(args[0]):
-        return _list_builder(_builder(args[0]))  # type: ignore[arg-type]
+        flat = _flat_element(hint)
+        return _list_builder(_builder(args[0])) if flat is None else _table_builder(flat)  # type: ignore[arg-type]
     if origin is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
         return _dict_builder(_builder(args[1]))  # type: ignore[arg-type]
     if origin in (Union, types.UnionType) and type(None) in args:
@@ -317,6 +356,31 @@ def _dict_builder(item: Builder) -> Builder:
     return build
 
 
+def _table_builder(cls: type) -> Builder:
+    """A table's rows back into ``cls``: its columns checked once against ``cls``'s fields, by name,
+    then each row's values passed in that order."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    expected = frozenset(names)
+
+    def build(table: Any) -> list[Any]:
+        if type(table) is not dict or table.keys() != _TABLE_KEYS:
+            raise _Mismatch(_differences(table, _TABLE_KEYS))
+        if table["fields"] != names:
+            columns = table["fields"]
+            if type(columns) is list and set(columns) == expected:
+                raise _Mismatch(f"its fields in the order {columns}")
+            raise _Mismatch(_differences(dict.fromkeys(columns) if type(columns) is list else columns, expected))
+        try:
+            return [cls(*row) for row in table["rows"]]
+        except TypeError:
+            raise _Mismatch(f"a row that is not {len(names)} values") from None
+
+    return build
+
+
+_TABLE_KEYS = frozenset(("fields", "rows"))
+
+
 def _list_builder(item: Builder) -> Builder:
     def build(values: Any) -> list[Any]:
         if type(values) is not list:
@@ -333,7 +397,6 @@ def _list_builder(item: Builder) -> Builder:
     return build
 
 
-_BUILDERS: dict[str, Builder] = {
-    cls.tag: _builder(cls)
-    for cls in (PlanHeader, Claim, Freed, Close, Ready, Unhealthy, Progress, Done, Error, Fatal, Closed)
-}
+_TYPES = (PlanHeader, Claim, Freed, Close, Ready, Unhealthy, Progress, Done, Error, Fatal, Closed)
+_BUILDERS: dict[str, Builder] = {cls.tag: _builder(cls) for cls in _TYPES}
+_ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: _encoder(cls) for cls in _TYPES}

@@ -60,11 +60,21 @@ def test_every_message_round_trips() -> None:
 
 
 def test_outcomes_travel_by_field_name() -> None:
-    """A reward is never read from the place a failure class used to sit."""
-    raw = payload(messages.Done(1, [RolloutOutcome(0, 0.75, None, "", 0.5, 1)]))
+    """A reward is never read from the place a failure class used to sit: a task's outcomes go as
+    a table whose columns are named, once per message rather than once per rollout."""
+    raw = payload(
+        messages.Done(1, [RolloutOutcome(0, 0.75, None, "", 0.5, 1), RolloutOutcome(1, 0.25, None, "", 0.5, 1)])
+    )
     tag, fields = orjson.loads(raw)
     assert tag == "done"
-    assert fields["outcomes"][0]["reward"] == 0.75 and fields["outcomes"][0]["failure_class"] is None
+    table = fields["outcomes"]
+    assert table["fields"][:3] == ["rollout_index", "reward", "failure_class"]
+    assert [row[1] for row in table["rows"]] == [0.75, 0.25] and table["rows"][0][2] is None
+
+
+def outcome_table(**changes: object) -> dict[str, object]:
+    table = orjson.loads(payload(messages.Done(1, [RolloutOutcome(0, 1.0, None, "", 0.5, 1)])))[1]["outcomes"]
+    return {**table, **changes}
 
 
 @pytest.mark.parametrize(
@@ -73,8 +83,19 @@ def test_outcomes_travel_by_field_name() -> None:
         # A field one side added: refused, naming it, instead of shifting the fields after it.
         (
             "done",
-            {"slot": 1, "outcomes": [{**orjson.loads(orjson.dumps(RolloutOutcome(0, 1.0, None, "", 0.5, 1))), "x": 2}]},
-            "message 'done.outcomes[0]' has field 'x' its type does not define",
+            {"slot": 1, "outcomes": outcome_table(fields=[*outcome_table()["fields"], "x"])},
+            "message 'done.outcomes' has field 'x' its type does not define",
+        ),
+        # The same columns in another order: refused, never read by place.
+        (
+            "done",
+            {"slot": 1, "outcomes": outcome_table(fields=sorted(outcome_table()["fields"]))},
+            f"message 'done.outcomes' has its fields in the order {sorted(outcome_table()['fields'])}",
+        ),
+        (
+            "done",
+            {"slot": 1, "outcomes": outcome_table(rows=[[0, 1.0]])},
+            "message 'done.outcomes' has a row that is not 11 values",
         ),
         # A field the other side lacks.
         ("claim", {}, "message 'claim' has no field 'slot'"),
