@@ -173,6 +173,6 @@ class Target:
         return f"{self.what:<58} {self.figure:>8.2f}{self.unit:<3} <= {self.limit:g}{self.unit:<3} {verdict}"
 
 
-def median_pair_ratio(runs: dict[str, list[Measurement]], variant: str = "plugin", base: str = "plain") -> float:
+def median_pair_ratio(runs: dict[str, list[Measurement]], variant: str, base: str = "plain") -> float:
     """The median over back-to-back pairs of ``variant``'s wall time over ``base``'s."""
     return statistics.median(b.wall_s / a.wall_s for a, b in zip(runs[base], runs[variant], strict=True))
