@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
-from pytest_rollouts.scoring.stats import clustered_sem, nan_mean
+from pytest_rollouts.scoring.stats import Flattened, clustered_sem, nan_mean
 
 LEVEL = 0.95
 
@@ -69,8 +69,8 @@ def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEV
     None with fewer than two tasks (no spread between tasks to measure) or an infinite reward.
     """
     tasks = [ys for ys in rewards_by_task if ys]
-    flat = [y for ys in tasks for y in ys]
-    if not flat:
+    flat = Flattened(tasks)
+    if not tasks:
         return None
     if is_binary(flat) and all(len(ys) == 1 for ys in tasks):
         return wilson(int(sum(flat)), len(flat), level)
@@ -94,13 +94,17 @@ class RewardRange:
     def __str__(self) -> str:
         return f"{self.low:g},{self.high:g}"
 
-    def outside(self, rewards: Iterable[float]) -> tuple[float, float] | None:
+    def outside(self, groups: Iterable[Sequence[float]]) -> tuple[float, float] | None:
         """The lowest and highest reward when any falls outside the range, else None. Then scoring
         the unknown rollouts at the floor and the ceiling bounds nothing (an upper bound can fall
-        under the scored mean), so there are no Manski bounds: one rule for a run and a comparison."""
-        seen = list(rewards)
-        if seen and (min(seen) < self.low or max(seen) > self.high):
-            return min(seen), max(seen)
+        under the scored mean), so there are no Manski bounds: one rule for a run and a comparison.
+        ``groups``: the rewards task by task, each group's extremes taken in place (no list of all)."""
+        lowest, highest = math.inf, -math.inf
+        for rewards in groups:
+            if rewards:
+                lowest, highest = min(lowest, *rewards), max(highest, *rewards)
+        if lowest < self.low or highest > self.high:
+            return lowest, highest
         return None
 
     @classmethod

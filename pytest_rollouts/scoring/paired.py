@@ -53,10 +53,15 @@ class TaskRewards:
         """Manski's bounds on this task's mean over its expected rollouts."""
         if max(self.expected, len(self.rewards)) == 0:  # every rollout masked: nothing known either way
             return reward_range.low, reward_range.high
-        # Means, not sums over a count: rewards near the float limit overflow a sum.
+        if not self.rewards:
+            return reward_range.low, reward_range.high
+        # The scored mean and the floor (ceiling) weighted by their rollouts: weights, not sums over
+        # a count (rewards near the float limit overflow a sum), and no padded copy of the rewards.
+        known = len(self.rewards) / (len(self.rewards) + self.unknown)
+        mean = nan_mean(self.rewards)
         return (
-            nan_mean((*self.rewards, *[reward_range.low] * self.unknown)),
-            nan_mean((*self.rewards, *[reward_range.high] * self.unknown)),
+            mean * known + reward_range.low * (1 - known),
+            mean * known + reward_range.high * (1 - known),
         )
 
 
@@ -176,7 +181,7 @@ def compare(
         binary = is_binary(rewards)
         test = _mcnemar(means) if binary else _bootstrap(diffs, random.Random(seed))
     flips = sorted((Flip(*m) for m in means if m[1] != m[2]), key=lambda f: (-abs(f.difference), f.label))
-    outside = reward_range.outside(r for pair in pairs for task in pair for r in task.rewards)
+    outside = reward_range.outside(task.rewards for pair in pairs for task in pair)
     worst, best = _extremes(pairs, reward_range)
     return Comparison(
         group,

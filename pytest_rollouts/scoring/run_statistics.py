@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
-from pytest_rollouts.scoring.stats import nan_mean, written
+from pytest_rollouts.scoring.stats import Flattened, nan_mean, written
 from pytest_rollouts.store.artifacts import read_rows
 
 if TYPE_CHECKING:
@@ -47,15 +47,15 @@ def statistics_entry(
 ) -> dict[str, Any]:
     """The interval of the mean reward and Manski's bounds over these tasks (``unknown_by_task``:
     rollouts without a score in the mean, neither masked nor counted as zero)."""
-    tasks = [list(ys) for ys in rewards_by_task.values() if ys]
+    tasks = [ys for ys in rewards_by_task.values() if ys]
     scored = sum(map(len, tasks))
     unknown = sum(unknown_by_task.values())
     interval = mean_interval(tasks)
     # An infinite reward (a value, as NeMo Gym takes it) leaves an infinite or undefined mean: no bounds.
-    mean = nan_mean(y for ys in tasks for y in ys) if scored else 0.0
+    mean = nan_mean(Flattened(tasks)) if scored else 0.0
     finite = math.isfinite(mean)
     # A reward outside the range: no bounds, and the range seen is said instead.
-    outside = reward_range.outside(y for ys in tasks for y in ys)
+    outside = reward_range.outside(tasks)
     fits = finite and scored + unknown and outside is None
     bounds = manski_bounds(mean, scored, unknown, reward_range) if fits else None
     return {

@@ -15,6 +15,7 @@ from pytest_rollouts.scoring.metrics import pass_at_k, pass_hat_k
 from pytest_rollouts.scoring.paired import TaskRewards, compare
 from pytest_rollouts.scoring.power import Variance, minimum_detectable, tasks_needed, variance_components
 from pytest_rollouts.scoring.run_statistics import statistics_entry
+from pytest_rollouts.scoring.stats import Flattened, nan_mean
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 19, 59, 250, 5000])
@@ -241,3 +242,20 @@ def test_an_infinite_reward_leaves_no_interval_nor_bounds() -> None:
 
 def test_a_task_with_every_rollout_masked_is_bounded_by_the_whole_range() -> None:
     assert TaskRewards("0", (), 0).bounds(RewardRange(-1.0, 2.0)) == (-1.0, 2.0)
+
+
+def test_a_runs_rewards_are_read_task_by_task_never_copied_into_one_list() -> None:
+    """At a million rollouts each flat copy of the rewards is 8 MB more: the extremes are taken per
+    task, and the mean reads the tasks in place, its overflow fallback (a second reading) too."""
+    groups = [[0.5, 1.5], [], [-0.5]]
+    assert RewardRange().outside(groups) == (-0.5, 1.5)
+    assert RewardRange(-1.0, 2.0).outside(groups) is None
+    huge = Flattened([[1e308, 1e308], [1e308]])
+    assert nan_mean(huge) == pytest.approx(1e308) and len(huge) == 3 and 1e308 in huge
+
+
+def test_a_tasks_manski_bounds_weigh_its_scored_mean_against_the_unknown_rollouts() -> None:
+    task = TaskRewards("t", (1.0, 0.5), expected=4)
+    assert task.bounds(RewardRange()) == pytest.approx((0.375, 0.875))
+    assert TaskRewards("t", (), expected=2).bounds(RewardRange(-1.0, 2.0)) == (-1.0, 2.0)
+    assert TaskRewards("t", (1e308, 1e308), expected=2).bounds(RewardRange()) == (1e308, 1e308)
