@@ -69,12 +69,13 @@ def _as_json(export: RunExport) -> dict[str, Any]:
         "metrics": export.metrics,
         "coverage": export.coverage,
         "params": export.params,
-        "files": [str(path) for path in export.files],
+        # A path's bytes as they are (one not UTF-8 too), one character each.
+        "files": [os.fsencode(path).decode("latin-1") for path in export.files],
     }
 
 
 def _from_json(data: dict[str, Any]) -> RunExport:
-    files = [Path(path) for path in data["files"]]
+    files = [Path(os.fsdecode(path.encode("latin-1"))) for path in data["files"]]
     return RunExport(data["name"], data["metrics"], data["coverage"], data["params"], files)
 
 
