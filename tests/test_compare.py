@@ -195,14 +195,39 @@ def test_pairing_by_index_needs_both_manifests(pytester: pytest.Pytester, capsys
     assert "no run manifest for cand/r.jsonl: task indices cannot be shown to name the same tasks" in err
 
 
-def test_a_task_id_on_two_tasks_is_refused(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
-    ids = ["same", "same", "t2", "t3"]
+@pytest.mark.parametrize(
+    ("ids", "repeated"),
+    [
+        (["same", "same"], "task id 'same' names tasks 0 and 1 of agent 'default'"),
+        # Two lone surrogates (halves of emoji) read back as one U+FFFD.
+        (["\ud800", "\udc00"], "names tasks 0 and 1 of agent 'default'"),
+    ],
+)
+def test_task_ids_that_repeat_pair_by_index_and_every_command_reads_the_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], ids: list[str], repeated: str
+) -> None:
+    """The run takes a dataset whose task ids repeat, as NeMo Gym does; compare, power, report
+    --baseline and --rollouts-baseline refused its files ("task ids must be unique")."""
     rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
-    write_rows(pytester.path / "data.jsonl", rows)
+    rows += [{"n": n, "task_id": f"t{n}", "responses_create_params": {"input": "q"}} for n in range(2, 12)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     collect(pytester, "base/r.jsonl", BASELINE)
-    code, _, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl")
+    collect(pytester, "cand/r.jsonl", BETTER, "--rollouts-baseline=base/r.jsonl")
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "paired by task index (task ids repeat: base/r.jsonl: " in out and repeated in out, out
+    assert "12 tasks" in out, out
+    assert cli(capsys, "power", "base/r.jsonl")[0] == 0
+    code, _, err = cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "page.html")
+    assert code == 0 and "cannot compare" not in (pytester.path / "page.html").read_text(), err
+    # Over other datasets, indices name other tasks: refused, the repeated id named.
+    rows.append({"n": 0, "task_id": "t12", "responses_create_params": {"input": "q"}})
+    (pytester.path / "more.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    collect(pytester, "more/r.jsonl", [*BETTER, 1.0], data="more.jsonl")
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "more/r.jsonl", "--allow-partial")
     assert code == 8
-    assert "task id 'same' names two tasks of agent 'default'; task ids must be unique" in err
+    assert "task ids cannot pair them (base/r.jsonl: " in err and repeated in err, err
+    assert "give each task a task_id of its own to pair by" in err, err
 
 
 def test_a_path_that_is_no_run_is_a_usage_error(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
