@@ -1,6 +1,7 @@
 """What NeMo Gym's collector keeps (it reads replies with Python's ``json``), we keep: ``NaN`` and
 infinities, written back as ``json.dumps`` writes them, and integers of any size, exact in the
-request an agent gets and in every stored row."""
+request an agent gets and in every stored row. The metrics file is strict JSON: there a non-finite
+number is null."""
 
 from __future__ import annotations
 
@@ -60,10 +61,10 @@ def test_nan_infinity_and_big_integers_in_replies_are_kept_and_scored_as_nemo_gy
     [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     agent_metrics = group["agent_metrics"]
     assert (agent_metrics["mean/reward"], agent_metrics["min/reward"]) == (0.5, 0.0)
-    assert (agent_metrics["mean/logprob_sum"], agent_metrics["max/logprob_sum"]) == (float("-inf"), 1.5)
+    assert (agent_metrics["mean/logprob_sum"], agent_metrics["max/logprob_sum"]) == (None, 1.5)
     assert agent_metrics["std/logprob_sum"] is None
     assert (group["coverage"]["scored"], group["coverage"]["unrewarded"]) == (2, 1)
-    assert b"-Infinity" in (pytester.path / "out" / "r_aggregate_metrics.json").read_bytes()
+    orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())  # strict JSON
 
 
 def test_big_integers_in_dataset_rows_reach_the_agent_exactly_retries_included(pytester: pytest.Pytester) -> None:
@@ -86,7 +87,8 @@ def test_big_integers_in_dataset_rows_reach_the_agent_exactly_retries_included(p
 
 
 def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_score(pytester: pytest.Pytester) -> None:
-    """Its metrics are written as it sent them; a NaN mean/reward passes no --rollouts-fail-under."""
+    """Its metrics are written as it sent them, a non-finite number as null (strict JSON); a NaN
+    mean/reward passes no --rollouts-fail-under."""
     write_rows(pytester.path / "data.jsonl", tasks(3))
     reply = json.dumps({"key_metrics": {"mean/reward": float("nan")}, "agent_metrics": {"max/x": float("inf")}})
     with ScriptedAgent(aggregate=lambda body: Reply(raw=reply.encode())) as agent:
@@ -94,8 +96,8 @@ def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_sco
     assert result.returncode == 7, result.stdout + result.stderr
     assert "EVAL FAILED: no mean/reward in the metrics to compare with --rollouts-fail-under 0.5." in result.stdout
     text = (pytester.path / "out" / "r_aggregate_metrics.json").read_text()
-    assert '"mean/reward":NaN' in text and '"max/x":Infinity' in text
-    assert json.loads(text)[0]["metrics_source"] == "server"
+    assert '"mean/reward":null' in text and '"max/x":null' in text
+    assert orjson.loads(text)[0]["metrics_source"] == "server"
     # The report reads the metrics file as the run wrote it (orjson refused the NaN: exit 4).
     assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "r.html")]) == 0
 
@@ -117,7 +119,7 @@ def test_a_field_with_infinities_of_both_signs_has_no_mean_and_scoring_goes_on(p
     [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     metrics = group["agent_metrics"]
     assert metrics["mean/logprob_sum"] is None and metrics["std/logprob_sum"] is None
-    assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (float("-inf"), float("inf"))
+    assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (None, None)  # infinities, as null
 
 
 HALF = "\ud83d"  # half an emoji: a lone surrogate, which Python's json reads and no UTF-8 text can hold
