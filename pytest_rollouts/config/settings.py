@@ -31,8 +31,10 @@ from pytest_rollouts.config.values import (
     AgentHeader,
     Keyed,
     MaxFailures,
+    check_recorded_path,
     check_url,
     each_parsed,
+    not_utf8_in,
     parse_agent_headers,
 )
 from pytest_rollouts.options import OPTION
@@ -168,6 +170,7 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
+        check_recorded_path(value)
         if isinstance(value, str | Path) and (
             clash := run_file_clash(Path(value), "a run's output", its_own_output=True)
         ):
@@ -405,6 +408,18 @@ class Settings(BaseModel):
                 raise ValueError(f"not valid JSON ({exc})") from None
             if not isinstance(value, dict):
                 raise ValueError("must be a JSON object")
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        """Every name and path given is text (defined last, checked first): the run writes them
+        into its files, which cannot hold what is not UTF-8 (``not_utf8``)."""
+        bad = not_utf8_in(value)
+        if bad:
+            raise ValueError(
+                f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
+            )
         return value
 
     @property

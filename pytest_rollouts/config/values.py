@@ -10,14 +10,60 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr
 
 from pytest_rollouts.net.address import ascii_host, without_password
+
+# A character no UTF-8 text holds: a lone surrogate, as Python keeps a byte the OS handed over that
+# is not UTF-8 (``\xff`` in an argument or a file name is ``\udcff``), or half an emoji's escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_utf8(text: str) -> str:
+    """What in ``text`` no UTF-8 text holds, as escapes (``\\xff``); "" when it is text. A name the
+    run writes into its files (JSON, the report, an export) must be text: written, such a name
+    ended the run in an INTERNALERROR, its lock left behind."""
+    return "".join(dict.fromkeys(_escaped(c) for c in _SURROGATE.findall(text)))
+
+
+def not_utf8_in(value: Any) -> str:
+    """``not_utf8`` of every string and path in a value as given: one, or lists and maps of them."""
+    if isinstance(value, str | Path):
+        return not_utf8(str(value))
+    if isinstance(value, Mapping):
+        return not_utf8_in([*value.keys(), *value.values()])
+    if isinstance(value, list | tuple | set | frozenset):
+        return "".join(dict.fromkeys(bad for item in value if (bad := not_utf8_in(item))))
+    return ""
+
+
+def check_recorded_path(value: Any) -> None:
+    """A file whose absolute path the run records (its output, the materialized inputs: the
+    dispatcher's plan, the manifest) must be text there too: a relative path given in UTF-8 is
+    not, in a directory whose name is not."""
+    if isinstance(value, str | Path):
+        bad = not_utf8(str(Path(value).absolute()))
+        if bad:
+            raise ValueError(
+                f"its absolute path holds bytes that are not UTF-8 ({bad}), and the run records it: "
+                "give a path in UTF-8 (from a directory whose name is)"
+            )
+
+
+def readable(text: str) -> str:
+    """``text`` as a terminal can show it: what is not UTF-8 as escapes (``d\\xff.jsonl``)."""
+    return _SURROGATE.sub(lambda found: _escaped(found.group()), text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 class AgentAddress(BaseModel):

@@ -34,24 +34,16 @@ class RunExport:
     files: list[Path] = field(default_factory=list)
 
     def redacted(self, secrets: Redactor) -> RunExport:
-        """This export with every secret the run holds cut out of its texts, which UTF-8 can carry
-        (``_sendable``). They are redacted where they are made already (a row, a metrics reply);
-        this is the last look before they leave the machine, where a secret could not be taken
-        back."""
+        """This export with every secret the run holds cut out of its texts. They are redacted where
+        they are made already (a row, a metrics reply); this is the last look before they leave
+        the machine, where a secret could not be taken back."""
         return RunExport(
-            _sendable(secrets(self.name)),
-            {_sendable(secrets(name)): value for name, value in self.metrics.items()},
-            _sendable(secrets(self.coverage)),
-            {name: _sendable(secrets(value)) for name, value in self.params.items()},
+            secrets(self.name),
+            {secrets(name): value for name, value in self.metrics.items()},
+            secrets(self.coverage),
+            {name: secrets(value) for name, value in self.params.items()},
             self.files,
         )
-
-
-def _sendable(text: str) -> str:
-    """``text`` as UTF-8 can carry it: a lone surrogate (half an emoji in an agent's metric name, a
-    byte of a file name that is not UTF-8) made W&B and the export's own pipe refuse the whole
-    export; it is spelled as its escape (``\\udcff``), the rest as it is."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def run_export(score: RunScore, out: Path, report: Path | None = None) -> RunExport:
