@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, SecretStr
 
 from pytest_rollouts.net.address import ascii_host, without_password
 
@@ -66,13 +66,18 @@ def _escaped(char: str) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
+# A URL as a settings dump writes it (``model_dump``, ``model_dump_json``): without its password,
+# which a dump logged or saved with a script's config would otherwise carry.
+Url = Annotated[str, PlainSerializer(without_password, return_type=str)]
+
+
 class AgentAddress(BaseModel):
     """One ``--rollouts-agent`` value: an unnamed one sets the default agent."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str | None
-    url: str
+    url: Url
 
     @classmethod
     def parse(cls, text: str) -> AgentAddress:
