@@ -115,7 +115,19 @@ def test_runs_over_other_data_are_refused_by_index_and_paired_by_task_id(
     code, out, err = cli(capsys, "compare", "base2/r.jsonl", "cand2/r.jsonl")
     assert code == 0, err
     assert "paired by task id" in out and "candidate - baseline +0.2500" in out
-    assert "broke 1: t4 (1->0)" in out
+    assert "broke 1: 't4' (1->0)" in out
+
+
+def test_a_flip_list_quotes_task_ids(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """Unquoted, the id ``a, b`` read as two tasks, and one holding a newline broke the line."""
+    names = {1: "a, b", 3: "c (0->1)", 6: "line\nbreak"}
+    rows = [{"n": n, "task_id": names.get(n, f"t{n}"), "responses_create_params": {"input": "q"}} for n in range(12)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "fixed 4: 'a, b' (0->1), 'c (0->1)' (0->1), 'line\\nbreak' (0->1), 't9' (0->1); broke 1: 't4' (1->0)" in out
 
 
 def test_unpaired_tasks_are_refused_unless_allow_partial_says_how_many(
@@ -293,7 +305,7 @@ def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
     collect(pytester, "cand/r.jsonl", [0.0] * 6, "--rollouts-baseline=base/r.jsonl")
     code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
     assert code == 0, err
-    assert "broke 6: 10 (1->0), 9 (1->0), t1 (1->0), ² (1->0), ٣ (1->0) and 1 more" in out
+    assert "broke 6: 10 (1->0), 9 (1->0), 't1' (1->0), '²' (1->0), '٣' (1->0) and 1 more" in out
     assert cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "r.html")[0] == 0
 
 
