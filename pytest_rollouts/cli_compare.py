@@ -10,13 +10,13 @@ comparison ran (and its gate passed), 4 a usage error, 8 the runs cannot be pair
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import orjson
 
 from pytest_rollouts.config.output_values import run_file_clash
+from pytest_rollouts.config.values import finite_number
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
@@ -47,7 +47,7 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
     )
     compare.add_argument(
         "--max-regression",
-        type=float,
+        type=_finite,
         default=None,
         metavar="DELTA",
         help=f"exit {EXIT_REGRESSION} when the lower end of the 95%% CI of candidate - baseline is below -DELTA "
@@ -73,15 +73,23 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
     )
     power.add_argument("run", metavar="RUN", help="a run's <stem>.jsonl")
     power.add_argument(
-        "--delta", type=float, default=None, metavar="D", help="also say how many tasks (by repeats) would detect D"
+        "--delta", type=_finite, default=None, metavar="D", help="also say how many tasks (by repeats) would detect D"
     )
     power.add_argument(
         "--correlation",
-        type=float,
+        type=_finite,
         default=CORRELATION,
         metavar="R",
         help=f"assumed correlation of two models' true task scores, 0 <= R < 1 (default {CORRELATION:g})",
     )
+
+
+def _finite(text: str) -> float:
+    """A number option's value: finite, or a usage error that says why (``1e400`` is beyond a float)."""
+    try:
+        return finite_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
@@ -96,8 +104,8 @@ def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
 def compare_command(args: argparse.Namespace) -> int:
     try:
         reward_range = RewardRange.parse(args.reward_range)
-        if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
-            raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+        if args.max_regression is not None and args.max_regression < 0:
+            raise ValueError(f"--max-regression: must be at least 0, got {args.max_regression:g}")
         if args.gate_scored_only and args.max_regression is None:
             raise ValueError("--gate-scored-only says how --max-regression judges: give it DELTA")
         agents = dict(_agent_pair(value) for value in args.pair)
@@ -143,8 +151,8 @@ def compare_command(args: argparse.Namespace) -> int:
 
 
 def power_command(args: argparse.Namespace) -> int:
-    if args.delta is not None and not (math.isfinite(args.delta) and args.delta > 0):
-        return _usage("power", ValueError(f"--delta: must be a number above 0, got {args.delta:g}"))
+    if args.delta is not None and args.delta <= 0:
+        return _usage("power", ValueError(f"--delta: must be above 0, got {args.delta:g}"))
     if not 0 <= args.correlation < 1:
         return _usage("power", ValueError(f"--correlation: must be at least 0 and below 1, got {args.correlation:g}"))
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,31 @@ def readable(text: str) -> str:
 def _escaped(char: str) -> str:
     code = ord(char)
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def finite_number(text: str) -> float:
+    """``text`` as a finite number; ``ValueError`` in words otherwise. A number too large for a
+    float (``1e400``) reads as infinity: said as what it is, not as "not finite" alone, which
+    contradicted the bound said of ``1e300``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {text!r}{beyond_float(text)}")
+    return value
+
+
+def beyond_float(given: object) -> str:
+    """What to add when ``given``, typed as a finite number, is beyond a float's range; else ""."""
+    if not isinstance(given, str):
+        return ""
+    try:
+        overflows = math.isinf(float(given)) and "inf" not in given.lower()
+    except ValueError:
+        return ""
+    limit = f"{sys.float_info.max:.1e}"
+    return f"; {given.strip()} is beyond the largest number a float holds (about {limit})" if overflows else ""
 
 
 # A URL as a settings dump writes it (``model_dump``, ``model_dump_json``): without its password,
