@@ -114,9 +114,9 @@ def compare_command(args: argparse.Namespace) -> int:
     gate = None
     if args.max_regression is not None:
         gate = RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
-    clash = run_file_clash(Path(args.json), "the comparison's JSON") if args.json else None
-    if clash:
-        return _usage("compare", ValueError(clash))
+    refused = _json_refused(Path(args.json)) if args.json else None
+    if refused:
+        return _usage("compare", ValueError(refused))
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:
@@ -139,8 +139,7 @@ def compare_command(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         try:
-            # The store's encoder: a non-finite number (rewards near 1e308) is null, never NaN, no JSON.
-            Path(args.json).write_bytes(dumps(result.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+            _write_json(Path(args.json), result.as_dict())
         except OSError as exc:
             print(f"pytest-rollouts compare: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_UNWRITABLE
@@ -148,6 +147,21 @@ def compare_command(args: argparse.Namespace) -> int:
         print(result.failure, file=sys.stderr)
         return EXIT_REGRESSION
     return 0
+
+
+def _json_refused(path: Path) -> str | None:
+    """Why ``--json`` may not be written at ``path``, said before the comparison (as ``report -o``):
+    a directory, or a run's file."""
+    if path.is_dir():
+        return f"--json: {path} is a directory; name the JSON file in it"
+    return run_file_clash(path, "the comparison's JSON")
+
+
+def _write_json(path: Path, comparison: dict[str, object]) -> None:
+    """The comparison as strict JSON (the store's encoder: a non-finite number is null), its folder
+    made as a report's is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(dumps(comparison, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, strict=True))
 
 
 def power_command(args: argparse.Namespace) -> int:

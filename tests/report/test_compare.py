@@ -419,3 +419,19 @@ def test_rewards_near_the_float_limit_are_scored_compared_and_sized_without_a_tr
     collect(pytester, "small/r.jsonl", BASELINE)
     code, _, err = cli(capsys, "power", "small/r.jsonl", "--delta", "1e-300")
     assert code == 4 and "--delta 1e-300: default: detecting 1e-300 needs more tasks than a float can count" in err
+
+
+def test_a_json_path_that_is_a_directory_is_refused_before_comparing_and_a_new_folder_made(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json DIR printed the whole comparison, then failed (exit 1); a missing folder failed too,
+    where the report's -o makes it."""
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "base")
+    assert (code, out) == (4, ""), err
+    assert "--json: base is a directory; name the JSON file in it" in err
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "new/folder/c.json")
+    assert code == 0, err
+    assert json.loads((pytester.path / "new" / "folder" / "c.json").read_text())["groups"]
