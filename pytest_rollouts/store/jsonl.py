@@ -94,7 +94,12 @@ def loads(raw: bytes) -> Any:
 
 
 def _exact(raw: bytes) -> Any:
-    value = json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    """``raw`` by Python's ``json``. Nested deeper than it recurses (orjson stops at 1024 levels
+    too), a value was a ``RecursionError``: a traceback where a bad row or reply is named."""
+    try:
+        value = json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    except RecursionError:
+        raise ValueError("nested too deeply (arrays or objects more than about 1000 levels in)") from None
     return _whole_characters(value) if _SURROGATE_ESCAPE.search(raw) else value
 
 

@@ -163,3 +163,34 @@ def test_a_lone_surrogate_the_run_accepts_every_later_command_reads(
     ):
         assert main(command) == 0, capsys.readouterr()
     assert "Traceback" not in capsys.readouterr().err
+
+
+DEEP = b"[" * 5000 + b"]" * 5000  # deeper than Python's json recurses (orjson stops at 1024 levels)
+
+
+def test_json_nested_too_deeply_is_bad_input_named_never_a_recursion_error(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset row, an agent's reply or a metrics file nested 5000 levels deep: orjson refused it
+    and Python's json, tried next, raised RecursionError (a collection error with its traceback, a
+    report that crashed)."""
+    with pytest.raises(ValueError, match="depth limit exceeded"):
+        loads(DEEP)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads(b'{"seed": 12345678901234567890123, "a": ' + DEEP + b"}")  # a long number goes to json first
+    (pytester.path / "deep.jsonl").write_bytes(b'{"a": ' + DEEP + b', "responses_create_params": {"input": "q"}}\n')
+    result = run_rollouts(pytester, "deep.jsonl", "--rollouts-agent=http://127.0.0.1:9")
+    assert "deep.jsonl:1: not valid JSON (depth limit exceeded" in result.stdout.str()
+    assert "RecursionError" not in result.stdout.str() + result.stderr.str()
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(lambda row, seen: Reply(raw=b'{"reward": 1.0, "trace": ' + DEEP + b"}")) as agent:
+        result = subprocess_run(pytester.path, agent.url, "--rollouts-retries=0")
+    assert "RecursionError" not in result.stdout + result.stderr
+    failures = Artifacts(pytester.path).failures
+    assert {row["_ng_failure_class"] for row in failures} == {"agent_run_error"}
+    assert all("not valid JSON (depth limit exceeded" in row["_ng_failure_message"] for row in failures)
+    metrics = pytester.path / "out" / "r_aggregate_metrics.json"
+    metrics.write_bytes(DEEP)
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "r.html")]) == 4
+    assert "r_aggregate_metrics.json: not valid JSON (depth limit exceeded" in capsys.readouterr().err
