@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.config.output_values import dataset_clash
 from pytest_rollouts.config.suite import find_declaration
 from pytest_rollouts.config.values import not_utf8, readable
 from pytest_rollouts.pacing import lasting
@@ -145,8 +146,11 @@ class DatasetFile(pytest.File):
         run.warm_engine()
         shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
         bad = not_utf8(str(shown))
-        if bad:  # the run records its datasets' paths in its files, as text: a usage error (exit 4)
-            run.planning.refuse(f"{readable(str(shown))}: its name holds bytes that are not UTF-8 ({bad}); rename it")
+        clash = dataset_clash(shown, run.settings.paths, run.settings.html)
+        if bad or clash:  # a usage error (exit 4), before any file is touched
+            run.planning.refuse(
+                clash or f"{readable(str(shown))}: its name holds bytes that are not UTF-8 ({bad}); rename it"
+            )
             return
         from pytest_rollouts.plan.declared import DeclarationError
 
