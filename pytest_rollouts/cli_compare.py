@@ -97,7 +97,7 @@ def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
         "--reward-range",
         default="0,1",
         metavar=OPTION["reward_range"].metavar,
-        help=OPTION["reward_range"].argparse_help + " Default: 0,1.",
+        help=OPTION["reward_range"].argparse_help.replace("--rollouts-", "--") + " Default: 0,1.",
     )
 
 
