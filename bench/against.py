@@ -32,7 +32,10 @@ class Tree:
     def offers(self, name: str) -> bool:
         """Whether the tree's package has ``name`` at its top (the Python API is younger than the plugin)."""
         probe = [sys.executable, "-c", f"import pytest_rollouts as p; p.{name}"]
-        return subprocess.run(probe, env=self.env(dict(os.environ)), capture_output=True).returncode == 0
+        # Run in the tree itself: ``-c`` puts the working directory first on the path, and from a
+        # checkout that would import the checkout's package, not this tree's.
+        env = self.env(dict(os.environ))
+        return subprocess.run(probe, env=env, cwd=self.path, capture_output=True).returncode == 0
 
 
 def export_tree(ref: str, work: Path) -> Tree:
