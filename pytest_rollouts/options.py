@@ -224,6 +224,15 @@ OPTIONS: tuple[Option, ...] = (
         details="Jittered and doubled each time, at most 60 s; a `Retry-After` header is honoured.",
     ),
     Option(
+        "progress_interval",
+        "Seconds between redraws of the status line on a terminal, and between the dispatcher's reports "
+        "of what is in flight while no result comes.",
+        "S",
+        default=2.0,
+        details="From 0.05 to 60 s: pytest takes a dispatcher silent for 120 s to be stuck. A log (no terminal) "
+        "gets a line per tenth of the run, or every 5 minutes, whatever this says.",
+    ),
+    Option(
         "resume",
         "Continue the run recorded at --rollouts-out: run only the materialized rollouts that have no result yet.",
         flag=True,

@@ -40,9 +40,9 @@ class Progress:
     shown_done: int = -1
     by_clock: bool = False
 
-    # A redraw in place costs nothing on screen; a new line (a -v session) is kept rarer.
+    # A new line on a terminal (a -v session) is kept rarer than a redraw in place, which costs nothing
+    # on screen and comes every --rollouts-progress-interval (set by the reporter).
     tty_every_s: float = 5.0
-    LIVE_EVERY_S = 2.0
     LOG_EVERY_S = 300.0
     LOG_EVERY_FRACTION = 0.1
 

@@ -304,7 +304,7 @@ class RolloutReporter:
         self.quiet = run.lean and self.config.get_verbosity() <= 0
         self.live = self.quiet and self.progress.tty
         if self.live:
-            self.progress.tty_every_s = Progress.LIVE_EVERY_S
+            self.progress.tty_every_s = run.settings.progress_interval
         run.on_heartbeat = self._heartbeat
 
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
@@ -333,8 +333,8 @@ class RolloutReporter:
                 report.longrepr = (where, None, report.longrepr[2])
 
     def _heartbeat(self) -> None:
-        """The engine reports what is in flight with its results and every 2 s while pytest waits:
-        progress stays live when no item finishes.
+        """The engine reports what is in flight with its results and every --rollouts-progress-interval
+        while pytest waits: progress stays live when no item finishes.
 
         Not with -v: pytest has half-written the item's line, which a progress line would split.
         """
