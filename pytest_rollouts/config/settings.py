@@ -9,7 +9,7 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,16 +31,22 @@ from pytest_rollouts.config.values import (
     AgentHeader,
     Keyed,
     MaxFailures,
+    Url,
+    check_recorded_path,
     check_url,
     each_parsed,
+    not_utf8_in,
     parse_agent_headers,
 )
+from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION
 
 if TYPE_CHECKING:
     from pytest_rollouts.store.artifacts import ArtifactPaths
 
 DEFAULT_KEY = "_default"
+# The settings that are URLs, which may hold a password (``Url``).
+URL_FIELDS = frozenset({"model", "head_server"})
 
 
 def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
@@ -95,7 +101,7 @@ class Settings(BaseModel):
     agent_map: dict[str, str] = option_field("agent_map")
     fan_out: dict[str, tuple[str, ...]] = option_field("fan_out")
     agent_header: tuple[AgentHeader, ...] = option_field("agent_header")
-    head_server: str | None = option_field("head_server")
+    head_server: Url | None = option_field("head_server")
     no_health_check: bool = option_field("no_health_check")
     health_ignore: frozenset[str] = option_field("health_ignore")
     health_workers: int = option_field("health_workers", ge=1, le=256)
@@ -106,7 +112,7 @@ class Settings(BaseModel):
     parallel: int = option_field("parallel", ge=1, le=MAX_PARALLEL)
     max_resident: int | None = option_field("max_resident", ge=1, le=MAX_RESIDENT)
     timeout: float = option_field("timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
-    model: str | None = option_field("model")
+    model: Url | None = option_field("model")
     model_name: str | None = option_field("model_name", min_length=1)
     model_parallel: int | None = option_field("model_parallel", ge=1, le=MAX_PARALLEL)
     model_timeout: float = option_field("model_timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
@@ -155,6 +161,11 @@ class Settings(BaseModel):
         if isinstance(context, dict):
             self._sources = context.get("sources", {})
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """Without a URL's password, as its dumps (``Url``): settings printed or logged must not show it."""
+        for name, value in super().__repr_args__():
+            yield name, without_password(value) if name in URL_FIELDS and isinstance(value, str) else value
+
     @property
     def sources(self) -> dict[str, str]:
         """Where each value given came from, by option name."""
@@ -170,6 +181,7 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
+        check_recorded_path(value)
         if isinstance(value, str | Path) and (
             clash := run_file_clash(Path(value), "a run's output", its_own_output=True)
         ):
@@ -407,6 +419,18 @@ class Settings(BaseModel):
                 raise ValueError(f"not valid JSON ({exc})") from None
             if not isinstance(value, dict):
                 raise ValueError("must be a JSON object")
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        """Every name and path given is text (defined last, checked first): the run writes them
+        into its files, which cannot hold what is not UTF-8 (``not_utf8``)."""
+        bad = not_utf8_in(value)
+        if bad:
+            raise ValueError(
+                f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
+            )
         return value
 
     @property

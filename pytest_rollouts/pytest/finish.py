@@ -121,22 +121,36 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
             from pytest_rollouts.report.build import report_at_end
 
             tell(config, report_at_end(report, run.paths.out, score, verdict).replace(str(report), run.shown(report)))
-        export(run, score, say, report)  # after the report, which the exports log
+        stopped = export(run, score, say, report)  # after the report, which the exports log
+        if stopped:
+            verdict = replace(verdict, exit_code=pytest.ExitCode.INTERRUPTED, problems=(*verdict.problems, stopped))
     return Ending(verdict, score, put_back)
 
 
-def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> None:
+def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> str:
     """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
     line each saying where it went or, failed, why (the files are written and the exit status
-    stands). Nothing is imported for a run that asks for neither."""
+    stands). A stop cuts them short (the results are on disk): why, else "". Nothing is imported
+    for a run that asks for neither."""
     settings = run.settings
     if not (settings.wandb or settings.mlflow):
-        return
-    from pytest_rollouts.export.exports import export_run
+        return ""
+    from pytest_rollouts.export.exports import ExportInterrupted, export_run
 
     destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-    for line in export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets()):
-        say("rollouts: " + line)
+    lines: list[str] = []
+    try:
+        with run.stops.interruptible():
+            lines = export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets())
+    except ExportInterrupted as stop:
+        lines = stop.lines
+        return str(stop)
+    except KeyboardInterrupt:  # one held since the run loop ended
+        return "Interrupted before exporting: the run's results are on disk, unexported"
+    finally:
+        for line in lines:
+            say("rollouts: " + line)
+    return ""
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:
