@@ -7,11 +7,14 @@ without its usual keys, ended the run in a traceback (exit 1, no summary, no rep
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.cli import main
 
 from ..agents import Reply, ScriptedAgent
@@ -96,6 +99,21 @@ def test_report_reads_a_metrics_file_holding_odd_values(
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plain run of ``tasks(3)``, made once through the Python API: what the tests below hand-change
+    is its metrics file, and what they check is ``report`` reading it (each on a copy)."""
+    root = tmp_path_factory.mktemp("a_run")
+    write_rows(root / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        run(
+            CollectionConfig(
+                input=str(root / "data.jsonl"), out=str(root / "out" / "r.jsonl"), agents={"default": agent.url}
+            )
+        )
+    return root
+
+
 @pytest.mark.parametrize(
     ("section", "change", "named"),
     [
@@ -111,12 +129,10 @@ def test_report_reads_a_metrics_file_holding_odd_values(
     ],
 )
 def test_report_leaves_out_a_run_written_section_a_hand_changed_and_names_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, change: Any, named: str
+    a_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, change: Any, named: str
 ) -> None:
     """``statistics`` a string, an interval of one value, ``failed_by_class`` a list: tracebacks."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
-    with ScriptedAgent() as agent:
-        assert subprocess_run(tmp_path, agent.url).returncode == 0
+    shutil.copytree(a_run, tmp_path, dirs_exist_ok=True)
     metrics = tmp_path / "out" / "r_aggregate_metrics.json"
     [entry] = orjson.loads(metrics.read_bytes())
     entry[section] = change(entry[section])
@@ -131,28 +147,28 @@ def test_report_leaves_out_a_run_written_section_a_hand_changed_and_names_it(
 
 
 def test_the_metrics_file_is_strict_json_and_report_reads_its_nulls(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A server's NaN and infinities were written back bare (``NaN``, ``Infinity``: no JSON to jq,
     JavaScript or orjson); as null, ``report`` formatted them and crashed (a traceback)."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     body = (
         b'{"agent_metrics": {"mean/reward": NaN, "x": Infinity}, "key_metrics": {"mean/reward": 0.5, "y": -Infinity},'
         b' "usage_summary": {"num_rollouts": 3, "total_tokens": Infinity, "mean/total_tokens": NaN, "num_turns": NaN,'
         b' "mean/num_turns": Infinity}, "perf_summary": {"total_tokens_per_second": NaN}}'
     )
     with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
-        result = subprocess_run(tmp_path, agent.url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    written = (tmp_path / "out" / "r_aggregate_metrics.json").read_bytes()
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    written = (pytester.path / "out" / "r_aggregate_metrics.json").read_bytes()
     [entry] = orjson.loads(written)  # orjson takes strict JSON only
     assert entry["agent_metrics"] == {"mean/reward": None, "x": None}
     assert entry["key_metrics"] == {"mean/reward": 0.5, "y": None}
     assert entry["usage_summary"]["total_tokens"] is None and entry["perf_summary"]["total_tokens_per_second"] is None
     capsys.readouterr()
-    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "report.html")]) == 0
     assert "Traceback" not in capsys.readouterr().err
-    page = (tmp_path / "report.html").read_text()
+    page = (pytester.path / "report.html").read_text()
     assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in page
     # The session says the same of the same values: no value, not nan or inf.
-    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in result.stdout
+    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in result.stdout.str()
