@@ -1,0 +1,38 @@
+"""The agents' health checks before a run moves anything: every door asks them here, from the
+process that prepares the files, so a refusal (or a stop, even ``kill -9``, during a slow check)
+finds earlier results where they were."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch
+from pytest_rollouts.dispatch.messages import PlanHeader
+
+
+async def unhealthy(settings: Settings, urls: Mapping[str, str]) -> list[str]:
+    """One line per agent of ``urls`` that fails its ``/health`` (none with ``no_health_check``).
+    ``urls``: the agents to ask, model agents left out (a model has no ``/health``)."""
+    if settings.no_health_check or not urls:
+        return []
+    header = PlanHeader.of(settings, dict(urls), parallel=settings.parallel, limit=1)
+    try:
+        async with LocalDispatch(header) as dispatch:
+            await dispatch.check_health()
+    except HealthCheckFailed as exc:
+        return exc.lines
+    return []
+
+
+def unhealthy_blocking(settings: Settings, urls: Mapping[str, str]) -> list[str]:
+    """``unhealthy`` from synchronous code (a pytest session), on an event loop of its own that is
+    never made the thread's current one, so a test's own loop (pytest-asyncio's) is left alone."""
+    if settings.no_health_check or not urls:
+        return []
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(unhealthy(settings, urls))
+    finally:
+        loop.close()
