@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from contextlib import suppress
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch
@@ -32,7 +33,13 @@ def unhealthy_blocking(settings: Settings, urls: Mapping[str, str]) -> list[str]
     if settings.no_health_check or not urls:
         return []
     loop = asyncio.new_event_loop()
+    checks = loop.create_task(unhealthy(settings, urls))
     try:
-        return loop.run_until_complete(unhealthy(settings, urls))
+        return loop.run_until_complete(checks)
+    except BaseException:  # a stop (Ctrl-C, SIGTERM as one): the checks end, their pool closed, on their loop
+        checks.cancel()
+        with suppress(BaseException):
+            loop.run_until_complete(checks)
+        raise
     finally:
         loop.close()

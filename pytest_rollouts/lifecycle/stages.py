@@ -76,6 +76,8 @@ class RunLifecycle:
         self._reporting: Path | None = None
         # The agents, once cleared (``clear``): a fresh run moves nothing before.
         self.cleared: Cleared | None = None
+        # Clearing the agents began (a stop may cut it short: nothing was moved then).
+        self._clearing = False
 
     # -- clear: every refusal that sends nothing and moves nothing -------------------------
 
@@ -86,6 +88,7 @@ class RunLifecycle:
         health (``/health`` on every agent not a model), or a ``Refusal``: for a fresh run, before
         any file is moved; for a resume, once the plan says which agents it still sends to.
         ``recorded``: the dataset paths of the run resumed, for a process that collected none."""
+        self._clearing = True
         urls, models = self._addresses(agents, names, recorded)
         checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
         self._judge_health(await unhealthy(settings, checked))
@@ -96,6 +99,7 @@ class RunLifecycle:
         self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
     ) -> Cleared:
         """``clear`` from synchronous code (a pytest session)."""
+        self._clearing = True
         urls, models = self._addresses(agents, names, recorded)
         checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
         self._judge_health(unhealthy_blocking(settings, checked))
@@ -128,10 +132,12 @@ class RunLifecycle:
         resuming: bool,
         shown: str,
         shaping: RowShaping,
+        told: Callable[[RunStart], None] | None = None,
     ) -> Plan:
         """Move earlier results aside (or repair them, resuming) and write or read back the plan.
         A fresh run's agents were cleared first (``clear``): no refusal that sends nothing comes
-        after anything is moved. ``shown``: the materialized inputs as the user reads them."""
+        after anything is moved. ``shown``: the materialized inputs as the user reads them; ``told``:
+        what preparing the files did, said before the plan is written (which may refuse)."""
         self.resuming = resuming
         if not resuming and self.cleared is None:
             raise RuntimeError("a fresh run clears its agents (``clear``) before it moves anything")
@@ -145,6 +151,8 @@ class RunLifecycle:
         except OSError as exc:  # a read-only or missing place: nothing was sent
             raise Refusal(f"cannot write the artifacts next to {self.paths.out}: {exc}", where="prepare") from None
         self.prepared = True
+        if told is not None:
+            told(self.start)
         try:
             return build_plan(tasks, self.paths, settings, manifest, resuming=resuming, shown=shown, shaping=shaping)
         except (PlanError, ArtifactError) as exc:  # damaged recorded files; a full disk before anything was sent
@@ -169,7 +177,12 @@ class RunLifecycle:
         as it found them, as a refusal does; what to tell. Once a row is written it is a run to
         resume instead: the dispatcher may have begun before the stop reached it."""
         paths, start = self.paths, self.start
-        if not self.prepared or self.resuming or not self.owner:
+        if not self.owner:
+            return ""
+        if self._clearing and not self.prepared:  # stopped while the agents started or answered
+            self.put_back()
+            return "Interrupted before any request was sent: nothing was moved or written."
+        if not self.prepared or self.resuming:
             return ""
         if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
             paths.discard(start)

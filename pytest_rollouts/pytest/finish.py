@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -76,7 +75,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     end = _run_end(config, session, tally, run)
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None and run is not None:
-        start = run.planning.run_start
+        start = run.life.start
         workeroutput[WORKER_REPORT] = run.workers.report(
             run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
         )
@@ -96,7 +95,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
             run.close()
-        return Ending(judge_run(None, end, Gate()), put_back=put_back)
+        return Ending(_unscored(end), put_back=put_back)
     from pytest_rollouts.pytest.session import RolloutRun
 
     run = RolloutRun.get(config)
@@ -109,33 +108,32 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
                 coverage_only=end.interrupted,
             )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
-        unscored = judge_run(None, end, Gate())
+        unscored = _unscored(end)
         stopped = scoring_interrupted(run)
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
-    verdict = judge_run(score, end, Gate.of(run.settings))
+    verdict = run.life.conclude(score, end, run.settings)
     if score is not None and not end.interrupted:
-        report = run.settings.html  # made absolute where the settings are resolved
-        if report is not None:
-            from pytest_rollouts.report.build import report_at_end
-
-            tell(config, report_at_end(report, run.paths.out, score, verdict).replace(str(report), run.shown(report)))
-        export(run, score, say, report)  # after the report, which the exports log
+        publish(run, score, verdict, say)
     return Ending(verdict, score, put_back)
 
 
-def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> None:
-    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
-    line each saying where it went or, failed, why (the files are written and the exit status
-    stands). Nothing is imported for a run that asks for neither."""
-    settings = run.settings
-    if not (settings.wandb or settings.mlflow):
-        return
-    from pytest_rollouts.export.exports import export_run
+def _unscored(end: RunEnd) -> Verdict:
+    """The verdict of a run not scored here: no gate applies. Every session ends here, so the
+    lifecycle (and what it imports) is left to sessions that hold a run."""
+    return judge_run(None, end, Gate())
 
-    destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-    for line in export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets()):
+
+def publish(run: RolloutRun, score: RunScore, verdict: Verdict, say: Callable[[str], None]) -> None:
+    """The report (``--rollouts-html``), then the exports (``--rollouts-wandb``, ``--rollouts-mlflow``),
+    a ``rollouts:`` line each saying where it went or, failed, why (the files are written and the
+    exit status stands)."""
+    report = run.settings.html  # made absolute where the settings are resolved
+    published = run.life.publish(run.settings, score, verdict, report, run.agents.secrets)
+    if report is not None:
+        tell(run.config, published.report.replace(str(report), run.shown(report)))
+    for line in published.exports:
         say("rollouts: " + line)
 
 
