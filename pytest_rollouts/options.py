@@ -3,7 +3,7 @@
 From this table come the command-line options and their ini twins (``plugin.py``), the
 defaults and descriptions of the settings model (``config/settings.py``, the Python API's
 ``CollectionConfig``) and the options reference (``python -m pytest_rollouts.options >
-docs/options.md``); ``tests/test_option_table.py`` fails when any of them disagrees with it.
+docs/options.md``); ``tests/config/test_option_table.py`` fails when any of them disagrees with it.
 
 Every pytest session imports this module (through ``plugin.py``), so it holds plain data only;
 validation lives in ``config/settings.py``, imported only when a session uses rollouts.

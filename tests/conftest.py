@@ -1,10 +1,13 @@
+"""Fixtures every feature folder uses: a scripted agent, and a stand-in NeMo Gym head server."""
+
 from __future__ import annotations
 
+import gzip
+import json
+import threading
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import orjson
 import pytest
 
 from .agents import ScriptedAgent
@@ -16,23 +19,37 @@ def agent() -> Iterator[ScriptedAgent]:
         yield server
 
 
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
+@pytest.fixture
+def head_server() -> Iterator[tuple[list[str], dict[str, str]]]:
+    """A stand-in head server: ``GET /global_config_dict_yaml`` returns ``state["yaml"]`` JSON-encoded."""
+    state: dict[str, str] = {"yaml": ""}
+    hits: list[str] = []
 
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            if self.path != "/global_config_dict_yaml":
+                self.send_error(404)
+                return
+            body = json.dumps(state["yaml"]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if state.get("encoding") == "gzip":
+                body = gzip.compress(body)
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+        def log_message(self, *args: object) -> None:
+            pass
 
-
-def tasks(n: int) -> list[dict[str, Any]]:
-    """``n`` rows for ``agents.verifier``: every third one answered wrong."""
-    return [
-        {
-            "responses_create_params": {"input": f"q{i}"},
-            "expected_answer": str(i),
-            "answer": str(i) if i % 3 else "wrong",
-        }
-        for i in range(n)
-    ]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["address"] = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        yield hits, state
+    finally:
+        server.shutdown()
+        server.server_close()

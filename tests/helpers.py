@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import resource
 import signal
 import subprocess
@@ -10,15 +12,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import orjson
 import pytest
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.plan import PlannedRollout
-
-from .conftest import read_rows
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
 
@@ -146,3 +148,50 @@ def one_rollout_dispatcher(
         parallel=parallel,
         process=process,
     )
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def tasks(n: int) -> list[dict[str, Any]]:
+    """``n`` rows for ``agents.verifier``: every third one answered wrong."""
+    return [
+        {
+            "responses_create_params": {"input": f"q{i}"},
+            "expected_answer": str(i),
+            "answer": str(i) if i % 3 else "wrong",
+        }
+        for i in range(n)
+    ]
+
+
+def aggregate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pytest-rollouts aggregate`` in a child process (its exit code and output are the subject)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_rollouts", "aggregate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def port(url: str) -> int:
+    """The port of a server's ``url``, for a config that names host and port apart."""
+    number = urlsplit(url).port
+    assert number is not None
+    return number
+
+
+def embedded(page: bytes, element: str) -> Any:
+    """The JSON of the page's ``<script type="application/json" id=...>``, as the browser reads it."""
+    match = re.search(rb'<script type="application/json" id="' + element.encode() + rb'">(.*?)</script>', page, re.S)
+    assert match is not None
+    return json.loads(match.group(1))

@@ -3,7 +3,7 @@
 It serves ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/models`` as OpenAI's API does,
 and answers each call with what a ``behaviour`` returns for it (``agents.Reply``: JSON, raw
 bytes, a hang-up, a delay). It records every call (route, body, headers), and its replies are
-checked against the ``openai`` client's own types in ``test_model_wire.py``.
+checked against the ``openai`` client's own types in ``model/test_model_wire.py``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from .agents import AppServer, Reply
+from .helpers import write_rows
 
 CHAT = "chat"
 RESPONSES = "responses"
@@ -184,3 +186,64 @@ class FakeModel(AppServer):
             )
         finally:
             self.in_flight -= 1
+
+
+VERIFY = """
+from pytest_rollouts import output_text
+
+def score(row, response):
+    return 1.0 if output_text(response) == row["expected_answer"] else 0.0
+"""
+
+
+TOOLS = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Only the first paragraph is the description."""
+    return a + b
+
+async def fail(why: str) -> str:
+    """Always raises."""
+    raise RuntimeError(why)
+
+TOOLS = [add, fail]
+'''
+
+
+def write_suite(
+    root: Path, model_url: str, *, api: str = "chat", extra: str = "", rows: list[dict[str, Any]] | None = None
+) -> None:
+    """A suite with one model agent ``math`` at ``model_url``."""
+    (root / "suite").mkdir(exist_ok=True)
+    (root / "suite" / "rollouts.toml").write_text(
+        f'datasets = ["data.jsonl"]\nagent = "math"\n[agents.math]\nmodel = "{model_url}"\n'
+        f'model_name = "fake-model"\napi = "{api}"\nverifier = "verify.py:score"\n{extra}'
+    )
+    (root / "suite" / "verify.py").write_text(VERIFY)
+    (root / "suite" / "tools.py").write_text(TOOLS)
+    write_rows(root / "suite" / "data.jsonl", rows if rows is not None else questions(4))
+
+
+def questions(n: int) -> list[dict[str, Any]]:
+    """``say <i>`` rows: the echo model answers right where the expected answer is ``i``, and
+    wrong on every fourth row."""
+    return [
+        {
+            "responses_create_params": {"input": f"say {i}", "temperature": 0.5},
+            "expected_answer": str(i if i % 4 else -1),
+        }
+        for i in range(n)
+    ]
+
+
+def adds_then_answers(call: Call) -> Reply:
+    """Calls ``add`` (and an unknown tool, and one that raises) first, then says what ``add`` said."""
+    said = tool_outputs(call)
+    if not said:
+        return reply_of(
+            call, None, [("c1", "add", '{"a": 2, "b": 3}'), ("c2", "nope", "{}"), ("c3", "fail", '{"why": "boom"}')]
+        )
+    if len(said) == 3:
+        return reply_of(call, None, [("c4", "add", "{not json")])
+    return reply_of(call, said[0])

@@ -3,7 +3,7 @@
 The package must not depend on scipy (a plugin every CI job installs), yet small-sample intervals
 need t quantiles and McNemar's exact test needs binomial tails. These are the textbook algorithms
 (the regularized incomplete beta by Lentz's continued fraction, Numerical Recipes 6.4), checked
-against scipy in ``tests/test_distributions.py`` to 1e-9.
+against scipy in ``tests/scoring/test_statistics.py`` to 1e-9.
 """
 
 from __future__ import annotations

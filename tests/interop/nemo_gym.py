@@ -15,7 +15,7 @@ import orjson
 import yaml
 
 from ..agents import Behaviour, Reply
-from ..conftest import read_rows
+from ..helpers import read_rows
 
 GOLDEN = Path(__file__).parent / "golden"
 AGENT = "string_match_simple_agent"

@@ -18,9 +18,7 @@ import pytest
 import yaml
 
 from ..agents import Reply, ScriptedAgent
-from ..helpers import run_rollouts
-from ..test_headserver import _port, head_server  # noqa: F401  (the stand-in head server fixture)
-from ..test_report import embedded
+from ..helpers import embedded, port, run_rollouts
 from .nemo_gym import (
     AGENT,
     ENVIRONMENT_SERVER,
@@ -52,7 +50,7 @@ WORDED_APART = {"_ng_failure_type", "_ng_failure_message"}
 
 
 def _run(pytester: pytest.Pytester, state: dict[str, str], replay: ScriptedAgent, *args: str) -> pytest.RunResult:
-    state["yaml"] = stack_config(_port(replay.url))
+    state["yaml"] = stack_config(port(replay.url))
     shutil.copy(GOLDEN / "data.jsonl", pytester.path / "data.jsonl")
     return run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={state['address']}", *SAME_RUN, *args, out=OUT)
 
@@ -64,7 +62,7 @@ def _without(row: dict[str, Any], keys: set[str]) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", MODES)
 def test_our_rows_of_the_same_data_and_config_are_nemo_gyms_field_by_field(
     pytester: pytest.Pytester,
-    head_server,  # noqa: F811
+    head_server,
     mode: str,
 ) -> None:
     """The materialized inputs equal NeMo Gym's row for row, field by field: under agent routing
@@ -93,7 +91,7 @@ def test_our_rows_of_the_same_data_and_config_are_nemo_gyms_field_by_field(
     assert {k: entry[k] for k in label} == {k: their_entry[k] for k in label}
 
 
-def test_our_metrics_file_has_nemo_gyms_keys(pytester: pytest.Pytester, head_server) -> None:  # noqa: F811
+def test_our_metrics_file_has_nemo_gyms_keys(pytester: pytest.Pytester, head_server) -> None:
     """Computed locally (the loopback agent has no ``/aggregate_metrics``), every key of NeMo Gym's
     metrics file is in ours: the entry's, its sections' and their per-task and per-repeat entries'."""
     _, state = head_server
@@ -107,7 +105,7 @@ def test_our_metrics_file_has_nemo_gyms_keys(pytester: pytest.Pytester, head_ser
 
 def test_we_resume_nemo_gyms_partial_run_sending_exactly_what_it_lacks(
     pytester: pytest.Pytester,
-    head_server,  # noqa: F811
+    head_server,
 ) -> None:
     """NeMo Gym's partial run (its collector stopped with SIGTERM part way) resumed by ours: exactly the
     rollouts without a row are sent, and the run ends with NeMo Gym's complete keys and rewards.
@@ -131,7 +129,7 @@ def test_we_resume_nemo_gyms_partial_run_sending_exactly_what_it_lacks(
 
 def test_an_xdist_resume_of_nemo_gyms_run_scores_it_in_the_servers_group(
     pytester: pytest.Pytester,
-    head_server,  # noqa: F811
+    head_server,
 ) -> None:
     """Under ``-n 2`` the controller scores from the files alone. NeMo Gym's run has no manifest of ours
     to say which server fronted the agent, but each of its stored rows names both (``agent_ref`` and
@@ -140,7 +138,7 @@ def test_an_xdist_resume_of_nemo_gyms_run_scores_it_in_the_servers_group(
     _, state = head_server
     copy_run("partial", pytester.path / "out")
     with ScriptedAgent(replaying()) as replay:
-        state["yaml"] = stack_config(_port(replay.url))
+        state["yaml"] = stack_config(port(replay.url))
         shutil.copy(GOLDEN / "data.jsonl", pytester.path / "data.jsonl")
         result = pytester.runpytest_subprocess(
             "-p",
@@ -194,7 +192,7 @@ def test_report_on_nemo_gyms_run_shows_its_metrics(tmp_path: Path) -> None:
 def test_the_python_api_resumes_nemo_gyms_partial_run_too(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    head_server,  # noqa: F811
+    head_server,
 ) -> None:
     """``run`` plans a resume as the plugin does (``plan.build``): the same rollouts, the same end."""
     from pytest_rollouts import CollectionConfig, CollectionWarning, run
@@ -206,7 +204,7 @@ def test_the_python_api_resumes_nemo_gyms_partial_run_too(
     partial = artifacts("partial")
     missing = sorted({key(row) for row in partial["_materialized_inputs"]} - {key(row) for row in partial[""]})
     with ScriptedAgent(replaying()) as replay:
-        state["yaml"] = stack_config(_port(replay.url))
+        state["yaml"] = stack_config(port(replay.url))
         config = CollectionConfig(
             input="data.jsonl",
             out=OUT,
@@ -228,7 +226,7 @@ def test_the_python_api_resumes_nemo_gyms_partial_run_too(
 
 def test_shards_through_the_head_server_merge_into_nemo_gyms_groups(
     pytester: pytest.Pytester,
-    head_server,  # noqa: F811
+    head_server,
 ) -> None:
     """Agent-routed rows are materialized unstamped; each shard's manifest records which server fronted
     their agent (``fronted_by``), so ``aggregate``, which reads the files alone, scores and labels the
@@ -269,7 +267,7 @@ def test_shards_through_the_head_server_merge_into_nemo_gyms_groups(
 @pytest.mark.parametrize("mode", MODES)
 def test_our_partial_run_carries_what_nemo_gyms_resume_reads(
     pytester: pytest.Pytester,
-    head_server,  # noqa: F811
+    head_server,
     mode: str,
 ) -> None:
     """Our partial run (the agent hung up on half the tasks) read as NeMo Gym's resume reads it

@@ -1,0 +1,114 @@
+"""The messages between pytest and its dispatcher process are typed: a field goes by name, and
+one that one side has and the other lacks is an error naming it, never a shifted value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pytest_rollouts.dispatch import messages
+from pytest_rollouts.dispatch.frames import FrameBuffer, frame
+from pytest_rollouts.dispatch.messages import MessageError, decode, encode
+from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.rows.records import RolloutOutcome
+
+from ..helpers import plan_header
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+EXAMPLES: list[messages.Message] = [
+    plan_header(health=messages.HealthPlan(workers=2, ignored=["disk"]), headers={"a": {"X-Key": "k"}}),
+    plan_header(budget=600.0, margin=1.5),
+    messages.Claim(7),
+    messages.Freed(32),
+    messages.Close(),
+    messages.Ready(),
+    messages.Unhealthy(["a: HTTP 503"]),
+    messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}, [0.5, 1.25], MaskingCounts(3, 2.5, 1, 2, 1)),
+    messages.Progress(0, None, None, 0, 0, {}, None, MaskingCounts()),
+    messages.Done(
+        5,
+        [
+            RolloutOutcome(0, 1.0, None, "", 0.5, 1),
+            RolloutOutcome(1, None, "agent_request_failed", "no reply", 2.0, 3, given_up=True),
+            RolloutOutcome(2, 0.0, None, "", 0.0, 0, cached=True),
+            RolloutOutcome(3, None, "cancelled", "budget", 0.0, 0, persisted=False),
+        ],
+    ),
+    messages.Error(5, "Traceback ..."),
+    messages.Fatal("cannot write out/r.jsonl"),
+    messages.Closed(3),
+]
+
+
+def payload(msg: messages.Message) -> bytes:
+    [raw] = FrameBuffer().feed(encode(msg))
+    return raw
+
+
+def test_every_message_round_trips() -> None:
+    assert {type(m) for m in EXAMPLES} == set(typing.get_args(messages.Message)), "an example of each type"
+    for msg in EXAMPLES:
+        assert decode(payload(msg)) == msg
+
+
+def test_outcomes_travel_by_field_name() -> None:
+    """A reward is never read from the place a failure class used to sit."""
+    raw = payload(messages.Done(1, [RolloutOutcome(0, 0.75, None, "", 0.5, 1)]))
+    tag, fields = orjson.loads(raw)
+    assert tag == "done"
+    assert fields["outcomes"][0]["reward"] == 0.75 and fields["outcomes"][0]["failure_class"] is None
+
+
+@pytest.mark.parametrize(
+    ("tag", "fields", "said"),
+    [
+        # A field one side added: refused, naming it, instead of shifting the fields after it.
+        (
+            "done",
+            {"slot": 1, "outcomes": [{**orjson.loads(orjson.dumps(RolloutOutcome(0, 1.0, None, "", 0.5, 1))), "x": 2}]},
+            "message 'done.outcomes[0]' has field 'x' its type does not define",
+        ),
+        # A field the other side lacks.
+        ("claim", {}, "message 'claim' has no field 'slot'"),
+        (
+            "progress",
+            {"in_flight": 0, "oldest_age": None, "oldest": None, "tasks_done": 0, "rollouts_sent": 0, "sent": 1},
+            "message 'progress' has field 'sent' its type does not define and no field 'failures' and no field "
+            "'latency' and no field 'masking'",
+        ),
+    ],
+)
+def test_a_field_one_side_lacks_is_an_error_naming_message_and_field(
+    tag: str, fields: dict[str, object], said: str
+) -> None:
+    with pytest.raises(MessageError) as caught:
+        decode(orjson.dumps([tag, fields]))
+    assert str(caught.value) == said
+
+
+def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path: Path) -> None:
+    """A real dispatcher process answers a plan it cannot read with why, then exits."""
+    fields = orjson.loads(orjson.dumps(plan_header()))
+    fields["priority"] = 1
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+    )
+    out, _ = proc.communicate(frame(orjson.dumps(["plan", fields])), timeout=60)
+    assert proc.returncode == 1
+    [raw] = FrameBuffer().feed(out)
+    reply = decode(raw)
+    assert reply == messages.Fatal(
+        "the dispatcher could not read the plan: message 'plan' has field 'priority' its type does not define"
+    )

@@ -1,0 +1,170 @@
+"""Rows become items with readable, stable ids; nothing else in a test tree is touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ..agents import ScriptedAgent
+from ..helpers import QUIET, Artifacts, run_rollouts, tasks, write_rows
+
+
+def test_each_row_is_an_item_with_a_readable_id(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--co", "-q")
+    result.stdout.fnmatch_lines(
+        ["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]", "data.jsonl::task[[]2[]]", "3 tests collected*"]
+    )
+    assert agent.requests == []
+    assert not (pytester.path / "out").exists(), "--co must not write artifacts"
+
+
+def test_blank_lines_are_skipped_and_ids_count_rows(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    path = write_rows(pytester.path / "data.jsonl", tasks(2))
+    path.write_bytes(b"\n" + path.read_bytes().replace(b"\n", b"\n\n", 1))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--co", "-q")
+    result.stdout.fnmatch_lines(["data.jsonl::task[[]0[]]", "data.jsonl::task[[]1[]]", "2 tests collected*"])
+
+
+def test_k_selects_rows_and_only_those_are_sent(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(5))
+    result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "-k", "task[3]")
+    result.assert_outcomes(passed=1, deselected=4)
+    assert agent.keys() == [(3, 0)], "task indices stay those of the whole file under -k"
+    assert [r["_ng_task_index"] for r in Artifacts(pytester.path).materialized] == [3]
+
+
+def test_suite_declaration_collects_its_datasets_only(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    suite = pytester.path / "suites" / "math"
+    write_rows(suite / "train.jsonl", tasks(2))
+    write_rows(suite / "notes.jsonl", tasks(7))
+    (suite / "rollouts.toml").write_text(
+        f'datasets = ["train.jsonl"]\nagent = "math"\n[agents.math]\nurl = "{agent.url}"\n'
+    )
+    result = run_rollouts(pytester, "suites")
+    result.assert_outcomes(passed=2)
+    assert sorted(agent.keys()) == [(0, 0), (1, 0)]
+    assert {r["agent_ref"]["name"] for r in Artifacts(pytester.path).rows} == {"math"}
+
+
+def test_suite_runs_against_an_external_agent_given_on_the_command_line(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text(
+        'datasets = ["*.jsonl"]\nagent = "math"\n[agents.math]\nurl = "http://127.0.0.1:9"\n'
+    )
+    result = run_rollouts(pytester, "suite", f"--rollouts-agent={agent.url}")
+    result.assert_outcomes(passed=2)
+    assert len(agent.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (None, "*cannot start an embedded agent (math): *suite/nofile.py: no such file*"),
+        ("raise ImportError('no model here')\n", "*importing *suite/nofile.py failed: ImportError('no model here')*"),
+    ],
+)
+def test_an_embedded_agent_that_cannot_start_names_its_file_and_leaves_results_alone(
+    pytester: pytest.Pytester, source: str | None, message: str
+) -> None:
+    """Was "FileNotFoundError(2, 'No such file or directory')", naming nothing, after the earlier
+    results had been moved aside."""
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text(
+        'datasets = ["*.jsonl"]\nagent = "math"\n[agents.math]\nembedded = "nofile.py:app"\n'
+    )
+    if source is not None:
+        (suite / "nofile.py").write_text(source)
+    (pytester.path / "out").mkdir()
+    (pytester.path / "out" / "r.jsonl").write_text('{"earlier": true}\n')
+    result = run_rollouts(pytester, "suite")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    result.stderr.no_fnmatch_line("*back in place*")  # refused before anything was moved
+    assert (pytester.path / "out" / "r.jsonl").read_text() == '{"earlier": true}\n'
+    assert not list((pytester.path / "out").glob("r.prev-*"))
+
+
+def test_an_embedded_agent_module_is_importable_while_it_runs(pytester: pytest.Pytester) -> None:
+    """A dataclass under postponed annotations looks its module up in sys.modules as it is made."""
+    suite = pytester.path / "suite"
+    write_rows(suite / "data.jsonl", tasks(2))
+    (suite / "rollouts.toml").write_text('datasets = ["*.jsonl"]\nagent = "m"\n[agents.m]\nembedded = "agent.py:app"\n')
+    (suite / "agent.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "from aiohttp import web\n"
+        "@dataclass\n"
+        "class Config:\n"
+        "    reward: float = 1.0\n"
+        "async def run(request):\n"
+        "    return web.json_response({'reward': Config().reward})\n"
+        "def app():\n"
+        "    application = web.Application()\n"
+        "    application.router.add_post('/run', run)\n"
+        "    return application\n"
+    )
+    run_rollouts(pytester, "suite").assert_outcomes(passed=2)
+
+
+def test_jsonl_in_an_ordinary_tree_is_never_collected(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    result = pytester.runpytest(*QUIET)
+    result.assert_outcomes(passed=1)
+
+
+def _modules_a_plain_session_imported(pytester: pytest.Pytester, *names: str) -> str:
+    """Of ``names`` (and aiohttp), those a session of one plain test in ``pytester.path`` imported."""
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    probe = (
+        "import sys, pytest\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', '.'])\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] == 'aiohttp' or m in {names!r})\n"
+        "print('HEAVY', heavy, int(code))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+def test_inert_session_imports_no_machinery(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "fixtures" / "data.jsonl", tasks(2))
+    names = ("pytest_rollouts.dispatch.channel", "pytest_rollouts.config.settings", "pytest_rollouts.pytest.session")
+    assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
+
+
+def test_a_session_without_datasets_does_not_import_collection(pytester: pytest.Pytester) -> None:
+    """Every pytest session loads the plugin: it must cost next to nothing there (issue 6: < 20 ms)."""
+    names = (
+        "pytest_rollouts.pytest.items",
+        "pytest_rollouts.dispatch.channel",
+        "pytest_rollouts.config.settings",
+        "httptools",
+    )
+    assert "HEAVY [] 0" in _modules_a_plain_session_imported(pytester, *names)
+
+
+def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*no default agent is set*--rollouts-agent*"])
+
+
+def test_rows_naming_no_agent_with_only_named_agents_are_told_how_to_route_them(pytester: pytest.Pytester) -> None:
+    """With only ``--rollouts-agent gpt=URL`` the message named no way to send such rows to gpt."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--co")
+    result.stdout.fnmatch_lines(
+        ["*no default agent is set*or send them to one agent with --rollouts-agent-map _default=NAME; agents: gpt)"]
+    )
+    routed = run_rollouts(
+        pytester, "data.jsonl", "--rollouts-agent=gpt=http://127.0.0.1:9", "--rollouts-agent-map=_default=gpt", "--co"
+    )
+    assert routed.ret == 0

@@ -1,0 +1,93 @@
+"""A metrics server's odd reply, and a metrics file holding one: a named warning, never a traceback.
+
+``/aggregate_metrics`` is a peer's word. A string where a number belongs, or a ``usage_summary``
+without its usual keys, ended the run in a traceback (exit 1, no summary, no report), and the
+``report`` command crashed the same way on the metrics file such a run wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pytest_rollouts.cli import main
+
+from ..agents import Reply, ScriptedAgent
+from ..helpers import subprocess_run, tasks, write_rows
+
+METRICS = {"mean/reward": 1.0, "pass@1/reward": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("reply", "named"),
+    [
+        ({"agent_metrics": METRICS, "key_metrics": {**METRICS, "pass@1/reward": "0.5"}}, "key_metrics pass@1/reward"),
+        ({"agent_metrics": {**METRICS, "pass@1/reward": "0.5"}, "key_metrics": METRICS}, "agent_metrics pass@1/reward"),
+        ({"agent_metrics": METRICS, "key_metrics": ["mean/reward", 1.0]}, "key_metrics"),
+        ({"agent_metrics": METRICS, "key_metrics": METRICS, "usage_summary": {"num_turns": 3}}, "usage_summary"),
+        ({"key_metrics": METRICS, "usage_summary": {"num_rollouts": 3, "total_tokens": "many"}}, "usage_summary"),
+        ({"key_metrics": METRICS, "perf_summary": {"total_tokens_per_second": "fast"}}, "perf_summary"),
+    ],
+)
+def test_an_odd_metrics_reply_is_named_and_the_runs_own_metrics_stand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reply: dict[str, Any], named: str
+) -> None:
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    with ScriptedAgent(aggregate=lambda body: reply) as agent:
+        result = subprocess_run(tmp_path, agent.url, "--rollouts-html=out/report.html")
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said
+    assert "Traceback" not in said
+    # tasks(3): task 0 answered wrong, so the run's own mean is 2/3, not the server's 1.0.
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("default: mean reward")]
+    assert line.startswith("default: mean reward 0.6667 ± 0.3333 (se, tasks as clusters) over 3 rollouts"), line
+    assert f"{agent.url}/aggregate_metrics replied with an odd {named}" in line and "computed locally" in line, line
+    assert (tmp_path / "out" / "report.html").is_file()
+    [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert entry["metrics_source"] == "local" and named in entry["metrics_note"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "again.html")]) == 0
+
+
+def test_a_metrics_reply_cannot_rename_its_group(tmp_path: Path) -> None:
+    """A server's reply that names an ``agent_ref`` (or an environment server) renamed its group in
+    the metrics file: two entries for one agent, none for the other, and ``report`` printed them."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    reply = {"agent_ref": {"name": "someone"}, "_ng_environment_server": "elsewhere", "key_metrics": METRICS}
+    with ScriptedAgent(aggregate=lambda body: reply) as agent:
+        result = subprocess_run(tmp_path, agent.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert entry["agent_ref"] == {"name": "default"} and "_ng_environment_server" not in entry
+    assert entry["metrics_source"] == "server" and entry["key_metrics"] == METRICS
+
+
+def test_an_infinite_mean_from_a_server_is_no_score_to_gate_on(tmp_path: Path) -> None:
+    """``1e400`` reads as infinity: the run said ``mean reward inf`` and passed ``--rollouts-fail-under``."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    body = b'{"agent_metrics": {"mean/reward": 1e400}, "key_metrics": {"mean/reward": 1e400}}'
+    with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
+        result = subprocess_run(tmp_path, agent.url, "--rollouts-fail-under=0.9")
+    assert result.returncode == 7, result.stdout + result.stderr
+    assert "EVAL FAILED" in result.stdout
+
+
+def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A metrics file that holds what an earlier version kept of such a reply: the report is made,
+    the odd values left out and named."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        assert subprocess_run(tmp_path, agent.url).returncode == 0
+    metrics = tmp_path / "out" / "r_aggregate_metrics.json"
+    [entry] = orjson.loads(metrics.read_bytes())
+    entry["key_metrics"]["pass@1/reward"] = "0.5"
+    entry["usage_summary"] = {"num_turns": 3}
+    metrics.write_bytes(orjson.dumps([entry]))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "left out of the metrics file" in page and "key_metrics pass@1/reward" in page
+    assert "Traceback" not in capsys.readouterr().err
