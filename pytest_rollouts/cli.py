@@ -22,6 +22,7 @@ import re
 import sys
 import uuid
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -31,20 +32,16 @@ from pytest_rollouts.cli_compare import add_comparison_commands, compare_command
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.layers import SettingsError, combine_layers
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.config.values import AgentHeader
+from pytest_rollouts.lifecycle.refusal import Refusal
+from pytest_rollouts.lifecycle.stages import RunLifecycle
 from pytest_rollouts.net.address import without_password
-from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.options import OPTION
-from pytest_rollouts.pacing import paced
-from pytest_rollouts.plan.files import put_back, start_notices
+from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.report.command import add_report_command, report_command
-from pytest_rollouts.scoring.accounting import ScoringPolicy
-from pytest_rollouts.scoring.aggregate import score_run
-from pytest_rollouts.scoring.configured import compare_with_baseline, statistics_options
 from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
 from pytest_rollouts.scoring.merge import MergeError, OutputIsInput, check, find_inputs, load_shards, write_merged
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import RunEnd, judge_run
+from pytest_rollouts.scoring.verdict import RunEnd
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
@@ -211,13 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def aggregate(args: argparse.Namespace) -> int:
     try:
-        out, settings, headers = _validated(args)
+        out, settings = _validated(args)
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # It writes a run's artifacts, so it holds the output as a run does: it never overwrites a
     # run in progress, nor does a run start on files it is writing.
     lock = RunLock(out.lock, out.out, "--out")
+    life = RunLifecycle(out, lock=lock)
     try:
         inputs = find_inputs(args.input, out.out)
         for path in inputs:  # a shard still being written would merge as a smaller run
@@ -232,34 +230,25 @@ def aggregate(args: argparse.Namespace) -> int:
             lock.acquire(uuid.uuid4().hex)
         except OSError as exc:
             raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
-        start = out.start_run(uuid.uuid4().hex, resume=False, overwrite=args.overwrite)
-        try:
+        start = life.take(uuid.uuid4().hex, resuming=False, overwrite=args.overwrite)
+        try:  # the merge is this run's plan and its rows at once
             write_merged(shards, manifest, out)
         except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
-            raise ArtifactError(f"{exc}{put_back(out, start, resuming=False)}") from None
-        out.discard(start)
-        counted = frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip())
-        policy = ScoringPolicy(counted, args.count_missing_as_zero)
-        with paced():
-            score = score_run(
-                out,
-                policy,
-                agent_url=lambda name: settings.named_agent_urls.get(name, settings.default_agent_url),
-                agent_headers=lambda name: headers_for(headers, name),
-                write_metrics=True,
-                timeout=settings.timeout,
-                statistics=statistics_options(settings),
-                baseline=compare_with_baseline(settings),
-            )
+            raise ArtifactError(f"{exc}{life.put_back()}") from None
+        life.sent()
+        score = life.score(settings, agent_url=partial(_metrics_url, settings))
     except (OutputBusy, OutputIsInput) as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
-    except JsonlError as exc:
+    except JsonlError as exc:  # a row that cannot be read: the inputs are no run
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
+    except Refusal as refusal:  # a row the score cannot read, or an output that cannot be prepared
+        print(f"pytest-rollouts aggregate: {refusal}", file=sys.stderr)
+        return EXIT_NOT_ONE_RUN if refusal.where == "score" else EXIT_UNWRITABLE
     except ArtifactError as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_UNWRITABLE
@@ -270,7 +259,7 @@ def aggregate(args: argparse.Namespace) -> int:
         print(notice)
     if manifest is None:
         print(UNPROVEN)
-    for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=counted):
+    for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=settings.count_as_zero):
         print(line)
     if score.metrics_error:  # as any artifact the merge cannot write: 1, whatever the gate
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
@@ -283,7 +272,7 @@ def aggregate(args: argparse.Namespace) -> int:
         fail_under_option="--fail-under",
         gate_on=settings.gate_on,
     )
-    verdict = judge_run(score, RunEnd(), gate)
+    verdict = life.conclude(score, RunEnd(), gate)
     if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
         # As the gate puts completeness before the threshold.
         verdict = replace(verdict, exit_code=EXIT_INCOMPLETE, problems=(UNPROVEN_REFUSED,))
@@ -294,7 +283,7 @@ def aggregate(args: argparse.Namespace) -> int:
     return verdict.exit_code
 
 
-def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple[AgentHeader, ...]]:
+def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
     """The options a run has too, checked by the run's own rules before anything is read or
     written, so the merge refuses what the run refuses: an ``--out`` not named ``<stem>.jsonl``
     would get sidecars named after a stem that another run's may already use, and a bad
@@ -302,9 +291,11 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
     wrong.
 
     Headers combine as a run's do: the environment's, then ``--agent-header`` replacing any
-    with the same agent and name, and one header given twice within one of them is refused."""
+    with the same agent and name, and one header given twice within one of them is refused.
+    The settings carry them, and the scoring policy, so the merged run is scored as a run is."""
     try:
         given = {"out": args.out, "agent": args.agent, "fail_under": args.fail_under, "timeout": args.timeout}
+        given.update(count_as_zero=args.count_as_zero, count_missing_as_zero=args.count_missing_as_zero)
         given.update({name: getattr(args, name) for name in STATISTICS_OPTIONS})
         flags = {name: "--" + name.replace("_", "-") for name in given}
         settings = Settings.model_validate(
@@ -321,7 +312,12 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
         headers = combine_layers("agent_header", given)[0] if given else ()
     except SettingsError as exc:
         raise ValueError(str(exc)) from None
-    return ArtifactPaths(out), settings, headers
+    return ArtifactPaths(out), settings.model_copy(update={"agent_header": headers})
+
+
+def _metrics_url(settings: Settings, name: str) -> str | None:
+    """Where a group's ``/aggregate_metrics`` lives: its ``--agent``, else the one for every group."""
+    return settings.named_agent_urls.get(name, settings.default_agent_url)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from pytest_rollouts.plan.numbering import Numbering, number_run
 from pytest_rollouts.rows.plan import Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.shard import in_shard
+from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd
@@ -85,7 +86,7 @@ async def run_in_process(settings: CollectionConfig, tell: Tell) -> RunSummary:
                 drained=frozenset(dispatched.drained),
                 trace=trace,
             )
-            verdict = life.conclude(score, replace(end, dispatch_failure=dispatched.stopped), settings)
+            verdict = life.conclude(score, replace(end, dispatch_failure=dispatched.stopped), Gate.of(settings))
             html = None if settings.html is None else root / settings.html
             published = await in_thread(life.publish, settings, score, verdict, html, agents.secrets)
         except asyncio.CancelledError:  # stopped while concluding: no metrics file, as the plugin leaves none

@@ -138,25 +138,33 @@ class RunLifecycle:
         A fresh run's agents were cleared first (``clear``): no refusal that sends nothing comes
         after anything is moved. ``shown``: the materialized inputs as the user reads them; ``told``:
         what preparing the files did, said before the plan is written (which may refuse)."""
-        self.resuming = resuming
         if not resuming and self.cleared is None:
             raise RuntimeError("a fresh run clears its agents (``clear``) before it moves anything")
-        try:
-            self.start = self.paths.start_run(
-                run_id,
-                resume=resuming,
-                overwrite=settings.overwrite,
-                mend=resume_mend(self.paths, settings.retry_invalid_judge_responses),
-            )
-        except OSError as exc:  # a read-only or missing place: nothing was sent
-            raise Refusal(f"cannot write the artifacts next to {self.paths.out}: {exc}", where="prepare") from None
-        self.prepared = True
+        self.take(
+            run_id,
+            resuming=resuming,
+            overwrite=settings.overwrite,
+            retry_invalid=settings.retry_invalid_judge_responses,
+        )
         if told is not None:
             told(self.start)
         try:
             return build_plan(tasks, self.paths, settings, manifest, resuming=resuming, shown=shown, shaping=shaping)
         except (PlanError, ArtifactError) as exc:  # damaged recorded files; a full disk before anything was sent
             raise self.refuse(str(exc), where="prepare") from None
+
+    def take(self, run_id: str, *, resuming: bool, overwrite: bool, retry_invalid: bool = False) -> RunStart:
+        """The files prepared once per run: earlier results moved aside (deleted with ``overwrite``
+        once the first request goes), or repaired and mended (``retry_invalid``: judged-invalid
+        results to the sidecar), resuming. What it did, for the door to tell."""
+        self.resuming = resuming
+        mend = resume_mend(self.paths, retry_invalid) if resuming else None
+        try:
+            self.start = self.paths.start_run(run_id, resume=resuming, overwrite=overwrite, mend=mend)
+        except OSError as exc:  # a read-only or missing place: nothing was sent
+            raise Refusal(f"cannot write the artifacts next to {self.paths.out}: {exc}", where="prepare") from None
+        self.prepared = True
+        return self.start
 
     def refuse(self, why: str, *, exit_status: int = USAGE, where: str = "", lines: Sequence[str] = ()) -> Refusal:
         """The refusal of a run that sent nothing, its files put back (what it says of them added)."""
@@ -229,9 +237,10 @@ class RunLifecycle:
         return score
 
     @staticmethod
-    def conclude(score: RunScore | None, end: RunEnd, settings: Settings | None) -> Verdict:
-        """The verdict of the run's gates (none for a run not scored)."""
-        return judge_run(score, end, Gate.of(settings) if settings is not None and score is not None else Gate())
+    def conclude(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
+        """The verdict of the run's gates (``Gate.of(settings)``, or a door's own option names);
+        a run not scored is judged by its end alone."""
+        return judge_run(score, end, gate if score is not None else Gate())
 
     def publish(
         self, settings: Settings, score: RunScore, verdict: Verdict, html: Path | None, secrets: Callable[[], Redactor]

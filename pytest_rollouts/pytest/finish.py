@@ -113,7 +113,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
-    verdict = run.life.conclude(score, end, run.settings)
+    verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
         publish(run, score, verdict, say)
     return Ending(verdict, score, put_back)
