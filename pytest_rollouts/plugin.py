@@ -16,6 +16,7 @@ import pytest
 
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
+from pytest_rollouts.pytest.role import decide_role, role
 from pytest_rollouts.pytest.stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
     _refuse_unknown_ini(config)
+    decide_role(config)
     if _configured(config):
         from pytest_rollouts.pytest.session import RolloutRun
 
@@ -124,7 +126,7 @@ def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
     (its workers join it): one that collected nothing cannot know yet whether its workers will
     prepare the files. A session that only collects writes nothing."""
     only_looks = config.option.collectonly or config.option.help
-    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput") or only_looks:
+    if not role(config).controller or only_looks:
         return
     import uuid
 
@@ -190,6 +192,15 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[DIST] = node.config.getoption("dist")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On an xdist controller: what a worker that went down said of its part."""
+    if role(node.config).controller:
+        from pytest_rollouts.pytest.finish import hear_worker
+
+        hear_worker(node.config, node)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if RUN_KEY in config.stash:
@@ -222,7 +233,7 @@ def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
     anything pytest's loop would refuse to run (collection errors, ``--co``) is left to it.
     """
     run = session.config.stash.get(RUN_KEY, None)
-    if run is not None and hasattr(session.config, "workerinput"):
+    if run is not None and role(session.config).worker:
         return True if run.workers.hold_back(session, run.planning.refusal) else None
     if run is None or not run.lean or not _will_run(session):
         return None

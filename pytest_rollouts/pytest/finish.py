@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.scoring import score_session, scoring_interrupted
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
@@ -73,8 +74,9 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     run the user stopped: only what it covered) and judge it."""
     run: RolloutRun | None = config.stash.get(RUN_KEY, None)
     end = _run_end(config, session, tally, run)
+    this = role(config)
     workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None and run is not None:
+    if this.worker and workeroutput is not None and run is not None:
         start = run.life.start
         workeroutput[WORKER_REPORT] = run.workers.report(
             run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
@@ -87,11 +89,11 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
             workeroutput[REFUSAL] = list(refusal)
     put_back = ""
     refused = refused_by_workers(config) is not None  # under xdist: a usage error too
-    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:
+    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and this.owns_run:
         put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)
-    not_here = hasattr(config, "workerinput") or config.option.collectonly
+    not_here = this.worker or config.option.collectonly
     if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
             run.close()

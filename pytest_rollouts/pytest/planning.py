@@ -18,6 +18,7 @@ import pytest
 from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
 from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import RolloutsWarning
 from pytest_rollouts.store.artifacts import RunStart
 
@@ -69,7 +70,7 @@ class SessionPlan:
             self._number_tasks(items)
         except pytest.UsageError as exc:
             self.refusal = str(exc)
-            if not hasattr(self._config, "workerinput"):
+            if role(self._config).owns_run:
                 raise
 
     def refuse(self, row: str) -> None:

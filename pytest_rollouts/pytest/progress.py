@@ -89,14 +89,15 @@ def tell(config: Any, notice: str) -> bool:
     """``notice`` as a plain ``rollouts:`` line where the run shows, at once or (told while pytest
     configures, before its terminal is there) as the session starts; whether it will be shown (an
     xdist worker has no terminal). Not a warning: ``-W error`` made those crashes."""
+    from pytest_rollouts.pytest.role import role
     from pytest_rollouts.pytest.stash import NOTICES_KEY
 
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None:
         own_line(terminal, "rollouts: " + notice)
-    elif not hasattr(config, "workerinput"):
+    elif role(config).owns_run:
         config.stash.setdefault(NOTICES_KEY, []).append(notice)
-    return terminal is not None or not hasattr(config, "workerinput")
+    return terminal is not None or role(config).owns_run
 
 
 def line_start(terminal: Any) -> str:

@@ -30,6 +30,7 @@ from pytest_rollouts.pytest.properties import (
     REWARDS,
     rollout_properties,
 )
+from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import NOTICES_KEY, RUN_KEY
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
@@ -273,12 +274,6 @@ class RolloutReporter:
         self.progress.total = sum(isinstance(item, RolloutItem) for item in session.items)
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_rollouts.pytest.finish import hear_worker
-
-        hear_worker(self.config, node)
-
-    @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller has only node ids: a rollout item's is its dataset's, a ``.jsonl`` file."""
         self.progress.total = sum(nodeid.split("::", 1)[0].endswith(".jsonl") for nodeid in ids)
@@ -408,7 +403,7 @@ class RolloutReporter:
                 "artifacts let the merge prove the shards complete"
             ]
         else:
-            sent = run.workers.sent if self.config.pluginmanager.has_plugin("dsession") else run.sent
+            sent = run.workers.sent if role(self.config).controller else run.sent
             outcomes = score.coverage.outcomes() if score is not None else None
             lines = self.tally.lines(outcomes, sent, as_zero, stopped=bool(verdict.stopped))
         if score is not None:

@@ -24,7 +24,8 @@ from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import HELD_KEY, hold
 from pytest_rollouts.pytest.planning import SessionPlan, tell_start
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, Refused
+from pytest_rollouts.pytest.role import role
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -127,7 +128,7 @@ class RolloutRun:
 
     def _dispatches_here(self) -> bool:
         """Not on an xdist controller: its workers dispatch."""
-        return not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput")
+        return role(self.config).dispatches
 
     def _asked_on_command_line(self) -> bool:
         """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
@@ -193,7 +194,7 @@ class RolloutRun:
         xdist worker prepares, but owns nothing of the whole run: its controller decides)."""
         from pytest_rollouts.lifecycle.stages import RunLifecycle
 
-        return RunLifecycle(self.paths, owner=not hasattr(self.config, "workerinput"))
+        return RunLifecycle(self.paths, owner=role(self.config).owns_run)
 
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: clear the agents, set up the files and decide exactly what
@@ -207,11 +208,11 @@ class RolloutRun:
             item.slot = slot
         self.lean = len(selected) == len(items)
         paths = self.paths
-        workerinput = getattr(self.config, "workerinput", None)
-        run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
+        this = role(self.config)
+        run_id = this.run_id or uuid.uuid4().hex
         try:
-            hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
-            self.life.lock = self.config.stash.get(HELD_KEY, None) if workerinput is None else None
+            hold(self.config, paths, run_id, this)  # before anything is moved or sent
+            self.life.lock = self.config.stash.get(HELD_KEY, None) if this.owns_run else None
             self._plan = self._prepare(selected, run_id)
         except Refusal as refusal:
             self._refuse(refusal)
@@ -225,7 +226,7 @@ class RolloutRun:
         from pytest_rollouts.plan.build import RowShaping
 
         settings, agents, life, paths = self.settings, self.agents, self.life, self.paths
-        worker = hasattr(self.config, "workerinput")
+        worker = role(self.config).worker
         if not worker:  # a stop during a slow health check ends the session as Ctrl-C does
             self.stops.install()
         if not self.planning.resuming:
@@ -250,9 +251,9 @@ class RolloutRun:
     def start(self, session: pytest.Session) -> None:
         """Begin dispatching the prepared plan to the agents cleared for it."""
         plan, self._plan = self._plan, None
-        controller = self.config.pluginmanager.get_plugin("dsession") is not None
+        this = role(self.config)
         # A worker ends with its controller, which takes the signal for it.
-        if not hasattr(self.config, "workerinput") and (plan is not None or controller):
+        if this.owns_run and (plan is not None or this.controller):
             self.stops.install()
         if plan is None:
             return
@@ -260,14 +261,9 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
-        workerinput = getattr(self.config, "workerinput", None)
         urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
-        parallel, model_parallel = self.settings.parallel, self.settings.model_parallel
-        if workerinput is not None:
-            from pytest_rollouts.pytest.xdist import parallel_share
-
-            parallel = parallel_share(parallel, workerinput)
-            model_parallel = model_parallel and parallel_share(model_parallel, workerinput)
+        parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
+        model_parallel = model_parallel and this.share(model_parallel)
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
@@ -277,14 +273,14 @@ class RolloutRun:
             self.settings.model_copy(update={"no_health_check": True}),
             prior=plan.prior,
             parallel=parallel,
-            worker=workerinput is not None,
+            worker=this.worker,
             process=self._engine,
             models=models,
             model_parallel=model_parallel,
         )
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat
-        if workerinput is None:  # xdist workers never score; their controller does
+        if this.owns_run:  # xdist workers never score; their controller does
             from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
             self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
@@ -299,7 +295,7 @@ class RolloutRun:
             self.finish()
             self.dispatch_failure = ""  # a failure before any request, not a run to score
             self._stopped = f"{exc}{self.life.put_back()}"
-            if workerinput is None:
+            if this.owns_run:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             return  # see _refuse
         self.dispatched = True
@@ -309,7 +305,7 @@ class RolloutRun:
         """A fresh run stopped before its first request leaves the files as it found them, as a
         refusal does (``RunLifecycle.put_back_unsent``); what to tell. Not on an xdist worker (its
         controller decides for all), nor after a refusal, which put the files back itself."""
-        if self._stopped or self.dispatched or hasattr(self.config, "workerinput"):
+        if self._stopped or self.dispatched or role(self.config).worker:
             return ""
         return self.life.put_back_unsent()
 
@@ -321,7 +317,7 @@ class RolloutRun:
         why = str(refusal)
         if refusal.where == "health":
             why = f"{AgentsUnhealthy(list(refusal.lines))}{refusal.undo}"
-        if hasattr(self.config, "workerinput"):
+        if role(self.config).worker:
             self._stopped = why
             self.workers.refusal = (why, refusal.exit_status)
             return
@@ -357,7 +353,7 @@ class RolloutRun:
             if self._dispatcher is None:
                 raise RuntimeError("rollouts were not dispatched in this session")
             try:
-                if hasattr(self.config, "workerinput"):
+                if role(self.config).worker:
                     # Its own task first: claimed after the queue's, it waited behind all of them.
                     self._dispatcher.claim([item.slot, *self.workers.queued_slots(item.session.items)])
                 outcomes = self._dispatcher.wait(item.slot)
