@@ -17,7 +17,7 @@ import pytest
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
 from pytest_rollouts.pytest.role import decide_role, role
-from pytest_rollouts.pytest.stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+from pytest_rollouts.pytest.stash import DIST, ENDING_KEY, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
@@ -280,6 +280,27 @@ def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, objec
         if code == pytest.ExitCode.USAGE_ERROR:
             raise pytest.UsageError(why) from None
         raise Refused(why, returncode=code) from None
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    """The run's end: scored, judged and published (``pytest/finish.py``), its verdict the session's
+    exit status, and the ``Ending`` stashed for the reporter, which only renders it.
+
+    Around the other plugins' session ends (inside the terminal reporter's, which prints the section
+    after): xdist's controller waits there for its workers to exit, and a stop landing then (Ctrl-C,
+    SIGTERM) must still end in the section, not a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    from pytest_rollouts.pytest.finish import end_run
+
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("rollouts-reporter")
+    ending = config.stash[ENDING_KEY] = end_run(config, session, reporter.tally, reporter.say)
+    # The run's verdict (scoring/verdict.py) is the session's exit status.
+    session.exitstatus = ending.verdict.exit_code
 
 
 def _will_run(session: pytest.Session) -> bool:

@@ -21,8 +21,8 @@ from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 
 if TYPE_CHECKING:
-    from pytest_rollouts.pytest.report import Tally
     from pytest_rollouts.pytest.session import RolloutRun
+    from pytest_rollouts.pytest.tally import Tally
     from pytest_rollouts.scoring.aggregate import RunScore
 
 # The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch

@@ -17,7 +17,7 @@ from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD
 
 if TYPE_CHECKING:
-    from pytest_rollouts.pytest.report import Tally
+    from pytest_rollouts.pytest.tally import Tally
 
 # The dispatcher's view of a run (``dispatch.channel.Dispatcher.finished``): tasks finished, rollouts
 # sent, failures by class, [p50, p90] latency (None before the first), what was masked and dropped.
