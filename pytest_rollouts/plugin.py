@@ -106,7 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_rollouts.pytest.session import RolloutRun
 
         run = RolloutRun.get(config)
-        run.configure()
+        # An xdist controller never dispatches, so it starts no dispatcher process.
+        run.configure(warm=role(config).dispatches and _asked_on_command_line(config))
         _refuse_dist(config)
         _hold_on_controller(config, run)
 
@@ -137,6 +138,14 @@ def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
         hold(config, run.paths, config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex), shared=True)
     except OutputBusy as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _asked_on_command_line(config: pytest.Config) -> bool:
+    """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
+    may belong to a repository whose everyday test runs collect no dataset."""
+    if any(str(arg).split("::")[0].endswith(".jsonl") for arg in config.args):
+        return True
+    return any(config.getoption("rollouts_" + option.name) not in (None, []) for option in OPTIONS)
 
 
 def _configured(config: pytest.Config) -> bool:

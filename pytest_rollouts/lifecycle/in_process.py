@@ -33,8 +33,8 @@ from pytest_rollouts.rows.plan import Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.metrics import perf_summary
 from pytest_rollouts.scoring.output_scan import OutputScan
+from pytest_rollouts.scoring.perf import perf_summary
 from pytest_rollouts.scoring.verdict import NO_TESTS_COLLECTED, OK, RunEnd
 from pytest_rollouts.stops import in_thread
 from pytest_rollouts.store.runlock import OutputBusy, RunLock

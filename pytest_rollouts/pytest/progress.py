@@ -120,7 +120,7 @@ def progress_line(
 
     What the run lost to masked and dropped rollouts (``rows/masking.py``) follows the failures, and
     only when there is any: a healthy run's line is what it was."""
-    from pytest_rollouts.scoring.metrics import latency_summary  # not at import: every pytest session loads this
+    from pytest_rollouts.scoring.perf import latency_summary  # not at import: every pytest session loads this
 
     reported = latency_summary(tally.durations)
     latency = [reported["p50"], reported["p90"]] if reported["count"] else None

@@ -220,7 +220,7 @@ class RolloutReporter:
         from pytest_rollouts.pytest.session import RolloutRun
 
         run = RolloutRun.get(self.config)
-        names = run.artifact_names()
+        names = [run.shown(p) for p in (run.paths.out, run.paths.failures, run.paths.materialized)]
         terminalreporter.section("rollouts")
         settings = run.settings
         as_zero = settings.count_as_zero | ({CANCELLED} if settings.count_missing_as_zero else set())

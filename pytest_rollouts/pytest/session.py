@@ -109,14 +109,14 @@ class RolloutRun:
         if self._engine is None and not any(getattr(option, name, False) for name in informational):
             self._engine = spawn_engine()
 
-    def configure(self) -> None:
+    def configure(self, *, warm: bool) -> None:
         """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything.
 
-        A session asked for rollouts on the command line also starts its dispatcher process
-        now, so its imports overlap with collection however few rows there are (an xdist
-        controller never dispatches, so it starts none). Others start it at their first dataset.
+        ``warm``: a session asked for rollouts on the command line, which dispatches itself, starts
+        its dispatcher process now, so its imports overlap with collection however few rows there
+        are. Others start it at their first dataset.
         """
-        if self._dispatches_here() and self._asked_on_command_line():
+        if warm:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.routing_for(self.config.rootpath)  # discovery happens on first use, and may refuse the run
@@ -125,20 +125,6 @@ class RolloutRun:
             from pytest_rollouts.pytest.progress import tell
 
             tell(self.config, "--rollouts-drain-margin has no effect without --rollouts-dispatch-budget")
-
-    def _dispatches_here(self) -> bool:
-        """Not on an xdist controller: its workers dispatch."""
-        return role(self.config).dispatches
-
-    def _asked_on_command_line(self) -> bool:
-        """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
-        may belong to a repository whose everyday test runs collect no dataset."""
-        from pytest_rollouts.options import OPTIONS
-
-        config = self.config
-        if any(str(arg).split("::")[0].endswith(".jsonl") for arg in config.args):
-            return True
-        return any(config.getoption("rollouts_" + option.name) not in (None, []) for option in OPTIONS)
 
     @property
     def agents(self) -> Agents:
@@ -408,10 +394,6 @@ class RolloutRun:
         if self.trace is not None:
             self.trace.end()
             self.trace = None
-
-    def artifact_names(self) -> list[str]:
-        paths = self.paths
-        return [self.shown(p) for p in (paths.out, paths.failures, paths.materialized)]
 
     def shown(self, path: Path) -> str:
         return os.path.relpath(path, self.config.invocation_params.dir)

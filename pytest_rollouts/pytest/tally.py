@@ -141,7 +141,7 @@ class Tally:
         what = f"{ran} rollout{'' if ran == 1 else 's'}" + (" reported this session" if sent is None and apart else "")
         if ran:  # The live line's short rate (``1.9k/s``), not ``7001080 rollouts/hour``.
             lines.append(f"{what} ran in {max(end - self.started_at, 1e-9):.2f}s, {rate(self.per_hour(end, ran))}")
-        from pytest_rollouts.scoring.metrics import latency_summary
+        from pytest_rollouts.scoring.perf import latency_summary
 
         latency = latency_summary(self.durations)
         if latency["count"]:
@@ -163,7 +163,7 @@ class Tally:
         return 3600 * (len(self.durations) if sent is None else sent) / max(end - self.started_at, 1e-9)
 
     def perf_summary(self) -> dict[str, float | int | None]:
-        from pytest_rollouts.scoring.metrics import perf_summary
+        from pytest_rollouts.scoring.perf import perf_summary
 
         return perf_summary(self.durations, self.last_at - self.started_at)
 

@@ -24,10 +24,10 @@ from pytest_rollouts.scoring.metrics import (
     MetricRow,
     compute_default_metrics,
     numeric_fields,
-    token_rates,
 )
 from pytest_rollouts.scoring.metrics_file import group_label, write_metrics_file
 from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
+from pytest_rollouts.scoring.perf import token_rates
 from pytest_rollouts.scoring.run_statistics import (
     DEFAULT_STATISTICS,
     STATISTICS,

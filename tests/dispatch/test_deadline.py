@@ -17,7 +17,7 @@ from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
 from pytest_rollouts.pytest.properties import ELAPSED, REWARDS
 from pytest_rollouts.pytest.tally import Tally
 from pytest_rollouts.rows.masking import MaskingCounts
-from pytest_rollouts.scoring.metrics import latency_summary
+from pytest_rollouts.scoring.perf import latency_summary
 
 from ..agents import Reply, ScriptedAgent, verifier
 from ..helpers import Artifacts, keys, pytest_command, run_rollouts, tasks, write_rows
