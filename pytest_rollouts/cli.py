@@ -21,10 +21,10 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 
@@ -45,6 +45,11 @@ from pytest_rollouts.scoring.verdict import RunEnd
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
+
+if TYPE_CHECKING:
+    from pytest_rollouts.rows.manifest import RunManifest
+    from pytest_rollouts.scoring.aggregate import RunScore
+    from pytest_rollouts.store.artifacts import RunStart
 
 EXIT_NOT_ONE_RUN = 8
 # The run's statistics options, by settings name: the merged run is scored, compared and gated as
@@ -124,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("aggregate", help="merge shard outputs (or rescore one run) and score them as one run")
     COMMANDS["aggregate"] = merge
+    _add_merge_options(merge)
+    _add_scoring_options(merge)
+    add_comparison_commands(commands)
+    add_report_command(commands)
+    COMMANDS.update(commands.choices)
+    return parser
+
+
+def _add_merge_options(merge: argparse.ArgumentParser) -> None:
+    """What ``aggregate`` merges, where to, and what it takes on trust."""
     merge.add_argument(
         "--input",
         action="append",
@@ -149,7 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="take inputs without a run manifest (NeMo Gym's) as the whole run, so --require-complete can pass; "
         "nothing then proves that no shard is missing",
     )
-    # The scoring options mean here what they mean in a run: their metavars and help are the run's.
+
+
+def _add_scoring_options(merge: argparse.ArgumentParser) -> None:
+    """The scoring options mean here what they mean in a run: their metavars and help are the run's."""
     merge.add_argument(
         "--count-as-zero",
         action="append",
@@ -200,10 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {OPTION['timeout'].shown_default}), "
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
-    add_comparison_commands(commands)
-    add_report_command(commands)
-    COMMANDS.update(commands.choices)
-    return parser
 
 
 def aggregate(args: argparse.Namespace) -> int:
@@ -217,26 +231,7 @@ def aggregate(args: argparse.Namespace) -> int:
     lock = RunLock(out.lock, out.out, "--out")
     life = RunLifecycle(out, lock=lock)
     try:
-        inputs = find_inputs(args.input, out.out)
-        for path in inputs:  # a shard still being written would merge as a smaller run
-            busy = RunLock(ArtifactPaths(path).lock, path, "--input").busy()
-            if busy:
-                raise OutputBusy(busy)
-        shards = load_shards(inputs)
-        manifest, problems = check(shards)
-        if problems:
-            raise MergeError("\n".join(f"  - {p}" for p in problems))
-        try:
-            lock.acquire(uuid.uuid4().hex)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
-        start = life.take(uuid.uuid4().hex, resuming=False, overwrite=args.overwrite)
-        try:  # the merge is this run's plan and its rows at once
-            write_merged(shards, manifest, out)
-        except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
-            raise ArtifactError(f"{exc}{life.put_back()}") from None
-        life.sent()
-        score = life.score(settings, agent_url=partial(_metrics_url, settings))
+        merged = _merge(args, settings, life)
     except (OutputBusy, OutputIsInput) as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -254,10 +249,51 @@ def aggregate(args: argparse.Namespace) -> int:
         return EXIT_UNWRITABLE
     finally:
         lock.release()
-    print(f"merged {len(shards)} input{'' if len(shards) == 1 else 's'} into {out.out}")
-    for notice in start_notices(start, out.out, resume=None, overwrite="--overwrite"):
+    return _conclude(args, settings, life, merged)
+
+
+@dataclass(frozen=True)
+class _Merged:
+    inputs: int
+    manifest: RunManifest | None
+    start: RunStart
+    score: RunScore
+
+
+def _merge(args: argparse.Namespace, settings: Settings, life: RunLifecycle) -> _Merged:
+    """The lifecycle with the merge as the run's plan and its rows at once: the inputs checked to
+    form one run, the output taken (an earlier one moved aside), the merge written, then scored."""
+    out, lock = life.paths, life.lock
+    assert lock is not None
+    inputs = find_inputs(args.input, out.out)
+    for path in inputs:  # a shard still being written would merge as a smaller run
+        busy = RunLock(ArtifactPaths(path).lock, path, "--input").busy()
+        if busy:
+            raise OutputBusy(busy)
+    shards = load_shards(inputs)
+    manifest, problems = check(shards)
+    if problems:
+        raise MergeError("\n".join(f"  - {p}" for p in problems))
+    try:
+        lock.acquire(uuid.uuid4().hex)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
+    start = life.take(uuid.uuid4().hex, resuming=False, overwrite=args.overwrite)
+    try:
+        write_merged(shards, manifest, out)
+    except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
+        raise ArtifactError(f"{exc}{life.put_back()}") from None
+    life.sent()
+    return _Merged(len(shards), manifest, start, life.score(settings, agent_url=partial(_metrics_url, settings)))
+
+
+def _conclude(args: argparse.Namespace, settings: Settings, life: RunLifecycle, merged: _Merged) -> int:
+    """What the merge did and its score, printed; the verdict of its gates, its exit status."""
+    out, score = life.paths, merged.score
+    print(f"merged {merged.inputs} input{'' if merged.inputs == 1 else 's'} into {out.out}")
+    for notice in start_notices(merged.start, out.out, resume=None, overwrite="--overwrite"):
         print(notice)
-    if manifest is None:
+    if merged.manifest is None:
         print(UNPROVEN)
     for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=settings.count_as_zero):
         print(line)
@@ -273,8 +309,8 @@ def aggregate(args: argparse.Namespace) -> int:
         gate_on=settings.gate_on,
     )
     verdict = life.conclude(score, RunEnd(), gate)
-    if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
-        # As the gate puts completeness before the threshold.
+    unproven = merged.manifest is None and args.require_complete and not args.trust_shards
+    if unproven and verdict.exit_code != EXIT_INCOMPLETE:  # as the gate puts completeness before the threshold
         verdict = replace(verdict, exit_code=EXIT_INCOMPLETE, problems=(UNPROVEN_REFUSED,))
     for measure in verdict.measures:  # what each gate compared, passed or not
         print(measure)
