@@ -10,7 +10,6 @@ comparison ran (and its gate passed), 4 a usage error, 8 the runs cannot be pair
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import orjson
 
 from pytest_rollouts.config.fields import need_gate
 from pytest_rollouts.config.output_values import run_file_clash
+from pytest_rollouts.config.values import finite_number
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
@@ -48,7 +48,7 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
     )
     compare.add_argument(
         "--max-regression",
-        type=float,
+        type=_finite,
         default=None,
         metavar="DELTA",
         help=f"exit {EXIT_REGRESSION} when the lower end of the 95%% CI of candidate - baseline is below -DELTA "
@@ -74,15 +74,23 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
     )
     power.add_argument("run", metavar="RUN", help="a run's <stem>.jsonl")
     power.add_argument(
-        "--delta", type=float, default=None, metavar="D", help="also say how many tasks (by repeats) would detect D"
+        "--delta", type=_finite, default=None, metavar="D", help="also say how many tasks (by repeats) would detect D"
     )
     power.add_argument(
         "--correlation",
-        type=float,
+        type=_finite,
         default=CORRELATION,
         metavar="R",
         help=f"assumed correlation of two models' true task scores, 0 <= R < 1 (default {CORRELATION:g})",
     )
+
+
+def _finite(text: str) -> float:
+    """A number option's value: finite, or a usage error that says why (``1e400`` is beyond a float)."""
+    try:
+        return finite_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
@@ -90,15 +98,15 @@ def _reward_range_argument(parser: argparse.ArgumentParser) -> None:
         "--reward-range",
         default="0,1",
         metavar=OPTION["reward_range"].metavar,
-        help=OPTION["reward_range"].argparse_help + " Default: 0,1.",
+        help=OPTION["reward_range"].argparse_help.replace("--rollouts-", "--") + " Default: 0,1.",
     )
 
 
 def compare_command(args: argparse.Namespace) -> int:
     try:
         reward_range = RewardRange.parse(args.reward_range)
-        if args.max_regression is not None and not (math.isfinite(args.max_regression) and args.max_regression >= 0):
-            raise ValueError(f"--max-regression: must be a number at least 0, got {args.max_regression:g}")
+        if args.max_regression is not None and args.max_regression < 0:
+            raise ValueError(f"--max-regression: must be at least 0, got {args.max_regression:g}")
         need_gate(args.gate_scored_only, args.max_regression, "--gate-scored-only", "--max-regression")
         agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
@@ -106,9 +114,9 @@ def compare_command(args: argparse.Namespace) -> int:
     gate = None
     if args.max_regression is not None:
         gate = RegressionGate(args.max_regression, scored_only=args.gate_scored_only)
-    clash = run_file_clash(Path(args.json), "the comparison's JSON") if args.json else None
-    if clash:
-        return _usage("compare", ValueError(clash))
+    refused = _json_refused(Path(args.json)) if args.json else None
+    if refused:
+        return _usage("compare", ValueError(refused))
     for given in (args.baseline, args.candidate):  # a path that is no run is a usage error, not two runs apart
         missing = [p for p in (Path(given), ArtifactPaths(Path(given)).materialized) if not p.is_file()]
         if missing:
@@ -131,8 +139,7 @@ def compare_command(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         try:
-            # The store's encoder: a non-finite number (rewards near 1e308) is null, never NaN, no JSON.
-            Path(args.json).write_bytes(dumps(result.as_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+            _write_json(Path(args.json), result.as_dict())
         except OSError as exc:
             print(f"pytest-rollouts compare: cannot write {args.json}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_UNWRITABLE
@@ -142,9 +149,24 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_refused(path: Path) -> str | None:
+    """Why ``--json`` may not be written at ``path``, said before the comparison (as ``report -o``):
+    a directory, or a run's file."""
+    if path.is_dir():
+        return f"--json: {path} is a directory; name the JSON file in it"
+    return run_file_clash(path, "the comparison's JSON")
+
+
+def _write_json(path: Path, comparison: dict[str, object]) -> None:
+    """The comparison as strict JSON (the store's encoder: a non-finite number is null), its folder
+    made as a report's is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(dumps(comparison, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, strict=True))
+
+
 def power_command(args: argparse.Namespace) -> int:
-    if args.delta is not None and not (math.isfinite(args.delta) and args.delta > 0):
-        return _usage("power", ValueError(f"--delta: must be a number above 0, got {args.delta:g}"))
+    if args.delta is not None and args.delta <= 0:
+        return _usage("power", ValueError(f"--delta: must be above 0, got {args.delta:g}"))
     if not 0 <= args.correlation < 1:
         return _usage("power", ValueError(f"--correlation: must be at least 0 and below 1, got {args.correlation:g}"))
     try:

@@ -266,7 +266,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "reward_range",
-        "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI.",
+        "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI. "
+        "A negative LO is given after =, as argparse reads -1,1 as an option (--rollouts-reward-range=-1,1).",
         "LO,HI",
         default=(0.0, 1.0),
         computed_default="0,1",

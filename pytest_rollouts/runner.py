@@ -105,9 +105,10 @@ def run(config: CollectionConfig | Mapping[str, Any]) -> RunResult:
         return asyncio.run(_stoppable(settings, term))
     except (KeyboardInterrupt, asyncio.CancelledError):  # asyncio.run's Ctrl-C; our SIGTERM's cancellation
         stop = "SIGTERM" if term.received else "SIGINT"
+        rows = any(path.is_file() and path.stat().st_size for path in (settings.paths.out, settings.paths.failures))
+        kept = f"the rows written so far are kept in {settings.out}; resume=True goes on from them"
         print(
-            f"interrupted by {stop}: the rows written so far are kept in {settings.out}; resume=True goes on from them",
-            file=sys.stderr,
+            f"interrupted by {stop}: {kept if rows else 'before any row was written, so none is kept'}", file=sys.stderr
         )
         raise RunInterrupted(INTERRUPTED) from None
 

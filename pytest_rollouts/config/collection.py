@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pytest_rollouts.config.errors import describe_errors
+from pytest_rollouts.config.output_values import dataset_clash
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.options import OPTION
 
@@ -66,6 +67,10 @@ class CollectionConfig(Settings):
     def _has_out(self) -> CollectionConfig:
         if self.out is None:
             raise ValueError("out names no output file: a run writes <stem>.jsonl and its sidecars there")
+        clashes = (dataset_clash(path, self.paths, self.html, "out, html, materialized") for path in self.input)
+        clash = next(filter(None, clashes), None)
+        if clash:
+            raise ValueError(clash)
         return self
 
     @property

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator
 
+from pytest_rollouts.config.values import check_recorded_path
+
 
 def _reject_example_split(value: Any) -> Any:
     """As NeMo Gym's ``_reject_example_split``: ``example`` is a dataset type, not a split a run
@@ -41,6 +43,7 @@ def _jsonl_file(value: Any) -> Any:
     """A JSONL file, like the output: it is read back by offset on resume and by aggregate."""
     if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
         raise ValueError("must name a file, <name>.jsonl")
+    check_recorded_path(value)
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pytest_rollouts.config.values import beyond_float
 from pytest_rollouts.net.address import without_password
 
 
@@ -42,7 +43,9 @@ BOUND_WORDS = {
 def _in_words(error: Any) -> str:
     words = BOUND_WORDS.get(error["type"])
     if words is not None:
-        return words.format(**error.get("ctx", {}))
+        return words.format(**error.get("ctx", {})) + (
+            beyond_float(error.get("input")) if error["type"] == "finite_number" else ""
+        )
     return str(error["msg"]).removeprefix("Value error, ")
 
 

@@ -58,6 +58,25 @@ def report_clash(report: Path | None, runs: Mapping[str, Path | ArtifactPaths | 
     return run_file_clash(report, "the report")
 
 
+def dataset_clash(
+    dataset: Path,
+    run: ArtifactPaths,
+    report: Path | None,
+    options: str = "--rollouts-out, --rollouts-html, --rollouts-materialized",
+) -> str | None:
+    """Why this run may not read ``dataset``: it is one of the files the run writes (its output, a
+    sidecar, the materialized inputs, the metrics, the manifest, the report), which a fresh run
+    moves aside or the run replaces, the dataset lost before or after it is read. None if not."""
+    target = dataset.resolve()
+    mine = {path.resolve(): path for path in (*run.all(), *([report] if report is not None else []))}
+    if target not in mine:
+        return None
+    return (
+        f"{dataset} is a dataset of this run and one of the files it writes ({mine[target].name}), which "
+        f"would move it aside or replace it: give the run's files other names ({options})"
+    )
+
+
 def run_file_clash(path: Path, what: str, *, its_own_output: bool = False) -> str | None:
     """Why ``what`` may not be written at ``path``: it is a file of a run found there, any run (a
     report, a comparison's JSON or another run's output would replace its rows). None if it may.

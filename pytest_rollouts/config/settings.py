@@ -9,7 +9,7 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,7 +17,15 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, PrivateAttr, field_val
 
 from pytest_rollouts.config import bounds
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
-from pytest_rollouts.config.fields import comma_separated, given_pairs, json_object, need_gate, option_field, pairs
+from pytest_rollouts.config.fields import (
+    agent_map_value,
+    comma_separated,
+    fan_out_value,
+    json_object,
+    need_gate,
+    option_field,
+    repeats_value,
+)
 from pytest_rollouts.config.output_values import (
     MlflowExperiment,
     ReportPath,
@@ -32,16 +40,22 @@ from pytest_rollouts.config.values import (
     AgentHeader,
     Keyed,
     MaxFailures,
+    Url,
+    check_recorded_path,
     check_url,
     each_parsed,
+    not_utf8_in,
     parse_agent_headers,
 )
+from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION
 
 if TYPE_CHECKING:
     from pytest_rollouts.store.artifacts import ArtifactPaths
 
 DEFAULT_KEY = "_default"
+# The settings that are URLs, which may hold a password (``Url``).
+URL_FIELDS = frozenset({"model", "head_server"})
 
 
 class Settings(BaseModel):
@@ -56,7 +70,7 @@ class Settings(BaseModel):
     agent_map: dict[str, str] = option_field("agent_map")
     fan_out: dict[str, tuple[str, ...]] = option_field("fan_out")
     agent_header: tuple[AgentHeader, ...] = option_field("agent_header")
-    head_server: str | None = option_field("head_server")
+    head_server: Url | None = option_field("head_server")
     no_health_check: bool = option_field("no_health_check")
     health_ignore: frozenset[str] = option_field("health_ignore")
     health_workers: int = option_field("health_workers", ge=1, le=256)
@@ -67,7 +81,7 @@ class Settings(BaseModel):
     parallel: int = option_field("parallel", ge=1, le=bounds.MAX_PARALLEL)
     max_resident: int | None = option_field("max_resident", ge=1, le=bounds.MAX_RESIDENT)
     timeout: float = option_field("timeout", ge=bounds.MIN_SECONDS, le=bounds.MAX_SECONDS, allow_inf_nan=False)
-    model: str | None = option_field("model")
+    model: Url | None = option_field("model")
     model_name: str | None = option_field("model_name", min_length=1)
     model_parallel: int | None = option_field("model_parallel", ge=1, le=bounds.MAX_PARALLEL)
     model_timeout: float = option_field(
@@ -118,6 +132,11 @@ class Settings(BaseModel):
         if isinstance(context, dict):
             self._sources = context.get("sources", {})
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """Without a URL's password, as its dumps (``Url``): settings printed or logged must not show it."""
+        for name, value in super().__repr_args__():
+            yield name, without_password(value) if name in URL_FIELDS and isinstance(value, str) else value
+
     @property
     def sources(self) -> dict[str, str]:
         """Where each value given came from, by option name."""
@@ -133,6 +152,7 @@ class Settings(BaseModel):
         earlier one aside. An empty value would name the directory itself, which would be moved."""
         if isinstance(value, str | Path) and (not str(value).endswith(".jsonl") or Path(value).name == ".jsonl"):
             raise ValueError("must name the output file, <stem>.jsonl")
+        check_recorded_path(value)
         if isinstance(value, str | Path) and (
             clash := run_file_clash(Path(value), "a run's output", its_own_output=True)
         ):
@@ -156,68 +176,17 @@ class Settings(BaseModel):
     @field_validator("repeats", mode="before")
     @classmethod
     def _parse_repeats(cls, value: Any) -> Any:
-        """``N``, or NeMo Gym's per-agent ``agent=N,_default=M``; an unlisted agent gets ``_default``, else 1."""
-        if isinstance(value, str) and "=" in value:
-            parts = [p for p in value.split(",") if p.strip()]
-            by_agent: dict[str, Any] = {}
-            for key, count in pairs(parts, "--rollouts-repeats"):
-                if key in by_agent:
-                    raise ValueError(f"agent {key!r} is given twice")
-                by_agent[key] = count
-            value = by_agent
-        if isinstance(value, dict):
-            for key, count in value.items():
-                if not str(count).strip().isdigit() or not 1 <= int(count) <= bounds.MAX_REPEATS:
-                    raise ValueError(
-                        f"repeats for {key!r} must be a whole number from 1 to {bounds.MAX_REPEATS}, got {count!r}"
-                    )
-            return {str(k): int(v) for k, v in value.items()}
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ValueError("must be N or AGENT=N[,AGENT=N...] (e.g. 4, or judge=3,_default=1)") from None
-        if isinstance(value, int) and not 1 <= value <= bounds.MAX_REPEATS:
-            raise ValueError(f"must be from 1 to {bounds.MAX_REPEATS}")
-        return value
+        return repeats_value(value)
 
     @field_validator("agent_map", mode="before")
     @classmethod
     def _parse_agent_map(cls, value: Any) -> Any:
-        """``KEY=AGENT`` items (the option), or a mapping (the Python API): the same checks for both."""
-        pairs = given_pairs(value, "--rollouts-agent-map")
-        mapping: dict[str, str] = {}
-        for key, target in pairs:
-            if not isinstance(target, str):
-                raise ValueError(f"{key} must map to an agent name, got {target!r}")
-            if not target.strip():
-                raise ValueError(f"{key}= maps to no agent")
-            if mapping.setdefault(key, target.strip()) != target.strip():
-                raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
-        return mapping
+        return agent_map_value(value)
 
     @field_validator("fan_out", mode="before")
     @classmethod
     def _parse_fan_out(cls, value: Any) -> Any:
-        """``KEY=A,B`` items (the option), or a mapping of keys to lists of agents (the Python API,
-        where a string is read as the option reads it): the same checks for both."""
-        fan: dict[str, tuple[str, ...]] = {}
-        for key, listed in given_pairs(value, "--rollouts-fan-out"):
-            names = listed.split(",") if isinstance(listed, str) else list(listed)
-            if not all(isinstance(name, str) for name in names):
-                raise ValueError(f"fan-out of {key} must list agent names, got {listed!r}")
-            agents = tuple(name.strip() for name in names)
-            if not agents or agents == ("",):
-                raise ValueError(f"fan-out of {key} lists no agents")
-            if "" in agents:
-                raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
-            doubled = sorted({a for a in agents if agents.count(a) > 1})
-            if doubled:
-                raise ValueError(f"fan-out of {key} lists {', '.join(doubled)} more than once")
-            if key in fan:
-                raise ValueError(f"fan-out of {key} is given twice")
-            fan[key] = agents
-        return fan
+        return fan_out_value(value)
 
     @field_validator("agent_header", mode="before")
     @classmethod
@@ -365,6 +334,18 @@ class Settings(BaseModel):
     @classmethod
     def _parse_json(cls, value: Any) -> Any:
         return json_object(value) if isinstance(value, str) else value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        """Every name and path given is text (defined last, checked first): the run writes them
+        into its files, which cannot hold what is not UTF-8 (``not_utf8``)."""
+        bad = not_utf8_in(value)
+        if bad:
+            raise ValueError(
+                f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
+            )
+        return value
 
     @property
     def paths(self) -> ArtifactPaths:

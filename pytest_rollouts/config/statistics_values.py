@@ -8,16 +8,24 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
+from pytest_rollouts.config.values import beyond_float
+
 
 def _split_numbers(value: Any) -> Any:
     """``LO,HI`` and ``K[,K...]`` as text (an option, an ini line) become tuples to check."""
     if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
+        parts = tuple(part.strip() for part in value.split(",") if part.strip())
+        for part in parts:
+            if beyond_float(part):
+                raise ValueError(f"must be two finite numbers, LO,HI{beyond_float(part)}")
+        return parts
     return value
 
 
 def _range_in_order(value: tuple[float, float]) -> tuple[float, float]:
-    if not all(map(math.isfinite, value)) or value[0] >= value[1]:
+    if not all(map(math.isfinite, value)):
+        raise ValueError("must be two finite numbers, LO,HI")
+    if value[0] >= value[1]:
         raise ValueError("must be LO,HI with LO < HI")
     return value
 

@@ -10,14 +10,91 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Hashable, Iterable, Iterator
+import sys
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, SecretStr
 
 from pytest_rollouts.net.address import ascii_host, without_password
+
+# A character no UTF-8 text holds: a lone surrogate, as Python keeps a byte the OS handed over that
+# is not UTF-8 (``\xff`` in an argument or a file name is ``\udcff``), or half an emoji's escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_utf8(text: str) -> str:
+    """What in ``text`` no UTF-8 text holds, as escapes (``\\xff``); "" when it is text. A name the
+    run writes into its files (JSON, the report, an export) must be text: written, such a name
+    ended the run in an INTERNALERROR, its lock left behind."""
+    return "".join(dict.fromkeys(_escaped(c) for c in _SURROGATE.findall(text)))
+
+
+def not_utf8_in(value: Any) -> str:
+    """``not_utf8`` of every string and path in a value as given: one, or lists and maps of them."""
+    if isinstance(value, str | Path):
+        return not_utf8(str(value))
+    if isinstance(value, Mapping):
+        return not_utf8_in([*value.keys(), *value.values()])
+    if isinstance(value, list | tuple | set | frozenset):
+        return "".join(dict.fromkeys(bad for item in value if (bad := not_utf8_in(item))))
+    return ""
+
+
+def check_recorded_path(value: Any) -> None:
+    """A file whose absolute path the run records (its output, the materialized inputs: the
+    dispatcher's plan, the manifest) must be text there too: a relative path given in UTF-8 is
+    not, in a directory whose name is not."""
+    if isinstance(value, str | Path):
+        bad = not_utf8(str(Path(value).absolute()))
+        if bad:
+            raise ValueError(
+                f"its absolute path holds bytes that are not UTF-8 ({bad}), and the run records it: "
+                "give a path in UTF-8 (from a directory whose name is)"
+            )
+
+
+def readable(text: str) -> str:
+    """``text`` as a terminal can show it: what is not UTF-8 as escapes (``d\\xff.jsonl``)."""
+    return _SURROGATE.sub(lambda found: _escaped(found.group()), text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def finite_number(text: str) -> float:
+    """``text`` as a finite number; ``ValueError`` in words otherwise. A number too large for a
+    float (``1e400``) reads as infinity: said as what it is, not as "not finite" alone, which
+    contradicted the bound said of ``1e300``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {text!r}{beyond_float(text)}")
+    return value
+
+
+def beyond_float(given: object) -> str:
+    """What to add when ``given``, typed as a finite number, is beyond a float's range; else ""."""
+    if not isinstance(given, str):
+        return ""
+    try:
+        overflows = math.isinf(float(given)) and "inf" not in given.lower()
+    except ValueError:
+        return ""
+    limit = f"{sys.float_info.max:.1e}"
+    return f"; {given.strip()} is beyond the largest number a float holds (about {limit})" if overflows else ""
+
+
+# A URL as a settings dump writes it (``model_dump``, ``model_dump_json``): without its password,
+# which a dump logged or saved with a script's config would otherwise carry.
+Url = Annotated[str, PlainSerializer(without_password, return_type=str)]
 
 
 class AgentAddress(BaseModel):
@@ -26,7 +103,7 @@ class AgentAddress(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str | None
-    url: str
+    url: Url
 
     @classmethod
     def parse(cls, text: str) -> AgentAddress:

@@ -5,17 +5,24 @@ The run's rows and metrics file are written before any export starts, so an expo
 (a server down, a key refused, a package broken) costs only the export: the line says which one
 and why, with every secret the environment holds cut out of it, since an error can quote a
 request (an API key, a password in a tracking URI) and the line lands in CI logs.
+
+Each export runs in a process of its own (``process.py``), which a stop (Ctrl-C, SIGTERM) kills:
+a tracking server that hangs or keeps failing would otherwise hold the run for as long as its
+client retries (minutes). The results are on disk already, so nothing of them is lost; the
+caller learns which export was cut short from ``ExportInterrupted``, a ``KeyboardInterrupt``
+still.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_rollouts.export.contents import RunExport, run_export
+from pytest_rollouts.export.contents import run_export
+from pytest_rollouts.export.process import ExportFailed, export_in_process
 from pytest_rollouts.net.auth import Redactor
 
 if TYPE_CHECKING:
@@ -30,6 +37,15 @@ URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 MAX_CHARS = 500
 
 
+class ExportInterrupted(KeyboardInterrupt):
+    """A stop cut an export short: its message says which, the lines of those done before it in
+    ``lines``."""
+
+    def __init__(self, message: str, lines: list[str]) -> None:
+        super().__init__(message)
+        self.lines = lines
+
+
 def export_run(
     destinations: Mapping[str, str | None],
     score: RunScore,
@@ -41,7 +57,8 @@ def export_run(
     """Log ``score`` to each destination given (``{"wandb": PROJECT, "mlflow": EXPERIMENT}``, None
     for one not asked); a line for each, saying where the run went or why it did not.
     ``report``: the HTML report, if one was written; ``secrets``: the run's (``Agents.secrets``),
-    left out of all that is logged and said."""
+    left out of all that is logged and said. A stop raises ``ExportInterrupted``, the later
+    destinations untried."""
     asked = {name: target for name, target in destinations.items() if target}
     if not asked:
         return []
@@ -49,31 +66,18 @@ def export_run(
     lines = []
     for name, target in asked.items():
         try:
-            lines.append(f"{name}: logged {_DESTINATIONS[name]()(target, export)}")
-        except Exception as exc:  # any failure of a foreign library: the run's results stand
-            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(exc, secrets)}")
+            lines.append(f"{name}: logged {export_in_process(name, target, export)}")
+        except (ExportFailed, OSError) as exc:  # the run's results stand
+            lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(str(exc), secrets)}")
+        except KeyboardInterrupt as stop:
+            why = f"Interrupted while exporting to {name} ({target!r}): the run's results are on disk, unexported"
+            raise ExportInterrupted(secrets(why), lines) from stop
     return lines
 
 
-def scrubbed(exc: BaseException, secrets: Redactor) -> str:
-    """``exc`` in one line, without the run's secrets, the environment's or a URL's credentials."""
+def scrubbed(error: str, secrets: Redactor) -> str:
+    """``error`` in one line, without the run's secrets, the environment's or a URL's credentials."""
     values = {name: value for name, value in os.environ.items() if SECRET_NAME.search(name)}
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    line = secrets(" ".join(part.strip() for part in text))
+    line = secrets(" ".join(part.strip() for part in error.strip().splitlines()))
     line = URL_CREDENTIALS.sub("[redacted]@", line)
     return Redactor({"environment": values}).cut(line, MAX_CHARS)
-
-
-def _wandb() -> Callable[[str, RunExport], str]:
-    from pytest_rollouts.export.to_wandb import log_to_wandb
-
-    return log_to_wandb
-
-
-def _mlflow() -> Callable[[str, RunExport], str]:
-    from pytest_rollouts.export.to_mlflow import log_to_mlflow
-
-    return log_to_mlflow
-
-
-_DESTINATIONS: dict[str, Callable[[], Callable[[str, RunExport], str]]] = {"wandb": _wandb, "mlflow": _mlflow}

@@ -243,16 +243,25 @@ class RunLifecycle:
         return judge_run(score, end, gate if score is not None else Gate())
 
     def publish(
-        self, settings: Settings, score: RunScore, verdict: Verdict, html: Path | None, secrets: Callable[[], Redactor]
+        self,
+        settings: Settings,
+        score: RunScore,
+        verdict: Verdict,
+        html: Path | None,
+        secrets: Callable[[], Redactor],
+        *,
+        exports: bool = True,
     ) -> Published:
-        """The report (``html``), then the exports, which log it; neither fails the run."""
+        """The report (``html``), then the exports, which log it; neither fails the run.
+        ``exports``: False where the door exports itself (a pytest session, where a stop cuts
+        an export short and is said: ``pytest/finish.py``)."""
         report = ""
         if html is not None:
             from pytest_rollouts.report.build import report_at_end
 
             self._reporting = html
             report = report_at_end(html, self.paths.out, score, verdict)
-        if not (settings.wandb or settings.mlflow):  # nothing imported for a run that asks for neither
+        if not exports or not (settings.wandb or settings.mlflow):  # nothing imported for a run asking neither
             return Published(report)
         from pytest_rollouts.export.exports import export_run
 

@@ -21,6 +21,8 @@ from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_rollouts.pytest.session import RolloutRun
     from pytest_rollouts.pytest.tally import Tally
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -118,6 +120,9 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
         publish(run, score, verdict, say)
+        stopped = export(run, score, say, run.settings.html)  # after the report, which the exports log
+        if stopped:
+            verdict = replace(verdict, exit_code=pytest.ExitCode.INTERRUPTED, problems=(*verdict.problems, stopped))
     return Ending(verdict, score, put_back)
 
 
@@ -128,15 +133,38 @@ def _unscored(end: RunEnd) -> Verdict:
 
 
 def publish(run: RolloutRun, score: RunScore, verdict: Verdict, say: Callable[[str], None]) -> None:
-    """The report (``--rollouts-html``), then the exports (``--rollouts-wandb``, ``--rollouts-mlflow``),
-    a ``rollouts:`` line each saying where it went or, failed, why (the files are written and the
-    exit status stands)."""
+    """The report (``--rollouts-html``), said where it went or why not (the files are written and
+    the exit status stands)."""
     report = run.settings.html  # made absolute where the settings are resolved
-    published = run.life.publish(run.settings, score, verdict, report, run.agents.secrets)
     if report is not None:
+        published = run.life.publish(run.settings, score, verdict, report, run.agents.secrets, exports=False)
         tell(run.config, published.report.replace(str(report), run.shown(report)))
-    for line in published.exports:
-        say("rollouts: " + line)
+
+
+def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> str:
+    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
+    line each saying where it went or, failed, why (the files are written and the exit status
+    stands). A stop cuts them short (the results are on disk): why, else "". Nothing is imported
+    for a run that asks for neither."""
+    settings = run.settings
+    if not (settings.wandb or settings.mlflow):
+        return ""
+    from pytest_rollouts.export.exports import ExportInterrupted, export_run
+
+    destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+    lines: list[str] = []
+    try:
+        with run.stops.interruptible():
+            lines = export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets())
+    except ExportInterrupted as stop:
+        lines = stop.lines
+        return str(stop)
+    except KeyboardInterrupt:  # one held since the run loop ended
+        return "Interrupted before exporting: the run's results are on disk, unexported"
+    finally:
+        for line in lines:
+            say("rollouts: " + line)
+    return ""
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.config.output_values import dataset_clash
 from pytest_rollouts.config.suite import find_declaration
+from pytest_rollouts.config.values import not_utf8, readable
 from pytest_rollouts.pacing import lasting
 from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.properties import json_property, record_outcomes
@@ -143,6 +145,13 @@ class DatasetFile(pytest.File):
                 raise self.CollectError(reason)
         run.warm_engine()
         shown = Path(os.path.relpath(self.path, self.config.invocation_params.dir))
+        bad = not_utf8(str(shown))
+        clash = dataset_clash(shown, run.settings.paths, run.settings.html)
+        if bad or clash:  # a usage error (exit 4), before any file is touched
+            run.planning.refuse(
+                clash or f"{readable(str(shown))}: its name holds bytes that are not UTF-8 ({bad}); rename it"
+            )
+            return
         from pytest_rollouts.plan.declared import DeclarationError
 
         try:

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from pytest_rollouts.config.values import readable
+
 ASSETS = resources.files("pytest_rollouts.report") / "assets"
 
 
@@ -23,7 +25,7 @@ def render(title: str, data: dict[str, Any], details: dict[str, Any]) -> bytes:
     css = (ASSETS / "report.css").read_text(encoding="utf-8")
     js = (ASSETS / "report.js").read_text(encoding="utf-8")
     head, tail = page.split("{{DATA}}")
-    head = head.replace("{{TITLE}}", html.escape(title)).replace("{{CSS}}", css)
+    head = head.replace("{{TITLE}}", html.escape(readable(title))).replace("{{CSS}}", css)
     tail = tail.replace("{{JS}}", js)
     middle, tail = tail.split("{{DETAILS}}")
     return b"".join((head.encode(), script_json(data), middle.encode(), script_json(details), tail.encode()))
@@ -33,8 +35,23 @@ def script_json(value: Any) -> bytes:
     """``value`` as JSON safe inside a script element: every ``<`` (which JSON has only inside
     strings) written ``\\u003c``, so no text can close the element or open a comment. NaN and
     infinities become null (JSON has none); an integer beyond 64 bits or a float subclass is written
-    through ``default``."""
-    return orjson.dumps(value, default=_plain).replace(b"<", b"\\u003c")
+    through ``default``. A text no UTF-8 holds (a path of bytes that are not UTF-8, ``--title``'s
+    too) is shown with escapes (``run\\xff``): orjson refuses it, and the page was a traceback."""
+    try:
+        encoded = orjson.dumps(value, default=_plain)
+    except TypeError:
+        encoded = orjson.dumps(_readable(value), default=_plain)
+    return encoded.replace(b"<", b"\\u003c")
+
+
+def _readable(value: Any) -> Any:
+    if isinstance(value, str):
+        return readable(value)
+    if isinstance(value, dict):
+        return {readable(str(key)): _readable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_readable(item) for item in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

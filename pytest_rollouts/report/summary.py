@@ -18,7 +18,7 @@ from pytest_rollouts.scoring.accounting import Coverage, ScoringPolicy
 from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.metrics_shape import without_odd_values
+from pytest_rollouts.scoring.metrics_shape import COVERAGE, odd_coverage, without_odd_values
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -87,7 +87,8 @@ def _take_metrics(score: RunScore, entries: list[dict[str, Any]], paths: Artifac
 
 def _file_metrics(group: GroupScore, entry: dict[str, Any], note: str) -> None:
     """An entry's metrics as the group's, sections of odd values left out and named in its note."""
-    group.metrics, odd = without_odd_values({k: v for k, v in entry.items() if k not in LEFT_OUT})
+    group.metrics, odd = without_odd_values({k: v for k, v in entry.items() if k not in LEFT_OUT or k == COVERAGE})
+    group.metrics.pop(COVERAGE, None)  # the group's own, read by ``_coverage``
     if odd:
         note = "; ".join([*filter(None, [note]), f"left out of the metrics file: {'; '.join(odd)}"])
     group.note = note
@@ -104,8 +105,8 @@ def comparison(baseline: Path, out: Path) -> RunComparison | str:
 
 def _coverage(entry: Any) -> Coverage | None:
     """A metrics entry's ``coverage`` back as scoring's ``Coverage`` (``failed_by_class`` there
-    adds the results without a reward, which ``Coverage`` keeps apart)."""
-    if not isinstance(entry, dict):
+    adds the results without a reward, which ``Coverage`` keeps apart); None without one that fits."""
+    if not isinstance(entry, dict) or odd_coverage(entry):  # rescored from the rows, the odd named
         return None
     failed = Counter(entry.get("failed_by_class") or {})
     failed.pop(NO_REWARD, None)

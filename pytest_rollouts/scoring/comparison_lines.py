@@ -92,9 +92,15 @@ def _no_bounds(comparison: Comparison, reward_range: RewardRange) -> str | None:
 def _flips(word: str, flips: Sequence[Flip], shown_at_most: int = FLIPS_SHOWN) -> str:
     if not flips:
         return f"{word} none"
-    shown = ", ".join(f"{f.label} ({f.baseline:.2g}->{f.candidate:.2g})" for f in flips[:shown_at_most])
+    shown = ", ".join(f"{_label(f.label)} ({f.baseline:.2g}->{f.candidate:.2g})" for f in flips[:shown_at_most])
     more = f" and {len(flips) - shown_at_most} more" if len(flips) > shown_at_most else ""
     return f"{word} {len(flips)}: {shown}{more}"
+
+
+def _label(label: str) -> str:
+    """A task as a list of them names it: an index as it is, an id quoted as Python writes a string,
+    so an id holding ``, `` or `` (`` reads as one id (``'a, b'``), and a newline cannot break the line."""
+    return label if label.isascii() and label.isdigit() else repr(label)
 
 
 def power_lines(group: str, variance: Variance, delta: float | None, correlation: float) -> list[str]:

@@ -88,8 +88,10 @@ class RewardRange:
     high: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
-            raise ValueError(f"a reward range needs finite LO < HI, got {self.low:g},{self.high:g}")
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError(f"a reward range is two finite numbers, got {self.low:g},{self.high:g}")
+        if self.low >= self.high:
+            raise ValueError(f"a reward range needs LO < HI, got {self.low:g},{self.high:g}")
 
     def __str__(self) -> str:
         return f"{self.low:g},{self.high:g}"
@@ -106,11 +108,15 @@ class RewardRange:
     @classmethod
     def parse(cls, text: str) -> RewardRange:
         """``LO,HI`` as options give it; ``ValueError`` in words otherwise."""
+        # Here, not at the top: the reporter imports this module in every session, pydantic with config.
+        from pytest_rollouts.config.values import finite_number
+
         parts = text.split(",")
         try:
-            low, high = (float(part) for part in parts)
-        except ValueError:
-            raise ValueError(f"a reward range is LO,HI (two numbers), got {text!r}") from None
+            low, high = (finite_number(part.strip()) for part in parts)
+        except ValueError as exc:
+            why = f": {exc}" if len(parts) == 2 else ""
+            raise ValueError(f"a reward range is LO,HI (two finite numbers), got {text!r}{why}") from None
         return cls(low, high)
 
 

@@ -9,7 +9,7 @@ A field a row reports as ``NaN`` is missing from that row, and one reported as a
 value like any other, as in NeMo Gym's default profile (``reward_profile.py``: pandas' ``mean``,
 ``median``, ``min``, ``max``, ``std`` skip NaN, and a statistic that comes out NaN is dropped):
 an infinite reward makes ``mean/reward`` infinite; a ``NaN`` reward leaves the rollout unscored.
-An infinite result is a ``NonFinite``, so the metrics file writes it as ``json.dumps`` would.
+An infinite result is a ``NonFinite``; the metrics file, strict JSON, writes it as ``null``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 A group's lazy ``group_level_metrics`` (``TaskEntries``) is built task by task as it is
 written, never held whole, and the file replaces the old one only once it is complete.
+
+It is strict JSON: a non-finite number (an infinite mean, a NaN a server's reply held) is
+``null``, which every reader of it takes as no value. ``NaN`` and ``Infinity``, which Python's
+``json`` writes and reads, are refused by ``jq``, JavaScript and most JSON tools.
 """
 
 from __future__ import annotations
@@ -78,4 +82,5 @@ def _metrics_chunks(entries: list[dict[str, Any]]) -> Iterator[bytes]:
 
 
 def _dumps(value: Any) -> bytes:
-    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Strict JSON, a non-finite number ``null`` (as every reader takes it: no value)."""
+    return dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, strict=True)

@@ -6,7 +6,9 @@ summary, the report, the gates and the exports, which format and compare it as n
 that does not have this shape (``"pass@1/reward": "0.5"``, a ``usage_summary`` without its
 counts) is refused whole, named, and the run's own metrics are computed instead, as for a server
 that failed to answer. A metrics file read back (the ``report`` command) holds what the run
-kept, or what an earlier version or a hand kept: there its odd values are left out and named.
+kept, or what an earlier version or a hand kept: there its odd values are left out and named,
+and so is a section the run itself writes (``statistics``, ``coverage``) that a hand changed
+into something else (a string, a one-number interval, a list where counts by class belong).
 """
 
 from __future__ import annotations
@@ -22,6 +24,25 @@ USAGE_COUNT = "num_rollouts"
 USAGE_TOTALS = ("input_tokens", "output_tokens", "total_tokens", "num_turns", "num_tool_calls")
 # How much of an odd value a message quotes.
 SHOWN_CHARS = 40
+# What a group's ``statistics`` (``scoring/run_statistics.py``) and each of its breakdowns' parts
+# hold: pairs of numbers, counts, numbers and words; None where undefined.
+STATISTICS = "statistics"
+PAIRS = ("reward_range", "ci_95/reward", "manski_bounds/reward", "rewards_outside_range")
+COUNTS = ("num_tasks", "num_rollouts_scored", "num_rollouts_unknown")
+SCALARS = ("mean/reward", "minimum_detectable_difference")
+WORDS = ("ci_method", "group_by")
+BREAKDOWNS = ("by_dataset", "by_field")
+# What each value, present, needs beside it to be said (``scoring/summary.py``), in a part of a
+# breakdown and, more, in the group's own statistics.
+PART_NEEDS = {"ci_95/reward": ("ci_method",), "mean/reward": ("num_rollouts_scored",)}
+NEEDS = {
+    **PART_NEEDS,
+    "manski_bounds/reward": ("reward_range", "num_rollouts_unknown", "num_rollouts_scored"),
+    "rewards_outside_range": ("reward_range",),
+}
+# A group's ``coverage`` (``Coverage.as_dict``): counts, and counts by class.
+COVERAGE = "coverage"
+BY_CLASS = ("missing_by_class", "failed_by_class")
 
 
 def odd_values(metrics: Mapping[str, Any]) -> list[str]:
@@ -46,10 +67,69 @@ def odd_values(metrics: Mapping[str, Any]) -> list[str]:
 
 
 def without_odd_values(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``metrics`` with each section that has an odd value left out, and what was odd."""
+    """``metrics`` (a metrics file's entry) with each section that has an odd value left out, and
+    what was odd: also in the sections the run writes itself."""
     odd = odd_values(metrics)
+    if STATISTICS in metrics:
+        odd += odd_statistics(metrics[STATISTICS])
+    if COVERAGE in metrics:
+        odd += odd_coverage(metrics[COVERAGE])
     sections = {said.partition(" ")[0].rstrip(":") for said in odd}
     return {name: value for name, value in metrics.items() if name not in sections}, odd
+
+
+def odd_statistics(values: Any, where: str = STATISTICS) -> list[str]:
+    """What in a group's ``statistics`` (or one part of a breakdown, ``where``) has not its shape."""
+    if not isinstance(values, Mapping):
+        return [f"{where}: {_shown(values)}, not an object"]
+    kinds = [(PAIRS, _pair, "two numbers"), (COUNTS, _count, "a count"), (SCALARS, _number, "a number")]
+    kinds.append((WORDS, lambda v: v is None or isinstance(v, str), "a word"))
+    odd = [
+        f"{where} {name}: {_shown(values[name])}, not {what}"
+        for names, fits, what in kinds
+        for name in names
+        if name in values and not fits(values[name])
+    ]
+    odd += [
+        f"{where} {name} without {', '.join(missing)}"
+        for name, needed in (NEEDS if where == STATISTICS else PART_NEEDS).items()
+        if values.get(name) is not None and (missing := [n for n in needed if values.get(n) is None])
+    ]
+    for name in BREAKDOWNS:
+        parts = values.get(name)
+        if parts is not None and not isinstance(parts, Mapping):
+            odd.append(f"{where} {name}: {_shown(parts)}, not an object")
+        elif parts:
+            odd.extend(
+                said for value, part in parts.items() for said in odd_statistics(part, f"{where} {name} {value}")
+            )
+    return odd
+
+
+def odd_coverage(values: Any) -> list[str]:
+    """What in a group's ``coverage`` has not its shape: counts, and counts by class."""
+    if not isinstance(values, Mapping):
+        return [f"{COVERAGE}: {_shown(values)}, not an object"]
+    odd = [
+        f"{COVERAGE} {name}: {_shown(value)}, not a count"
+        for name, value in values.items()
+        if name not in BY_CLASS and not _count(value)
+    ]
+    for name in BY_CLASS:
+        by_class = values.get(name)
+        if by_class is not None and not (isinstance(by_class, Mapping) and all(map(_count, by_class.values()))):
+            odd.append(f"{COVERAGE} {name}: {_shown(by_class)}, not counts by class")
+    return odd
+
+
+def _pair(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, list) and len(value) == 2 and all(v is not None and _number(v) for v in value)
+    )
+
+
+def _count(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
 
 
 def _number(value: Any) -> bool:

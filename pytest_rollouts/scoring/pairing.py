@@ -1,7 +1,9 @@
 """Two runs' tasks, read from their files and paired: the input of ``paired.compare``.
 
 A task is named by its ``task_id`` (or ``_ng_task_id``, an episode's) when every materialized row
-of the run has one, and otherwise by its ``_ng_task_index``. An index names the same task in two
+of the run has one and no two tasks of an agent share one, and otherwise by its ``_ng_task_index``.
+A run takes a dataset whose ids repeat (NeMo Gym does), so such ids are no refusal: they just
+name no task, and the run pairs by index like one without ids. An index names the same task in two
 runs only when they read the same datasets in the same order, so pairing by index first checks the
 run manifests' fingerprints (sha256 of each dataset file) and refuses runs over other data. Tasks
 only one run has are refused too, unless ``allow_partial``: a comparison over part of the tasks
@@ -40,6 +42,8 @@ class RunTasks:
     groups: dict[str, dict[str, TaskRewards]]
     by_id: bool  # tasks are named by a task id field, not by index
     fingerprint: tuple[str, ...] | None  # the datasets' sha256 in task order; None without a manifest
+    # Why its task ids name no task (one id on two tasks of an agent), or "".
+    repeated_id: str = ""
 
 
 def read_run(out: Path) -> RunTasks:
@@ -72,13 +76,24 @@ def read_run(out: Path) -> RunTasks:
         elif (reward := reward_of(row)) is not None and math.isfinite(reward):
             # An infinite reward has no difference to take: it counts as unknown, as a failure does.
             rewards[place].append(reward)
+    repeated = _repeated_id(labels) if by_id else ""
+    by_id = by_id and not repeated
     groups: defaultdict[str, dict[str, TaskRewards]] = defaultdict(dict)
     for (group, task), count in expected.items():
         label = labels[group, task] if by_id else str(task)
-        if label in groups[group]:
-            raise PairingError(f"{out}: task id {label!r} names two tasks of agent {group!r}; task ids must be unique")
         groups[group][label] = TaskRewards(label, tuple(rewards[group, task]), count)
-    return RunTasks(out, dict(groups), by_id, _fingerprint(paths))
+    return RunTasks(out, dict(groups), by_id, _fingerprint(paths), f"{out}: {repeated}" if repeated else "")
+
+
+def _repeated_id(labels: Mapping[tuple[str, int], str]) -> str:
+    """The first task id two tasks of an agent share, said with the tasks (``task id 'a' names tasks
+    0 and 3 of agent 'policy'``); "" when each names one task."""
+    seen: dict[tuple[str, str], int] = {}
+    for (group, task), label in sorted(labels.items(), key=lambda item: item[0][1]):
+        first = seen.setdefault((group, label), task)
+        if first != task:
+            return f"task id {label!r} names tasks {first} and {task} of agent {group!r}"
+    return ""
 
 
 def _fingerprint(paths: ArtifactPaths) -> tuple[str, ...] | None:
@@ -137,6 +152,9 @@ def pair_runs(
     if not groups:
         raise PairingError("the runs have no task in common (by agent and task); nothing to compare")
     how = "task id" if by_id else "task index"
+    repeated = baseline.repeated_id or candidate.repeated_id
+    if repeated:
+        how += f" (task ids repeat: {repeated})"
     if renamed:
         how += "; " + ", ".join(f"agent {b} (baseline) with {c} (candidate)" for b, c in sorted(renamed.items()))
     return Pairing(groups, left_out, how)
@@ -156,16 +174,19 @@ def _renamed(baseline: RunTasks, candidate: RunTasks, agents: Mapping[str, str])
 
 def _check_same_inputs(baseline: RunTasks, candidate: RunTasks) -> None:
     """Task indices pair only runs over the same datasets: the manifests' fingerprints must agree."""
+    repeated = baseline.repeated_id or candidate.repeated_id
+    ids = f"task ids cannot pair them ({repeated}), and " if repeated else ""
+    advice = "give each task a task_id of its own" if repeated else "give the dataset rows a task_id field"
     missing = [str(run.out) for run in (baseline, candidate) if run.fingerprint is None]
     if missing:
         raise PairingError(
-            f"no run manifest for {', '.join(missing)}: task indices cannot be shown to name the same tasks "
-            "in both runs; give the dataset rows a task_id field to pair by"
+            f"{ids}no run manifest for {', '.join(missing)}: task indices cannot be shown to name the same tasks "
+            f"in both runs; {advice} to pair by"
         )
     if baseline.fingerprint != candidate.fingerprint:
         raise PairingError(
-            "the runs read different datasets (their manifests' sha256 differ), so task indices name different "
-            "tasks; give the dataset rows a task_id field to pair by"
+            f"{ids}the runs read different datasets (their manifests' sha256 differ), so task indices name "
+            f"different tasks; {advice} to pair by"
         )
 
 

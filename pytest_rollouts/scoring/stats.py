@@ -2,8 +2,8 @@
 
 They follow NeMo Gym's pandas: an infinity among the values is a value like any other, and a
 statistic that is undefined (a spread of one value, an infinity's spread, infinities of both
-signs) is ``None`` rather than a number that would lie. An infinite result is a ``NonFinite``,
-so the metrics file writes it as ``json.dumps`` would.
+signs) is ``None`` rather than a number that would lie. An infinite result is a ``NonFinite``
+(the metrics file, strict JSON, writes it as ``null``).
 """
 
 from __future__ import annotations

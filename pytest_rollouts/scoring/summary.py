@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.resume import RETRYABLE_WITH_OPT_IN
@@ -120,18 +121,24 @@ def _mean_line(group: GroupScore) -> str | None:
     )
 
 
-def usage_line(usage: dict[str, float], perf: dict[str, float]) -> str:
-    """A group's tokens and turns: totals, means per rollout, and tokens per second of the run."""
+def usage_line(usage: dict[str, float | None], perf: dict[str, float | None]) -> str:
+    """A group's tokens and turns: totals, means per rollout, and tokens per second of the run. A
+    value that is none (``null`` in the metrics file, a server's NaN or infinity) is ``-``."""
     said = [
-        f"{usage.get('total_tokens', 0):,.0f} tokens ({usage.get('input_tokens', 0):,.0f} in, "
-        f"{usage.get('output_tokens', 0):,.0f} out; mean {usage.get('mean/total_tokens', 0):,.1f} per rollout)"
+        f"{_amount(usage.get('total_tokens', 0))} tokens ({_amount(usage.get('input_tokens', 0))} in, "
+        f"{_amount(usage.get('output_tokens', 0))} out; mean {_amount(usage.get('mean/total_tokens', 0), ',.1f')} "
+        "per rollout)"
     ]
     if "num_turns" in usage:
-        said.append(f"{usage['num_turns']:,.0f} turns (mean {usage['mean/num_turns']:.2f})")
+        said.append(f"{_amount(usage['num_turns'])} turns (mean {_amount(usage.get('mean/num_turns'), '.2f')})")
     if "total_tokens_per_second" in perf:
         total, out = perf["total_tokens_per_second"], perf.get("output_tokens_per_second", 0)
-        said.append(f"{total:,.0f} tokens/s ({out:,.0f} out)")
+        said.append(f"{_amount(total)} tokens/s ({_amount(out)} out)")
     return ", ".join(said)
+
+
+def _amount(value: float | None, spec: str = ",.0f") -> str:
+    return format(value, spec) if isinstance(value, int | float) and math.isfinite(value) else "-"
 
 
 def interval_line(agent: str, entry: object) -> list[str]:

@@ -60,8 +60,8 @@ def replaced_atomically(path: Path) -> Iterator[BinaryIO]:
 
 class NonFinite(float):
     """``NaN`` or an infinity read from JSON. orjson writes a plain float NaN as ``null``; this type
-    reaches ``dumps``' ``default``, which writes it back as ``json.dumps`` does. Code that computes
-    a non-finite value to be written (the metrics) makes it one of these too."""
+    reaches ``dumps``' ``default``, which writes it back as ``json.dumps`` does (``null`` in strict
+    JSON). Code that computes a non-finite value to be written (the metrics) makes it one of these too."""
 
     __slots__ = ()
 
@@ -94,7 +94,12 @@ def loads(raw: bytes) -> Any:
 
 
 def _exact(raw: bytes) -> Any:
-    value = json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    """``raw`` by Python's ``json``. Nested deeper than it recurses (orjson stops at 1024 levels
+    too), a value was a ``RecursionError``: a traceback where a bad row or reply is named."""
+    try:
+        value = json.loads(raw, parse_constant=NonFinite, parse_float=_float)
+    except RecursionError:
+        raise ValueError("nested too deeply (arrays or objects more than about 1000 levels in)") from None
     return _whole_characters(value) if _SURROGATE_ESCAPE.search(raw) else value
 
 
@@ -117,15 +122,19 @@ def _float(text: str) -> float:
     return NonFinite(value) if math.isinf(value) else value  # 1e400, as json reads it
 
 
-def dumps(value: Any, *, option: int = 0, default: Callable[[Any], Any] | None = None) -> bytes:
+def dumps(value: Any, *, option: int = 0, default: Callable[[Any], Any] | None = None, strict: bool = False) -> bytes:
     """``value`` as JSON: orjson's bytes, ``NonFinite`` values as ``json.dumps`` writes them, and a
     value orjson cannot write (an integer beyond 64 bits) by ``json`` instead. ``option``: orjson's
-    (only ``OPT_APPEND_NEWLINE`` is kept on the ``json`` path); ``default`` as orjson's."""
+    (only ``OPT_APPEND_NEWLINE`` is kept on the ``json`` path); ``default`` as orjson's.
+
+    ``strict``: strict JSON, every non-finite number ``null``, for a file any JSON reader must take
+    (the metrics file: ``jq``, JavaScript, a dashboard), where rows keep what Python's ``json`` wrote."""
+    fragment = _null if strict else _fragment
     try:
-        return orjson.dumps(value, default=_fragment if default is None else _then(default), option=option)
+        return orjson.dumps(value, default=fragment if default is None else _then(default, fragment), option=option)
     except TypeError as refused:
         try:
-            text = json.dumps(value, default=default, separators=(",", ":"))
+            text = json.dumps(_nulled(value) if strict else value, default=default, separators=(",", ":"))
         except (TypeError, ValueError):
             raise refused from None
         return text.encode() + (b"\n" if option & orjson.OPT_APPEND_NEWLINE else b"")
@@ -139,8 +148,25 @@ def _fragment(value: Any) -> orjson.Fragment | float:
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
 
 
-def _then(default: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: _fragment(value) if isinstance(value, NonFinite) else default(value)
+def _null(value: Any) -> float | None:
+    if isinstance(value, NonFinite):
+        return float(value) if math.isfinite(value) else None
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _nulled(node: Any) -> Any:
+    """``node`` with each non-finite float ``None``, for ``json`` (which writes them as ``NaN``)."""
+    if isinstance(node, float):
+        return node if math.isfinite(node) else None
+    if isinstance(node, dict):
+        return {key: _nulled(value) for key, value in node.items()}
+    if isinstance(node, list | tuple):
+        return [_nulled(value) for value in node]
+    return node
+
+
+def _then(default: Callable[[Any], Any], fragment: Callable[[Any], Any] = _fragment) -> Callable[[Any], Any]:
+    return lambda value: fragment(value) if isinstance(value, NonFinite) else default(value)
 
 
 def object_from(raw: bytes) -> dict[str, Any]:

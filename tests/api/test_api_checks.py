@@ -43,6 +43,26 @@ def test_a_config_error_never_shows_a_password_or_a_header_value(given: dict[str
     assert "hunter2pw" not in repr(CollectionConfig(input="data.jsonl", out="o/r.jsonl", agents={"p": SECRET_URL}))
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"agents": {"p": SECRET_URL}},
+        {"agent": [SECRET_URL, f"b={SECRET_URL}"]},
+        {"agents": {"p": "http://127.0.0.1:9"}, "model": SECRET_URL + "/v1"},
+        {"head_server": SECRET_URL},
+        {"agents": {"p": "http://127.0.0.1:9"}, "agent_header": [SECRET_HEADER]},
+    ],
+)
+def test_no_dump_or_repr_of_a_config_shows_a_password(given: dict[str, Any]) -> None:
+    """``model_dump_json()`` showed an agent's URL with its password, and repr a model's or head
+    server's: a config logged or saved with a script's would carry them. The URL itself stays."""
+    config = CollectionConfig(input="data.jsonl", out="o/r.jsonl", **given)
+    for shown in (repr(config), str(config), config.model_dump_json(), str(config.model_dump())):
+        assert "hunter2pw" not in shown and "s3cret" not in shown, shown
+    urls = [address.url for address in config.agent] + [config.model or "", config.head_server or ""]
+    assert any("hunter2pw" in url for url in urls) or config.agent_header
+
+
 def test_a_config_error_names_the_apis_fields() -> None:
     given = {"input": "data.jsonl", "out": "o/r.jsonl", "agents": {"p": "http://127.0.0.1:9"}}
     with pytest.raises(ValueError, match="fail_under needs the metrics that no_aggregate skips") as refused:

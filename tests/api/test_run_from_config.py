@@ -164,6 +164,24 @@ def test_a_stop_in_run_keeps_the_rows_lets_the_output_go_and_says_so_in_one_line
     assert 1 <= len(read_rows(out)) < 6
 
 
+def test_a_stop_in_run_before_any_row_says_none_is_kept(here: Path) -> None:
+    """Stopped during the health check, it said "the rows written so far are kept in out/r.jsonl"
+    of a run that sent nothing and has no such file."""
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=30)) as agent:
+        settings = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}}
+        script = f"import pytest_rollouts\npytest_rollouts.run({settings!r})\n"
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=here, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not agent.health_checks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert agent.requests == []
+    assert err.splitlines() == ["interrupted by SIGINT: before any row was written, so none is kept"], err
+    assert proc.returncode == 2
+    assert not (here / "out" / "r.jsonl").exists()
+
+
 def test_a_second_ctrl_c_while_it_scores_still_waits_for_the_scoring(here: Path) -> None:
     """A second Ctrl-C is asyncio.run's KeyboardInterrupt, and it cancels every task of the loop,
     the one ``asyncio.to_thread`` makes included: the wait for the scoring thread ended, the run let

@@ -1,6 +1,7 @@
 """What NeMo Gym's collector keeps (it reads replies with Python's ``json``), we keep: ``NaN`` and
 infinities, written back as ``json.dumps`` writes them, and integers of any size, exact in the
-request an agent gets and in every stored row."""
+request an agent gets and in every stored row. The metrics file is strict JSON: there a non-finite
+number is null."""
 
 from __future__ import annotations
 
@@ -59,10 +60,10 @@ def test_nan_infinity_and_big_integers_in_replies_are_kept_and_scored_as_nemo_gy
     [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     agent_metrics = group["agent_metrics"]
     assert (agent_metrics["mean/reward"], agent_metrics["min/reward"]) == (0.5, 0.0)
-    assert (agent_metrics["mean/logprob_sum"], agent_metrics["max/logprob_sum"]) == (float("-inf"), 1.5)
+    assert (agent_metrics["mean/logprob_sum"], agent_metrics["max/logprob_sum"]) == (None, 1.5)
     assert agent_metrics["std/logprob_sum"] is None
     assert (group["coverage"]["scored"], group["coverage"]["unrewarded"]) == (2, 1)
-    assert b"-Infinity" in (pytester.path / "out" / "r_aggregate_metrics.json").read_bytes()
+    orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())  # strict JSON
 
 
 def test_big_integers_in_dataset_rows_reach_the_agent_exactly_retries_included(pytester: pytest.Pytester) -> None:
@@ -85,7 +86,8 @@ def test_big_integers_in_dataset_rows_reach_the_agent_exactly_retries_included(p
 
 
 def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_score(pytester: pytest.Pytester) -> None:
-    """Its metrics are written as it sent them; a NaN mean/reward passes no --rollouts-fail-under."""
+    """Its metrics are written as it sent them, a non-finite number as null (strict JSON); a NaN
+    mean/reward passes no --rollouts-fail-under."""
     write_rows(pytester.path / "data.jsonl", tasks(3))
     reply = json.dumps({"key_metrics": {"mean/reward": float("nan")}, "agent_metrics": {"max/x": float("inf")}})
     with ScriptedAgent(aggregate=lambda body: Reply(raw=reply.encode())) as agent:
@@ -93,8 +95,8 @@ def test_a_metrics_server_reply_with_nan_is_kept_and_a_nan_mean_reward_is_no_sco
     assert result.returncode == 7, result.stdout + result.stderr
     assert "EVAL FAILED: no mean/reward in the metrics to compare with --rollouts-fail-under 0.5." in result.stdout
     text = (pytester.path / "out" / "r_aggregate_metrics.json").read_text()
-    assert '"mean/reward":NaN' in text and '"max/x":Infinity' in text
-    assert json.loads(text)[0]["metrics_source"] == "server"
+    assert '"mean/reward":null' in text and '"max/x":null' in text
+    assert orjson.loads(text)[0]["metrics_source"] == "server"
     # The report reads the metrics file as the run wrote it (orjson refused the NaN: exit 4).
     assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "r.html")]) == 0
 
@@ -116,7 +118,7 @@ def test_a_field_with_infinities_of_both_signs_has_no_mean_and_scoring_goes_on(p
     [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
     metrics = group["agent_metrics"]
     assert metrics["mean/logprob_sum"] is None and metrics["std/logprob_sum"] is None
-    assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (float("-inf"), float("inf"))
+    assert (metrics["min/logprob_sum"], metrics["max/logprob_sum"]) == (None, None)  # infinities, as null
 
 
 HALF = "\ud83d"  # half an emoji: a lone surrogate, which Python's json reads and no UTF-8 text can hold
@@ -161,3 +163,34 @@ def test_a_lone_surrogate_the_run_accepts_every_later_command_reads(
     ):
         assert main(command) == 0, capsys.readouterr()
     assert "Traceback" not in capsys.readouterr().err
+
+
+DEEP = b"[" * 5000 + b"]" * 5000  # deeper than Python's json recurses (orjson stops at 1024 levels)
+
+
+def test_json_nested_too_deeply_is_bad_input_named_never_a_recursion_error(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset row, an agent's reply or a metrics file nested 5000 levels deep: orjson refused it
+    and Python's json, tried next, raised RecursionError (a collection error with its traceback, a
+    report that crashed)."""
+    with pytest.raises(ValueError, match="depth limit exceeded"):
+        loads(DEEP)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads(b'{"seed": 12345678901234567890123, "a": ' + DEEP + b"}")  # a long number goes to json first
+    (pytester.path / "deep.jsonl").write_bytes(b'{"a": ' + DEEP + b', "responses_create_params": {"input": "q"}}\n')
+    result = run_rollouts(pytester, "deep.jsonl", "--rollouts-agent=http://127.0.0.1:9")
+    assert "deep.jsonl:1: not valid JSON (depth limit exceeded" in result.stdout.str()
+    assert "RecursionError" not in result.stdout.str() + result.stderr.str()
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    with ScriptedAgent(lambda row, seen: Reply(raw=b'{"reward": 1.0, "trace": ' + DEEP + b"}")) as agent:
+        result = subprocess_run(pytester.path, agent.url, "--rollouts-retries=0")
+    assert "RecursionError" not in result.stdout + result.stderr
+    failures = Artifacts(pytester.path).failures
+    assert {row["_ng_failure_class"] for row in failures} == {"agent_run_error"}
+    assert all("not valid JSON (depth limit exceeded" in row["_ng_failure_message"] for row in failures)
+    metrics = pytester.path / "out" / "r_aggregate_metrics.json"
+    metrics.write_bytes(DEEP)
+    capsys.readouterr()
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "r.html")]) == 4
+    assert "r_aggregate_metrics.json: not valid JSON (depth limit exceeded" in capsys.readouterr().err

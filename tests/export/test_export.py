@@ -26,7 +26,7 @@ from pytest_rollouts.export.exports import export_run
 from pytest_rollouts.export.to_mlflow import mlflow_name
 from pytest_rollouts.net.auth import Redactor
 
-from ..agents import ScriptedAgent
+from ..agents import Reply, ScriptedAgent
 from ..helpers import QUIET, read_rows, tasks, write_rows
 
 EXPERIMENT = "evals"
@@ -258,3 +258,38 @@ def test_wandb_offline_gets_the_metrics_the_coverage_and_the_metrics_file(
     assert f"rollouts: wandb: logged run in {run_dir} (offline; wandb sync uploads it)" in result.stdout.lines
     [exit_record] = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
     assert exit_record.exit_code == 0
+
+
+ODD_NAMES = {"a//b": 1.0, "/lead": 2.0, "x" * 300: 3.0, "a/b": 4.0, "ok": 5.0, "half\ud83d": 6.0}
+
+
+def test_metric_names_mlflow_refuses_are_renamed_or_left_out_and_the_rest_is_logged(
+    pytester: pytest.Pytester, mlruns: str
+) -> None:
+    """One name MLflow refuses (``a//b``, ``/lead``, over 250 characters, an agent named ``..``)
+    failed the whole export. A lone surrogate (half an emoji) failed it too."""
+    write_rows(pytester.path / "data.jsonl", [{**row, "agent_ref": {"name": ".."}} for row in tasks(3)])
+    body = orjson.dumps({"key_metrics": {k: v for k, v in ODD_NAMES.items() if "\ud83d" not in k}})
+    body = body[:-2] + b',"half\\ud83d":6.0}}'  # as Python's json writes it: orjson refuses to
+    with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
+        result = pytester.runpytest_subprocess(
+            *QUIET,
+            "data.jsonl",
+            f"--rollouts-agent=..={agent.url}",
+            "--rollouts-out=out/r.jsonl",
+            f"--rollouts-mlflow={EXPERIMENT}",
+        )
+    assert result.ret == 0, result.stdout.str()
+    [logged] = mlflow_runs(mlruns)
+    metrics = logged.data.metrics
+    assert {name: metrics[name] for name in ("__/a/b", "__/lead", "__/ok", "__/half_")} == {
+        "__/a/b": 1.0,
+        "__/lead": 2.0,
+        "__/ok": 5.0,
+        "__/half_": 6.0,
+    }
+    assert metrics["run/coverage/scored"] == 3
+    [line] = [line for line in result.stdout.lines if line.startswith("rollouts: mlflow")]
+    assert line.startswith(f"rollouts: mlflow: logged run {logged.info.run_id} in experiment '{EXPERIMENT}'; ")
+    assert "'../a//b' as '__/a/b'" in line and "'..//lead' as '__/lead'" in line, line
+    assert "'../a/b' (the same MLflow name as '../a//b')" in line and "(over 250 characters)" in line, line

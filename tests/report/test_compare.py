@@ -115,7 +115,19 @@ def test_runs_over_other_data_are_refused_by_index_and_paired_by_task_id(
     code, out, err = cli(capsys, "compare", "base2/r.jsonl", "cand2/r.jsonl")
     assert code == 0, err
     assert "paired by task id" in out and "candidate - baseline +0.2500" in out
-    assert "broke 1: t4 (1->0)" in out
+    assert "broke 1: 't4' (1->0)" in out
+
+
+def test_a_flip_list_quotes_task_ids(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    """Unquoted, the id ``a, b`` read as two tasks, and one holding a newline broke the line."""
+    names = {1: "a, b", 3: "c (0->1)", 6: "line\nbreak"}
+    rows = [{"n": n, "task_id": names.get(n, f"t{n}"), "responses_create_params": {"input": "q"}} for n in range(12)]
+    write_rows(pytester.path / "data.jsonl", rows)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "fixed 4: 'a, b' (0->1), 'c (0->1)' (0->1), 'line\\nbreak' (0->1), 't9' (0->1); broke 1: 't4' (1->0)" in out
 
 
 def test_unpaired_tasks_are_refused_unless_allow_partial_says_how_many(
@@ -194,14 +206,39 @@ def test_pairing_by_index_needs_both_manifests(pytester: pytest.Pytester, capsys
     assert "no run manifest for cand/r.jsonl: task indices cannot be shown to name the same tasks" in err
 
 
-def test_a_task_id_on_two_tasks_is_refused(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
-    ids = ["same", "same", "t2", "t3"]
+@pytest.mark.parametrize(
+    ("ids", "repeated"),
+    [
+        (["same", "same"], "task id 'same' names tasks 0 and 1 of agent 'default'"),
+        # Two lone surrogates (halves of emoji) read back as one U+FFFD.
+        (["\ud800", "\udc00"], "names tasks 0 and 1 of agent 'default'"),
+    ],
+)
+def test_task_ids_that_repeat_pair_by_index_and_every_command_reads_the_run(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], ids: list[str], repeated: str
+) -> None:
+    """The run takes a dataset whose task ids repeat, as NeMo Gym does; compare, power, report
+    --baseline and --rollouts-baseline refused its files ("task ids must be unique")."""
     rows = [{"n": n, "task_id": task_id, "responses_create_params": {"input": "q"}} for n, task_id in enumerate(ids)]
-    write_rows(pytester.path / "data.jsonl", rows)
+    rows += [{"n": n, "task_id": f"t{n}", "responses_create_params": {"input": "q"}} for n in range(2, 12)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     collect(pytester, "base/r.jsonl", BASELINE)
-    code, _, err = cli(capsys, "compare", "base/r.jsonl", "base/r.jsonl")
+    collect(pytester, "cand/r.jsonl", BETTER, "--rollouts-baseline=base/r.jsonl")
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
+    assert code == 0, err
+    assert "paired by task index (task ids repeat: base/r.jsonl: " in out and repeated in out, out
+    assert "12 tasks" in out, out
+    assert cli(capsys, "power", "base/r.jsonl")[0] == 0
+    code, _, err = cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "page.html")
+    assert code == 0 and "cannot compare" not in (pytester.path / "page.html").read_text(), err
+    # Over other datasets, indices name other tasks: refused, the repeated id named.
+    rows.append({"n": 0, "task_id": "t12", "responses_create_params": {"input": "q"}})
+    (pytester.path / "more.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    collect(pytester, "more/r.jsonl", [*BETTER, 1.0], data="more.jsonl")
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "more/r.jsonl", "--allow-partial")
     assert code == 8
-    assert "task id 'same' names two tasks of agent 'default'; task ids must be unique" in err
+    assert "task ids cannot pair them (base/r.jsonl: " in err and repeated in err, err
+    assert "give each task a task_id of its own to pair by" in err, err
 
 
 def test_a_path_that_is_no_run_is_a_usage_error(pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
@@ -268,7 +305,7 @@ def test_task_ids_of_digits_int_refuses_pair_in_compare_report_and_a_run(
     collect(pytester, "cand/r.jsonl", [0.0] * 6, "--rollouts-baseline=base/r.jsonl")
     code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl")
     assert code == 0, err
-    assert "broke 6: 10 (1->0), 9 (1->0), t1 (1->0), ² (1->0), ٣ (1->0) and 1 more" in out
+    assert "broke 6: 10 (1->0), 9 (1->0), 't1' (1->0), '²' (1->0), '٣' (1->0) and 1 more" in out
     assert cli(capsys, "report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "-o", "r.html")[0] == 0
 
 
@@ -382,3 +419,19 @@ def test_rewards_near_the_float_limit_are_scored_compared_and_sized_without_a_tr
     collect(pytester, "small/r.jsonl", BASELINE)
     code, _, err = cli(capsys, "power", "small/r.jsonl", "--delta", "1e-300")
     assert code == 4 and "--delta 1e-300: default: detecting 1e-300 needs more tasks than a float can count" in err
+
+
+def test_a_json_path_that_is_a_directory_is_refused_before_comparing_and_a_new_folder_made(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json DIR printed the whole comparison, then failed (exit 1); a missing folder failed too,
+    where the report's -o makes it."""
+    dataset(pytester)
+    collect(pytester, "base/r.jsonl", BASELINE)
+    collect(pytester, "cand/r.jsonl", BETTER)
+    code, out, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "base")
+    assert (code, out) == (4, ""), err
+    assert "--json: base is a directory; name the JSON file in it" in err
+    code, _, err = cli(capsys, "compare", "base/r.jsonl", "cand/r.jsonl", "--json", "new/folder/c.json")
+    assert code == 0, err
+    assert json.loads((pytester.path / "new" / "folder" / "c.json").read_text())["groups"]

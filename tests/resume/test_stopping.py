@@ -14,8 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +21,9 @@ import pytest
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import Artifacts, one_rollout_dispatcher, pytest_command, run_rollouts, tasks, write_rows
+from .stops import BOUND_S, assert_no_traceback, engines, finish, gone, session, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-# Longer than any prompt stop takes, far shorter than what a hang would: a session still running
-# then has hung.
-BOUND_S = 45
-
 # Finds this pytest's dispatcher process among its children.
 FIND_ENGINE = """
 import os, signal
@@ -46,67 +41,6 @@ def engine_pid():
             return int(proc.name)
     raise AssertionError("no dispatcher process")
 """
-
-
-@contextmanager
-def session(cwd: Path, command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """A pytest session in a process group of its own, as a shell runs a job: a signal to the group
-    is what Ctrl-C at a terminal sends. Whatever is left of it at the end is killed."""
-    # Unbuffered: a test reading lines as they come leaves nothing in a buffer ``communicate`` skips.
-    proc = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env, bufsize=0
-    )
-    try:
-        yield proc
-    finally:
-        for pid in _engines(cwd):
-            _kill(pid, signal.SIGCONT)
-            _kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
-
-def _engines(cwd: Path) -> list[int]:
-    path = cwd / "engine.pid"
-    return [int(path.read_text())] if path.exists() and path.read_text() else []
-
-
-def _kill(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.02)
-
-
-def finish(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
-    """Its output once it ended; a session still running after ``BOUND_S`` has hung."""
-    try:
-        out, err = proc.communicate(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the session did not end within {BOUND_S} s of the stop")
-    return out.decode(), err.decode()
-
-
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
-
-
-def assert_no_traceback(*texts: str) -> None:
-    for text in texts:
-        for mark in ("Traceback", "Fatal Python error", "a bug in the dispatcher", "INTERNALERROR"):
-            assert mark not in text, text
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
@@ -127,11 +61,11 @@ def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytest
     with ScriptedAgent() as agent:
         command = pytest_command(agent.url, "--rollouts-repeats=4")
         with session(pytester.path, command) as proc:
-            wait_for(lambda: bool(_engines(pytester.path)), "the dispatcher was stopped")
+            wait_for(lambda: bool(engines(pytester.path)), "the dispatcher was stopped")
             time.sleep(0.5)  # pytest goes on to write the plan, and blocks
             os.killpg(proc.pid, stop)
             out, err = finish(proc)
-            [engine] = _engines(pytester.path)
+            [engine] = engines(pytester.path)
             wait_for(lambda: gone(engine), "the dispatcher process ended")
         assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
@@ -264,7 +198,7 @@ def test_ctrl_c_while_the_dispatcher_starts_up_leaves_it_quiet(pytester: pytest.
     with ScriptedAgent() as agent:
         with session(pytester.path, pytest_command(agent.url), env) as proc:
             _, err = finish(proc)  # the dispatcher's output comes on this stderr too, until it ends
-            [engine] = _engines(pytester.path)
+            [engine] = engines(pytester.path)
             wait_for(lambda: gone(engine), "the dispatcher process ended")
         assert agent.requests == []
     for mark in ("Fatal Python error", "pytest_rollouts/engine.py", "runpy"):

@@ -91,3 +91,65 @@ def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: 
     page = (tmp_path / "report.html").read_text()
     assert "left out of the metrics file" in page and "key_metrics pass@1/reward" in page
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("section", "change", "named"),
+    [
+        ("statistics", lambda e: "hand-written", "statistics: 'hand-written', not an object"),
+        ("statistics", lambda e: {**e, "manski_bounds/reward": [0.5]}, "statistics manski_bounds/reward: [0.5]"),
+        ("statistics", lambda e: {**e, "ci_95/reward": ["a", "b"]}, "statistics ci_95/reward: ['a', 'b']"),
+        ("statistics", lambda e: {**e, "reward_range": [1]}, "statistics reward_range: [1], not two numbers"),
+        ("statistics", lambda e: {**e, "by_dataset": {"d": "x"}}, "statistics by_dataset d: 'x', not an object"),
+        ("coverage", lambda e: {**e, "failed_by_class": ["a"]}, "coverage failed_by_class: ['a'], not counts"),
+        ("coverage", lambda e: {**e, "failed_by_class": {"a": "x"}}, "coverage failed_by_class: {'a': 'x'}"),
+        ("coverage", lambda e: {**e, "missing_by_class": [1]}, "coverage missing_by_class: [1], not counts"),
+        ("coverage", lambda e: {**e, "expected": "6"}, "coverage expected: '6', not a count"),
+    ],
+)
+def test_report_leaves_out_a_run_written_section_a_hand_changed_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, change: Any, named: str
+) -> None:
+    """``statistics`` a string, an interval of one value, ``failed_by_class`` a list: tracebacks."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        assert subprocess_run(tmp_path, agent.url).returncode == 0
+    metrics = tmp_path / "out" / "r_aggregate_metrics.json"
+    [entry] = orjson.loads(metrics.read_bytes())
+    entry[section] = change(entry[section])
+    metrics.write_bytes(orjson.dumps([entry]))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    page = (tmp_path / "report.html").read_text()
+    assert "left out of the metrics file" in page and named in page
+    # The rest is reported: the mean and the coverage, rescored from the rows where the file's is odd.
+    assert "3 of 3 rollouts scored" in page and "mean reward 0.6667" in page
+
+
+def test_the_metrics_file_is_strict_json_and_report_reads_its_nulls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server's NaN and infinities were written back bare (``NaN``, ``Infinity``: no JSON to jq,
+    JavaScript or orjson); as null, ``report`` formatted them and crashed (a traceback)."""
+    write_rows(tmp_path / "data.jsonl", tasks(3))
+    body = (
+        b'{"agent_metrics": {"mean/reward": NaN, "x": Infinity}, "key_metrics": {"mean/reward": 0.5, "y": -Infinity},'
+        b' "usage_summary": {"num_rollouts": 3, "total_tokens": Infinity, "mean/total_tokens": NaN, "num_turns": NaN,'
+        b' "mean/num_turns": Infinity}, "perf_summary": {"total_tokens_per_second": NaN}}'
+    )
+    with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
+        result = subprocess_run(tmp_path, agent.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    written = (tmp_path / "out" / "r_aggregate_metrics.json").read_bytes()
+    [entry] = orjson.loads(written)  # orjson takes strict JSON only
+    assert entry["agent_metrics"] == {"mean/reward": None, "x": None}
+    assert entry["key_metrics"] == {"mean/reward": 0.5, "y": None}
+    assert entry["usage_summary"]["total_tokens"] is None and entry["perf_summary"]["total_tokens_per_second"] is None
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    page = (tmp_path / "report.html").read_text()
+    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in page
+    # The session says the same of the same values: no value, not nan or inf.
+    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in result.stdout
