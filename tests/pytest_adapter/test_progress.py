@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
-from pytest_rollouts.pytest.report import ELAPSED, REWARDS, Tally
+from pytest_rollouts.pytest.properties import ELAPSED, REWARDS
+from pytest_rollouts.pytest.tally import Tally
 from pytest_rollouts.rows.masking import MaskingCounts
-from pytest_rollouts.scoring.metrics import latency_summary
+from pytest_rollouts.scoring.perf import latency_summary
 
 from ..agents import Reply, ScriptedAgent, verifier
 from ..helpers import pytest_command, run_rollouts, tasks, write_rows
