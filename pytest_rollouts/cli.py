@@ -21,9 +21,10 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 
@@ -31,23 +32,24 @@ from pytest_rollouts.cli_compare import add_comparison_commands, compare_command
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.layers import SettingsError, combine_layers
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.config.values import AgentHeader
+from pytest_rollouts.lifecycle.refusal import Refusal
+from pytest_rollouts.lifecycle.stages import RunLifecycle
 from pytest_rollouts.net.address import without_password
-from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.options import OPTION
-from pytest_rollouts.pacing import paced
-from pytest_rollouts.plan.files import put_back, start_notices
+from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.report.command import add_report_command, report_command
-from pytest_rollouts.scoring.accounting import ScoringPolicy
-from pytest_rollouts.scoring.aggregate import score_run
-from pytest_rollouts.scoring.configured import compare_with_baseline, statistics_options
 from pytest_rollouts.scoring.gate import EXIT_INCOMPLETE, Gate
 from pytest_rollouts.scoring.merge import MergeError, OutputIsInput, check, find_inputs, load_shards, write_merged
 from pytest_rollouts.scoring.summary import score_lines
-from pytest_rollouts.scoring.verdict import RunEnd, judge_run
+from pytest_rollouts.scoring.verdict import RunEnd
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import OutputBusy, RunLock
+
+if TYPE_CHECKING:
+    from pytest_rollouts.rows.manifest import RunManifest
+    from pytest_rollouts.scoring.aggregate import RunScore
+    from pytest_rollouts.store.artifacts import RunStart
 
 EXIT_NOT_ONE_RUN = 8
 # The run's statistics options, by settings name: the merged run is scored, compared and gated as
@@ -127,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     merge = commands.add_parser("aggregate", help="merge shard outputs (or rescore one run) and score them as one run")
     COMMANDS["aggregate"] = merge
+    _add_merge_options(merge)
+    _add_scoring_options(merge)
+    add_comparison_commands(commands)
+    add_report_command(commands)
+    COMMANDS.update(commands.choices)
+    return parser
+
+
+def _add_merge_options(merge: argparse.ArgumentParser) -> None:
+    """What ``aggregate`` merges, where to, and what it takes on trust."""
     merge.add_argument(
         "--input",
         action="append",
@@ -152,7 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="take inputs without a run manifest (NeMo Gym's) as the whole run, so --require-complete can pass; "
         "nothing then proves that no shard is missing",
     )
-    # The scoring options mean here what they mean in a run: their metavars and help are the run's.
+
+
+def _add_scoring_options(merge: argparse.ArgumentParser) -> None:
+    """The scoring options mean here what they mean in a run: their metavars and help are the run's."""
     merge.add_argument(
         "--count-as-zero",
         action="append",
@@ -203,74 +218,84 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {OPTION['timeout'].shown_default}), "
         "as --rollouts-timeout in a run; past it, metrics are computed locally",
     )
-    add_comparison_commands(commands)
-    add_report_command(commands)
-    COMMANDS.update(commands.choices)
-    return parser
 
 
 def aggregate(args: argparse.Namespace) -> int:
     try:
-        out, settings, headers = _validated(args)
+        out, settings = _validated(args)
     except ValueError as exc:  # the message never echoes a header's value
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # It writes a run's artifacts, so it holds the output as a run does: it never overwrites a
     # run in progress, nor does a run start on files it is writing.
     lock = RunLock(out.lock, out.out, "--out")
+    life = RunLifecycle(out, lock=lock)
     try:
-        inputs = find_inputs(args.input, out.out)
-        for path in inputs:  # a shard still being written would merge as a smaller run
-            busy = RunLock(ArtifactPaths(path).lock, path, "--input").busy()
-            if busy:
-                raise OutputBusy(busy)
-        shards = load_shards(inputs)
-        manifest, problems = check(shards)
-        if problems:
-            raise MergeError("\n".join(f"  - {p}" for p in problems))
-        try:
-            lock.acquire(uuid.uuid4().hex)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
-        start = out.start_run(uuid.uuid4().hex, resume=False, overwrite=args.overwrite)
-        try:
-            write_merged(shards, manifest, out)
-        except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
-            raise ArtifactError(f"{exc}{put_back(out, start, resuming=False)}") from None
-        out.discard(start)
-        counted = frozenset(c.strip() for value in args.count_as_zero for c in value.split(",") if c.strip())
-        policy = ScoringPolicy(counted, args.count_missing_as_zero)
-        with paced():
-            score = score_run(
-                out,
-                policy,
-                agent_url=lambda name: settings.named_agent_urls.get(name, settings.default_agent_url),
-                agent_headers=lambda name: headers_for(headers, name),
-                write_metrics=True,
-                timeout=settings.timeout,
-                statistics=statistics_options(settings),
-                baseline=compare_with_baseline(settings),
-            )
+        merged = _merge(args, settings, life)
     except (OutputBusy, OutputIsInput) as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except MergeError as exc:
         print(f"pytest-rollouts aggregate: the inputs do not form one run:\n{exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
-    except JsonlError as exc:
+    except JsonlError as exc:  # a row that cannot be read: the inputs are no run
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_NOT_ONE_RUN
+    except Refusal as refusal:  # a row the score cannot read, or an output that cannot be prepared
+        print(f"pytest-rollouts aggregate: {refusal}", file=sys.stderr)
+        return EXIT_NOT_ONE_RUN if refusal.where == "score" else EXIT_UNWRITABLE
     except ArtifactError as exc:
         print(f"pytest-rollouts aggregate: {exc}", file=sys.stderr)
         return EXIT_UNWRITABLE
     finally:
         lock.release()
-    print(f"merged {len(shards)} input{'' if len(shards) == 1 else 's'} into {out.out}")
-    for notice in start_notices(start, out.out, resume=None, overwrite="--overwrite"):
+    return _conclude(args, settings, life, merged)
+
+
+@dataclass(frozen=True)
+class _Merged:
+    inputs: int
+    manifest: RunManifest | None
+    start: RunStart
+    score: RunScore
+
+
+def _merge(args: argparse.Namespace, settings: Settings, life: RunLifecycle) -> _Merged:
+    """The lifecycle with the merge as the run's plan and its rows at once: the inputs checked to
+    form one run, the output taken (an earlier one moved aside), the merge written, then scored."""
+    out, lock = life.paths, life.lock
+    assert lock is not None
+    inputs = find_inputs(args.input, out.out)
+    for path in inputs:  # a shard still being written would merge as a smaller run
+        busy = RunLock(ArtifactPaths(path).lock, path, "--input").busy()
+        if busy:
+            raise OutputBusy(busy)
+    shards = load_shards(inputs)
+    manifest, problems = check(shards)
+    if problems:
+        raise MergeError("\n".join(f"  - {p}" for p in problems))
+    try:
+        lock.acquire(uuid.uuid4().hex)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
+    start = life.take(uuid.uuid4().hex, resuming=False, overwrite=args.overwrite)
+    try:
+        write_merged(shards, manifest, out)
+    except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left
+        raise ArtifactError(f"{exc}{life.put_back()}") from None
+    life.sent()
+    return _Merged(len(shards), manifest, start, life.score(settings, agent_url=partial(_metrics_url, settings)))
+
+
+def _conclude(args: argparse.Namespace, settings: Settings, life: RunLifecycle, merged: _Merged) -> int:
+    """What the merge did and its score, printed; the verdict of its gates, its exit status."""
+    out, score = life.paths, merged.score
+    print(f"merged {merged.inputs} input{'' if merged.inputs == 1 else 's'} into {out.out}")
+    for notice in start_notices(merged.start, out.out, resume=None, overwrite="--overwrite"):
         print(notice)
-    if manifest is None:
+    if merged.manifest is None:
         print(UNPROVEN)
-    for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=counted):
+    for line in score_lines(score, str(out.failures), "--count-as-zero", count_as_zero=settings.count_as_zero):
         print(line)
     if score.metrics_error:  # as any artifact the merge cannot write: 1, whatever the gate
         print(f"pytest-rollouts aggregate: {score.metrics_error}", file=sys.stderr)
@@ -283,9 +308,9 @@ def aggregate(args: argparse.Namespace) -> int:
         fail_under_option="--fail-under",
         gate_on=settings.gate_on,
     )
-    verdict = judge_run(score, RunEnd(), gate)
-    if manifest is None and args.require_complete and not args.trust_shards and verdict.exit_code != EXIT_INCOMPLETE:
-        # As the gate puts completeness before the threshold.
+    verdict = life.conclude(score, RunEnd(), gate)
+    unproven = merged.manifest is None and args.require_complete and not args.trust_shards
+    if unproven and verdict.exit_code != EXIT_INCOMPLETE:  # as the gate puts completeness before the threshold
         verdict = replace(verdict, exit_code=EXIT_INCOMPLETE, problems=(UNPROVEN_REFUSED,))
     for measure in verdict.measures:  # what each gate compared, passed or not
         print(measure)
@@ -294,7 +319,7 @@ def aggregate(args: argparse.Namespace) -> int:
     return verdict.exit_code
 
 
-def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple[AgentHeader, ...]]:
+def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings]:
     """The options a run has too, checked by the run's own rules before anything is read or
     written, so the merge refuses what the run refuses: an ``--out`` not named ``<stem>.jsonl``
     would get sidecars named after a stem that another run's may already use, and a bad
@@ -302,9 +327,11 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
     wrong.
 
     Headers combine as a run's do: the environment's, then ``--agent-header`` replacing any
-    with the same agent and name, and one header given twice within one of them is refused."""
+    with the same agent and name, and one header given twice within one of them is refused.
+    The settings carry them, and the scoring policy, so the merged run is scored as a run is."""
     try:
         given = {"out": args.out, "agent": args.agent, "fail_under": args.fail_under, "timeout": args.timeout}
+        given.update(count_as_zero=args.count_as_zero, count_missing_as_zero=args.count_missing_as_zero)
         given.update({name: getattr(args, name) for name in STATISTICS_OPTIONS})
         flags = {name: "--" + name.replace("_", "-") for name in given}
         settings = Settings.model_validate(
@@ -321,7 +348,12 @@ def _validated(args: argparse.Namespace) -> tuple[ArtifactPaths, Settings, tuple
         headers = combine_layers("agent_header", given)[0] if given else ()
     except SettingsError as exc:
         raise ValueError(str(exc)) from None
-    return ArtifactPaths(out), settings, headers
+    return ArtifactPaths(out), settings.model_copy(update={"agent_header": headers})
+
+
+def _metrics_url(settings: Settings, name: str) -> str | None:
+    """Where a group's ``/aggregate_metrics`` lives: its ``--agent``, else the one for every group."""
+    return settings.named_agent_urls.get(name, settings.default_agent_url)
 
 
 if __name__ == "__main__":

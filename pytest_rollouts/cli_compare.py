@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from pytest_rollouts.config.fields import need_gate
 from pytest_rollouts.config.output_values import run_file_clash
 from pytest_rollouts.config.values import finite_number
 from pytest_rollouts.options import OPTION
@@ -106,8 +107,7 @@ def compare_command(args: argparse.Namespace) -> int:
         reward_range = RewardRange.parse(args.reward_range)
         if args.max_regression is not None and args.max_regression < 0:
             raise ValueError(f"--max-regression: must be at least 0, got {args.max_regression:g}")
-        if args.gate_scored_only and args.max_regression is None:
-            raise ValueError("--gate-scored-only says how --max-regression judges: give it DELTA")
+        need_gate(args.gate_scored_only, args.max_regression, "--gate-scored-only", "--max-regression")
         agents = dict(_agent_pair(value) for value in args.pair)
     except ValueError as exc:
         return _usage("compare", exc)

@@ -16,7 +16,8 @@ import pytest
 
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
-from pytest_rollouts.pytest.stash import DIST, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+from pytest_rollouts.pytest.role import decide_role, role
+from pytest_rollouts.pytest.stash import DIST, ENDING_KEY, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
@@ -100,11 +101,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
     _refuse_unknown_ini(config)
+    decide_role(config)
     if _configured(config):
         from pytest_rollouts.pytest.session import RolloutRun
 
         run = RolloutRun.get(config)
-        run.configure()
+        # An xdist controller never dispatches, so it starts no dispatcher process.
+        run.configure(warm=role(config).dispatches and _asked_on_command_line(config))
         _refuse_dist(config)
         _hold_on_controller(config, run)
 
@@ -124,7 +127,7 @@ def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
     (its workers join it): one that collected nothing cannot know yet whether its workers will
     prepare the files. A session that only collects writes nothing."""
     only_looks = config.option.collectonly or config.option.help
-    if not config.getoption("numprocesses", None) or hasattr(config, "workerinput") or only_looks:
+    if not role(config).controller or only_looks:
         return
     import uuid
 
@@ -135,6 +138,14 @@ def _hold_on_controller(config: pytest.Config, run: RolloutRun) -> None:
         hold(config, run.paths, config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex), shared=True)
     except OutputBusy as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _asked_on_command_line(config: pytest.Config) -> bool:
+    """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
+    may belong to a repository whose everyday test runs collect no dataset."""
+    if any(str(arg).split("::")[0].endswith(".jsonl") for arg in config.args):
+        return True
+    return any(config.getoption("rollouts_" + option.name) not in (None, []) for option in OPTIONS)
 
 
 def _configured(config: pytest.Config) -> bool:
@@ -190,6 +201,15 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[DIST] = node.config.getoption("dist")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On an xdist controller: what a worker that went down said of its part."""
+    if role(node.config).controller:
+        from pytest_rollouts.pytest.finish import hear_worker
+
+        hear_worker(node.config, node)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if RUN_KEY in config.stash:
@@ -222,7 +242,7 @@ def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
     anything pytest's loop would refuse to run (collection errors, ``--co``) is left to it.
     """
     run = session.config.stash.get(RUN_KEY, None)
-    if run is not None and hasattr(session.config, "workerinput"):
+    if run is not None and role(session.config).worker:
         return True if run.workers.hold_back(session, run.planning.refusal) else None
     if run is None or not run.lean or not _will_run(session):
         return None
@@ -269,6 +289,27 @@ def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, objec
         if code == pytest.ExitCode.USAGE_ERROR:
             raise pytest.UsageError(why) from None
         raise Refused(why, returncode=code) from None
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    """The run's end: scored, judged and published (``pytest/finish.py``), its verdict the session's
+    exit status, and the ``Ending`` stashed for the reporter, which only renders it.
+
+    Around the other plugins' session ends (inside the terminal reporter's, which prints the section
+    after): xdist's controller waits there for its workers to exit, and a stop landing then (Ctrl-C,
+    SIGTERM) must still end in the section, not a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    from pytest_rollouts.pytest.finish import end_run
+
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("rollouts-reporter")
+    ending = config.stash[ENDING_KEY] = end_run(config, session, reporter.tally, reporter.say)
+    # The run's verdict (scoring/verdict.py) is the session's exit status.
+    session.exitstatus = ending.verdict.exit_code
 
 
 def _will_run(session: pytest.Session) -> bool:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import re
 import resource
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
+from pytest_rollouts import cli
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
 from pytest_rollouts.dispatch.messages import PlanHeader
@@ -173,14 +178,37 @@ def tasks(n: int) -> list[dict[str, Any]]:
 
 
 def aggregate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``pytest-rollouts aggregate`` in a child process (its exit code and output are the subject)."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_rollouts", "aggregate", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``pytest-rollouts aggregate`` in ``cwd``: its exit status, and what it wrote to stdout and stderr.
+
+    It runs ``cli.main``, what the console script and ``python -m pytest_rollouts`` run, in this
+    process: a child process each time cost the merge tests most of their time, and nothing they
+    check is the process's (the entry point as a process is tests/resume's: test_runlock.py,
+    test_run_files_kept.py). An exception that gets out is a traceback on stderr and status 1, as a
+    process would show it.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = _main_status(["aggregate", *args])
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["pytest-rollouts", "aggregate", *args], status, out.getvalue(), err.getvalue())
+
+
+def _main_status(argv: list[str]) -> int:
+    """``cli.main``'s exit status as ``sys.exit`` would make it, a traceback printed for an exception."""
+    try:
+        return cli.main(argv)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        return 1
 
 
 def port(url: str) -> int:

@@ -13,10 +13,19 @@ from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
+from pytest_rollouts.config import bounds
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
+from pytest_rollouts.config.fields import (
+    agent_map_value,
+    comma_separated,
+    fan_out_value,
+    json_object,
+    need_gate,
+    option_field,
+    repeats_value,
+)
 from pytest_rollouts.config.output_values import (
     MlflowExperiment,
     ReportPath,
@@ -49,46 +58,6 @@ DEFAULT_KEY = "_default"
 URL_FIELDS = frozenset({"model", "head_server"})
 
 
-def _pairs(values: Any, what: str) -> list[tuple[str, str]]:
-    """``KEY=VALUE`` items of a repeatable option (also comma- or newline-free ini lines)."""
-    out = []
-    for item in values if isinstance(values, (list, tuple)) else [values]:
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{what} entries look like KEY=VALUE, got {item!r}")
-        out.append((key.strip(), value.strip()))
-    return out
-
-
-def _given_pairs(value: Any, what: str) -> list[tuple[str, Any]]:
-    """A keyed option's ``(key, value)`` items, from a mapping or from ``KEY=VALUE`` items."""
-    if isinstance(value, Mapping):
-        return [(str(key).strip(), item) for key, item in value.items()]
-    return _pairs(value, what)
-
-
-# Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
-# them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
-# nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
-MAX_PARALLEL = 100_000
-MAX_RESIDENT = 10_000_000
-MAX_REPEATS = 1_000_000
-MAX_ROWS = 2**53
-MAX_ATTEMPTS = 1_000
-MAX_SHARDS = 1_000_000
-MAX_SECONDS = 30 * 24 * 3600.0
-# A timeout or budget below a millisecond ends every rollout before its request is written.
-MIN_SECONDS = 0.001
-
-
-def option_field(name: str, **bounds: Any) -> Any:
-    """The field of option ``name``: its default and description from the option table, ``bounds``
-    (pydantic's ``ge``, ``le``, ...) from the model, which alone knows the value's type. pydantic
-    copies a mutable default (``{}``) for each model, so no two runs share one."""
-    entry = OPTION[name]
-    return Field(entry.default, description=entry.described, **bounds)
-
-
 class Settings(BaseModel):
     """What a rollouts run was asked to do; frozen so no hook can drift it."""
 
@@ -105,23 +74,27 @@ class Settings(BaseModel):
     no_health_check: bool = option_field("no_health_check")
     health_ignore: frozenset[str] = option_field("health_ignore")
     health_workers: int = option_field("health_workers", ge=1, le=256)
-    limit: int | None = option_field("limit", ge=1, le=MAX_ROWS)
+    limit: int | None = option_field("limit", ge=1, le=bounds.MAX_ROWS)
     interleave_repeats: bool = option_field("interleave_repeats")
     repeats_add_seed: bool = option_field("repeats_add_seed")
     responses_create_params: dict[str, Any] = option_field("responses_create_params")
-    parallel: int = option_field("parallel", ge=1, le=MAX_PARALLEL)
-    max_resident: int | None = option_field("max_resident", ge=1, le=MAX_RESIDENT)
-    timeout: float = option_field("timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
+    parallel: int = option_field("parallel", ge=1, le=bounds.MAX_PARALLEL)
+    max_resident: int | None = option_field("max_resident", ge=1, le=bounds.MAX_RESIDENT)
+    timeout: float = option_field("timeout", ge=bounds.MIN_SECONDS, le=bounds.MAX_SECONDS, allow_inf_nan=False)
     model: Url | None = option_field("model")
     model_name: str | None = option_field("model_name", min_length=1)
-    model_parallel: int | None = option_field("model_parallel", ge=1, le=MAX_PARALLEL)
-    model_timeout: float = option_field("model_timeout", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
+    model_parallel: int | None = option_field("model_parallel", ge=1, le=bounds.MAX_PARALLEL)
+    model_timeout: float = option_field(
+        "model_timeout", ge=bounds.MIN_SECONDS, le=bounds.MAX_SECONDS, allow_inf_nan=False
+    )
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
+    # The dispatcher's heartbeat: well under the 120 s of silence after which pytest calls it stuck.
+    progress_interval: float = option_field("progress_interval", ge=0.05, le=60, allow_inf_nan=False)
     resume: bool = option_field("resume")
     overwrite: bool = option_field("overwrite")
     resume_recorded: bool = option_field("resume_recorded")
-    max_attempts: int = option_field("max_attempts", ge=1, le=MAX_ATTEMPTS)
+    max_attempts: int = option_field("max_attempts", ge=1, le=bounds.MAX_ATTEMPTS)
     retry_terminal_timeouts: bool = option_field("retry_terminal_timeouts")
     longest_first: bool = option_field("longest_first")
     count_as_zero: frozenset[str] = option_field("count_as_zero")
@@ -132,8 +105,10 @@ class Settings(BaseModel):
     max_failures: MaxFailures = option_field("max_failures")
     no_aggregate: bool = option_field("no_aggregate")
     shard: tuple[int, int] | None = option_field("shard")
-    dispatch_budget: float | None = option_field("dispatch_budget", ge=MIN_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
-    drain_margin: float | None = option_field("drain_margin", ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    dispatch_budget: float | None = option_field(
+        "dispatch_budget", ge=bounds.MIN_SECONDS, le=bounds.MAX_SECONDS, allow_inf_nan=False
+    )
+    drain_margin: float | None = option_field("drain_margin", ge=0, le=bounds.MAX_SECONDS, allow_inf_nan=False)
     baseline: Path | None = option_field("baseline")
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
     gate_scored_only: bool = option_field("gate_scored_only")
@@ -196,75 +171,24 @@ class Settings(BaseModel):
             value = (int(k), int(n))
         if isinstance(value, tuple) and not 0 <= value[0] < value[1]:
             raise ValueError("K/N needs 0 <= K < N")
-        if isinstance(value, tuple) and value[1] > MAX_SHARDS:
-            raise ValueError(f"N must be at most {MAX_SHARDS}")
+        if isinstance(value, tuple) and value[1] > bounds.MAX_SHARDS:
+            raise ValueError(f"N must be at most {bounds.MAX_SHARDS}")
         return value
 
     @field_validator("repeats", mode="before")
     @classmethod
     def _parse_repeats(cls, value: Any) -> Any:
-        """``N``, or NeMo Gym's per-agent ``agent=N,_default=M``; an unlisted agent gets ``_default``, else 1."""
-        if isinstance(value, str) and "=" in value:
-            parts = [p for p in value.split(",") if p.strip()]
-            by_agent: dict[str, Any] = {}
-            for key, count in _pairs(parts, "--rollouts-repeats"):
-                if key in by_agent:
-                    raise ValueError(f"agent {key!r} is given twice")
-                by_agent[key] = count
-            value = by_agent
-        if isinstance(value, dict):
-            for key, count in value.items():
-                if not str(count).strip().isdigit() or not 1 <= int(count) <= MAX_REPEATS:
-                    raise ValueError(
-                        f"repeats for {key!r} must be a whole number from 1 to {MAX_REPEATS}, got {count!r}"
-                    )
-            return {str(k): int(v) for k, v in value.items()}
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ValueError("must be N or AGENT=N[,AGENT=N...] (e.g. 4, or judge=3,_default=1)") from None
-        if isinstance(value, int) and not 1 <= value <= MAX_REPEATS:
-            raise ValueError(f"must be from 1 to {MAX_REPEATS}")
-        return value
+        return repeats_value(value)
 
     @field_validator("agent_map", mode="before")
     @classmethod
     def _parse_agent_map(cls, value: Any) -> Any:
-        """``KEY=AGENT`` items (the option), or a mapping (the Python API): the same checks for both."""
-        pairs = _given_pairs(value, "--rollouts-agent-map")
-        mapping: dict[str, str] = {}
-        for key, target in pairs:
-            if not isinstance(target, str):
-                raise ValueError(f"{key} must map to an agent name, got {target!r}")
-            if not target.strip():
-                raise ValueError(f"{key}= maps to no agent")
-            if mapping.setdefault(key, target.strip()) != target.strip():
-                raise ValueError(f"{key} is mapped twice ({mapping[key]} and {target})")
-        return mapping
+        return agent_map_value(value)
 
     @field_validator("fan_out", mode="before")
     @classmethod
     def _parse_fan_out(cls, value: Any) -> Any:
-        """``KEY=A,B`` items (the option), or a mapping of keys to lists of agents (the Python API,
-        where a string is read as the option reads it): the same checks for both."""
-        fan: dict[str, tuple[str, ...]] = {}
-        for key, listed in _given_pairs(value, "--rollouts-fan-out"):
-            names = listed.split(",") if isinstance(listed, str) else list(listed)
-            if not all(isinstance(name, str) for name in names):
-                raise ValueError(f"fan-out of {key} must list agent names, got {listed!r}")
-            agents = tuple(name.strip() for name in names)
-            if not agents or agents == ("",):
-                raise ValueError(f"fan-out of {key} lists no agents")
-            if "" in agents:
-                raise ValueError(f"fan-out of {key} has an empty agent name ({listed!r})")
-            doubled = sorted({a for a in agents if agents.count(a) > 1})
-            if doubled:
-                raise ValueError(f"fan-out of {key} lists {', '.join(doubled)} more than once")
-            if key in fan:
-                raise ValueError(f"fan-out of {key} is given twice")
-            fan[key] = agents
-        return fan
+        return fan_out_value(value)
 
     @field_validator("agent_header", mode="before")
     @classmethod
@@ -337,9 +261,12 @@ class Settings(BaseModel):
         if self.max_regression is not None and self.baseline is None:
             gate, baseline = self.source_of("max_regression"), self.source_of("baseline")
             raise ValueError(f"{gate} compares with a baseline run: give {baseline} PATH")
-        if self.gate_scored_only and self.max_regression is None:
-            scored_only, gate = self.source_of("gate_scored_only"), self.source_of("max_regression")
-            raise ValueError(f"{scored_only} says how {gate} judges: give it DELTA")
+        need_gate(
+            self.gate_scored_only,
+            self.max_regression,
+            self.source_of("gate_scored_only"),
+            self.source_of("max_regression"),
+        )
         if self.baseline is not None:  # before a run that would end refusing it
             from pytest_rollouts.store.artifacts import ArtifactPaths
 
@@ -384,9 +311,7 @@ class Settings(BaseModel):
     @field_validator("count_as_zero", "health_ignore", mode="before")
     @classmethod
     def _split_classes(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            return frozenset(part.strip() for item in value for part in str(item).split(",") if part.strip())
-        return value
+        return comma_separated(value) if isinstance(value, (list, tuple)) else value
 
     @field_validator("agent", mode="before")
     @classmethod
@@ -410,14 +335,7 @@ class Settings(BaseModel):
     @field_validator("responses_create_params", mode="before")
     @classmethod
     def _parse_json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = orjson.loads(value)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON ({exc})") from None
-            if not isinstance(value, dict):
-                raise ValueError("must be a JSON object")
-        return value
+        return json_object(value) if isinstance(value, str) else value
 
     @field_validator("*", mode="before")
     @classmethod

@@ -50,9 +50,10 @@ if TYPE_CHECKING:
 # pytest reports consumed tasks to the engine in batches: one write per this many
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
-# Once it has the plan, the engine writes at least every 2 s (its heartbeat), health checks
-# included; before that it takes the plan as fast as pytest writes it. This long without a byte
-# either way, it is stuck (a blocked file system, a stopped process): pytest fails rather than waits.
+# Once it has the plan, the engine writes at least every --rollouts-progress-interval (its
+# heartbeat, at most 60 s), health checks included; before that it takes the plan as fast as
+# pytest writes it. This long without a byte either way, it is stuck (a blocked file system, a
+# stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
 READ_BYTES = 1 << 16

@@ -64,8 +64,6 @@ from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError
 
-PROGRESS_INTERVAL_S = 2.0
-
 
 class Engine:
     def __init__(self, header: PlanHeader, columns: dict[str, array], send: Any) -> None:
@@ -274,7 +272,7 @@ class Engine:
     async def _report_progress(self) -> None:
         """A heartbeat for pytest's progress line while no report comes (a slow rollout)."""
         while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            await asyncio.sleep(self._h.progress_interval)
             self._flush_with_progress()
 
     def _progress(self) -> bytes:

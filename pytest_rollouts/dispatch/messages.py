@@ -79,6 +79,8 @@ class PlanHeader:
     model_parallel: int
     # A result with ``invalid_judge_response: true`` is a ``judge_invalid`` failure (the suite opted in).
     retry_invalid_judge: bool = False
+    # Seconds between the engine's progress reports while no result comes (its heartbeat).
+    progress_interval: float = 2.0
 
     @classmethod
     def of(
@@ -123,6 +125,7 @@ class PlanHeader:
             model_timeout=settings.model_timeout,
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
+            progress_interval=settings.progress_interval,
         )
 
 

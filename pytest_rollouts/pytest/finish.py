@@ -9,20 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.scoring import score_session, scoring_interrupted
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 
 if TYPE_CHECKING:
-    from pytest_rollouts.pytest.report import Tally
+    from pathlib import Path
+
     from pytest_rollouts.pytest.session import RolloutRun
+    from pytest_rollouts.pytest.tally import Tally
     from pytest_rollouts.scoring.aggregate import RunScore
 
 # The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
@@ -74,9 +76,10 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     run the user stopped: only what it covered) and judge it."""
     run: RolloutRun | None = config.stash.get(RUN_KEY, None)
     end = _run_end(config, session, tally, run)
+    this = role(config)
     workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None and run is not None:
-        start = run.planning.run_start
+    if this.worker and workeroutput is not None and run is not None:
+        start = run.life.start
         workeroutput[WORKER_REPORT] = run.workers.report(
             run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
         )
@@ -88,15 +91,15 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
             workeroutput[REFUSAL] = list(refusal)
     put_back = ""
     refused = refused_by_workers(config) is not None  # under xdist: a usage error too
-    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and workeroutput is None:
+    if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and this.owns_run:
         put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)
-    not_here = hasattr(config, "workerinput") or config.option.collectonly
+    not_here = this.worker or config.option.collectonly
     if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
             run.close()
-        return Ending(judge_run(None, end, Gate()), put_back=put_back)
+        return Ending(_unscored(end), put_back=put_back)
     from pytest_rollouts.pytest.session import RolloutRun
 
     run = RolloutRun.get(config)
@@ -109,22 +112,33 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
                 coverage_only=end.interrupted,
             )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
-        unscored = judge_run(None, end, Gate())
+        unscored = _unscored(end)
         stopped = scoring_interrupted(run)
         return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
     finally:
         run.close()
-    verdict = judge_run(score, end, Gate.of(run.settings))
+    verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
-        report = run.settings.html  # made absolute where the settings are resolved
-        if report is not None:
-            from pytest_rollouts.report.build import report_at_end
-
-            tell(config, report_at_end(report, run.paths.out, score, verdict).replace(str(report), run.shown(report)))
-        stopped = export(run, score, say, report)  # after the report, which the exports log
+        publish(run, score, verdict, say)
+        stopped = export(run, score, say, run.settings.html)  # after the report, which the exports log
         if stopped:
             verdict = replace(verdict, exit_code=pytest.ExitCode.INTERRUPTED, problems=(*verdict.problems, stopped))
     return Ending(verdict, score, put_back)
+
+
+def _unscored(end: RunEnd) -> Verdict:
+    """The verdict of a run not scored here: no gate applies. Every session ends here, so the
+    lifecycle (and what it imports) is left to sessions that hold a run."""
+    return judge_run(None, end, Gate())
+
+
+def publish(run: RolloutRun, score: RunScore, verdict: Verdict, say: Callable[[str], None]) -> None:
+    """The report (``--rollouts-html``), said where it went or why not (the files are written and
+    the exit status stands)."""
+    report = run.settings.html  # made absolute where the settings are resolved
+    if report is not None:
+        published = run.life.publish(run.settings, score, verdict, report, run.agents.secrets, exports=False)
+        tell(run.config, published.report.replace(str(report), run.shown(report)))
 
 
 def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> str:

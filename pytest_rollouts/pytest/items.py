@@ -23,7 +23,8 @@ from pytest_rollouts.config.values import not_utf8, readable
 from pytest_rollouts.pacing import lasting
 from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.properties import json_property, record_outcomes
-from pytest_rollouts.pytest.stash import DIST, RUN_KEY
+from pytest_rollouts.pytest.role import role
+from pytest_rollouts.pytest.stash import RUN_KEY
 from pytest_rollouts.rows.records import NO_REWARD, dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
 
@@ -135,8 +136,7 @@ class DatasetFile(pytest.File):
         from pytest_rollouts.config.suite import SuiteError
 
         run = self.config.stash[RUN_KEY]  # the plugin made it for this file
-        workerinput = getattr(self.config, "workerinput", {})
-        dist = workerinput.get(DIST, "no")
+        dist = role(self.config).dist
         if dist != "no":
             from pytest_rollouts.pytest.xdist import refusal
 

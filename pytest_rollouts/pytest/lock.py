@@ -3,14 +3,14 @@ unconfigure; an xdist controller's workers join the hold it took for them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_rollouts.pytest.stash import RUN_LOCKED
 from pytest_rollouts.store.runlock import RunLock
 
 if TYPE_CHECKING:
+    from pytest_rollouts.pytest.role import Role
     from pytest_rollouts.store.artifacts import ArtifactPaths
 
 # Set on a session that holds its output: an xdist controller tells its workers to join it.
@@ -21,15 +21,15 @@ def hold(
     config: pytest.Config,
     paths: ArtifactPaths,
     run_id: str,
-    workerinput: dict[str, Any] | None = None,
+    this: Role | None = None,
     *,
     shared: bool = False,
 ) -> None:
     """This session's hold on the output, until pytest unconfigures; ``OutputBusy`` when another
     session has it. An xdist worker joins the hold of its controller (``shared``)."""
     lock = RunLock(paths.lock, paths.out)
-    if workerinput is not None:
-        lock.join(run_id if workerinput.get(RUN_LOCKED) else None)
+    if this is not None and this.worker:
+        lock.join(run_id if this.joins_lock else None)
     else:
         left = lock.acquire(run_id, shared=shared)
         config.stash[HELD_KEY] = lock

@@ -1,38 +1,35 @@
-"""A pytest session's plan: tasks numbered at collection, other shards deselected, and the run's
-files prepared once collection is final, over the pytest-free planning core (``plan/``).
-
-pytest splits planning in two: task numbers must exist before ``-k``, ``-m`` and ``--lf``
-deselect (a resume maps them back onto the recorded run), and what is dispatched is known
-only after. Refusals become usage errors here; the core knows nothing of pytest.
+"""A pytest session's task numbers: given at collection, before ``-k``, ``-m`` and ``--lf``
+deselect (a resume maps them back onto the recorded run), other shards deselected, over the
+pytest-free planning core (``plan/``). What is dispatched is known only once collection is final,
+when the session prepares the run's files through the lifecycle (``lifecycle/stages.py``).
+Refusals become usage errors here; the core knows nothing of pytest.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_rollouts.plan.files import put_back, start_notices
+from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.pytest.items import DatasetFile, RolloutItem
-from pytest_rollouts.pytest.lock import HELD_KEY
 from pytest_rollouts.pytest.progress import tell
+from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import RolloutsWarning
-from pytest_rollouts.rows.plan import Plan
-from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+from pytest_rollouts.store.artifacts import RunStart
 
 if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.settings import Settings
-    from pytest_rollouts.plan.build import PromptFor
     from pytest_rollouts.rows.manifest import RunManifest
 
 
 class SessionPlan:
-    """What this session runs of the dataset, and whether it resumes an earlier run."""
+    """The run-wide task numbers of this session's rows, and whether it resumes an earlier run."""
 
     def __init__(self, config: pytest.Config, settings: Callable[[], Settings], agents: Callable[[], Agents]) -> None:
         self._config = config
@@ -46,11 +43,10 @@ class SessionPlan:
         # This shard holds none of the dataset's tasks: it still writes its (empty) artifacts and
         # manifest, which the merge needs to prove the shards' union complete.
         self.empty_shard = False
-        # Where the earlier results went, and what a crash had cut: what a refusal puts back.
-        self.run_start = RunStart()
         # Routing keys no collected row matched, as the rollouts section names them, or "".
         self.unmatched = ""
-        self._manifest: RunManifest | None = None
+        # The run's manifest, as numbering recorded or checked it: what preparing the files writes.
+        self.manifest: RunManifest | None = None
 
     def shown(self, path: Path) -> str:
         """A path as the user should read it: relative to where pytest was started."""
@@ -74,7 +70,7 @@ class SessionPlan:
             self._number_tasks(items)
         except pytest.UsageError as exc:
             self.refusal = str(exc)
-            if not hasattr(self._config, "workerinput"):
+            if role(self._config).owns_run:
                 raise
 
     def refuse(self, row: str) -> None:
@@ -106,7 +102,7 @@ class SessionPlan:
             numbering = number_run(list(files.values()), settings, self._agents(), asked_resume=asked, shown=self.shown)
         except (AgentsError, PlanError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.resuming, self._manifest = numbering.resuming, numbering.manifest
+        self.resuming, self.manifest = numbering.resuming, numbering.manifest
         # Said in the rollouts section, where it is read, not among pytest's warnings.
         self.unmatched = numbering.unmatched
         for notice in numbering.notices:  # a worker has no terminal: its warnings reach the controller's
@@ -130,49 +126,6 @@ class SessionPlan:
             self._config.hook.pytest_deselected(items=drop)
             items[:] = keep
             self.empty_shard = not any(isinstance(item, RolloutItem) for item in keep)
-
-    def build(
-        self, selected: Sequence[RolloutItem], paths: ArtifactPaths, run_id: str, prompt_for: PromptFor | None = None
-    ) -> Plan:
-        """Move earlier results aside or delete them (or repair them, resuming), then write or read the plan.
-
-        Raises ``OSError`` when the files cannot be prepared, ``ArtifactError`` when a fresh
-        run's cannot be written, and a usage error when a resumed run's are damaged.
-        """
-        from pytest_rollouts.plan.build import PlanError, RowShaping, build_plan
-
-        settings = self._settings()
-        from pytest_rollouts.rows.judge_retry import resume_mend
-
-        self.run_start = paths.start_run(
-            run_id,
-            resume=self.resuming,
-            overwrite=settings.overwrite,
-            mend=resume_mend(paths, settings.retry_invalid_judge_responses),
-        )
-        if not hasattr(self._config, "workerinput"):  # a worker's news reaches its controller's terminal
-            tell_start(self._config, self.run_start, paths.out)
-        assert self._manifest is not None
-        shown = self.shown(paths.materialized)
-        shaping = RowShaping.of(self._agents(), prompt_for)
-        try:
-            return build_plan(
-                selected, paths, settings, self._manifest, resuming=self.resuming, shown=shown, shaping=shaping
-            )
-        except PlanError as exc:
-            worker = getattr(self._config, "workerinput", None)
-            raise pytest.UsageError(f"{exc}{self.put_back(paths, worker)}") from None
-
-    def put_back(self, paths: ArtifactPaths, workerinput: dict[str, Any] | None) -> str:
-        """A run refused before any request leaves the files as it found them, the lock file too;
-        what to add to the refusal. Not on an xdist worker: others may be writing the same files."""
-        if workerinput is not None:
-            return ""
-        back = put_back(paths, self.run_start, resuming=self.resuming)
-        lock = self._config.stash.get(HELD_KEY, None)
-        if lock is not None:
-            lock.withdraw()
-        return back
 
 
 def tell_start(config: pytest.Config, start: RunStart, out: Path) -> None:

@@ -17,7 +17,7 @@ from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD
 
 if TYPE_CHECKING:
-    from pytest_rollouts.pytest.report import Tally
+    from pytest_rollouts.pytest.tally import Tally
 
 # The dispatcher's view of a run (``dispatch.channel.Dispatcher.finished``): tasks finished, rollouts
 # sent, failures by class, [p50, p90] latency (None before the first), what was masked and dropped.
@@ -40,9 +40,9 @@ class Progress:
     shown_done: int = -1
     by_clock: bool = False
 
-    # A redraw in place costs nothing on screen; a new line (a -v session) is kept rarer.
+    # A new line on a terminal (a -v session) is kept rarer than a redraw in place, which costs nothing
+    # on screen and comes every --rollouts-progress-interval (set by the reporter).
     tty_every_s: float = 5.0
-    LIVE_EVERY_S = 2.0
     LOG_EVERY_S = 300.0
     LOG_EVERY_FRACTION = 0.1
 
@@ -89,14 +89,15 @@ def tell(config: Any, notice: str) -> bool:
     """``notice`` as a plain ``rollouts:`` line where the run shows, at once or (told while pytest
     configures, before its terminal is there) as the session starts; whether it will be shown (an
     xdist worker has no terminal). Not a warning: ``-W error`` made those crashes."""
+    from pytest_rollouts.pytest.role import role
     from pytest_rollouts.pytest.stash import NOTICES_KEY
 
     terminal = config.pluginmanager.get_plugin("terminalreporter")
     if terminal is not None:
         own_line(terminal, "rollouts: " + notice)
-    elif not hasattr(config, "workerinput"):
+    elif role(config).owns_run:
         config.stash.setdefault(NOTICES_KEY, []).append(notice)
-    return terminal is not None or not hasattr(config, "workerinput")
+    return terminal is not None or role(config).owns_run
 
 
 def line_start(terminal: Any) -> str:
@@ -119,7 +120,7 @@ def progress_line(
 
     What the run lost to masked and dropped rollouts (``rows/masking.py``) follows the failures, and
     only when there is any: a healthy run's line is what it was."""
-    from pytest_rollouts.scoring.metrics import latency_summary  # not at import: every pytest session loads this
+    from pytest_rollouts.scoring.perf import latency_summary  # not at import: every pytest session loads this
 
     reported = latency_summary(tally.durations)
     latency = [reported["p50"], reported["p90"]] if reported["count"] else None

@@ -9,7 +9,8 @@ import pytest
 
 from pytest_rollouts.config.layers import Layer, settings_from_layers, with_defaults
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.options import OPTIONS, Option
+from pytest_rollouts.option import Option
+from pytest_rollouts.options import OPTIONS
 
 # Options naming a file whose relative path is read, on the command line, from where pytest
 # started, and elsewhere (ini, environment) from the rootdir.

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_rollouts.store.jsonl import JsonlError
-
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -28,7 +26,7 @@ def score_session(
 
     ``coverage_only``: a run stopped by the user is not scored, but says what it covered.
     """
-    from pytest_rollouts.scoring.configured import score_configured
+    from pytest_rollouts.lifecycle.refusal import Refusal
 
     paths = run.paths
     if not paths.materialized.exists():
@@ -41,26 +39,23 @@ def score_session(
             )
         return None
     try:
-        score = score_configured(
-            paths,
+        return run.life.score(
             run.settings,
             agent_url=lambda name: _metrics_url(run, name),
             coverage_only=coverage_only,
             perf_summary=perf_summary,
             outputs=None if run.read_ahead is None else run.read_ahead.scan,
             drained=drained,
+            trace=run.trace,
         )
-    except JsonlError as exc:
-        raise pytest.UsageError(f"cannot score the run: {exc}") from None
-    if run.trace is not None:
-        run.trace.scored(score)
-    return score
+    except Refusal as refusal:
+        raise pytest.UsageError(str(refusal)) from None
 
 
 def scoring_interrupted(run: RolloutRun) -> str:
     """Scoring was stopped part-way. A metrics file an earlier session of the run left would
     now contradict its rows, so it goes; every row stays, and a resume scores them."""
-    run.paths.metrics.unlink(missing_ok=True)
+    run.life.withdraw_conclusions()
     return (
         "Interrupted while scoring: no metrics file written; "
         "--rollouts-resume scores the run (none with a row is sent again)"

@@ -12,8 +12,8 @@ import gc
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from functools import cached_property
+from collections.abc import Callable, Sequence
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,15 +22,15 @@ import pytest
 from pytest_rollouts.dispatch.channel import AgentsUnhealthy, Dispatcher, DispatcherGone
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
-from pytest_rollouts.pytest.lock import hold
-from pytest_rollouts.pytest.planning import SessionPlan
-from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_ID, RUN_KEY, Refused
+from pytest_rollouts.pytest.lock import HELD_KEY, hold
+from pytest_rollouts.pytest.planning import SessionPlan, tell_start
+from pytest_rollouts.pytest.role import role
+from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.artifacts import ArtifactPaths
-from pytest_rollouts.store.jsonl import ArtifactError
 from pytest_rollouts.store.runlock import OutputBusy
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
     from pytest_rollouts.export.tracing import RunTrace
-    from pytest_rollouts.model.spec import ModelPlan
+    from pytest_rollouts.lifecycle.refusal import Refusal
+    from pytest_rollouts.lifecycle.stages import RunLifecycle
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.pytest.progress import Finished
     from pytest_rollouts.scoring.output_scan import ReadAhead
@@ -52,8 +53,6 @@ class RolloutRun:
         self.dispatch_failure = ""
         # This session started dispatching (a refusal before any request leaves it False).
         self.dispatched = False
-        # This process prepared the files of the run (moved earlier results aside, wrote the plan).
-        self._prepared = False
         # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
         self.sent = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
@@ -110,14 +109,14 @@ class RolloutRun:
         if self._engine is None and not any(getattr(option, name, False) for name in informational):
             self._engine = spawn_engine()
 
-    def configure(self) -> None:
+    def configure(self, *, warm: bool) -> None:
         """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything.
 
-        A session asked for rollouts on the command line also starts its dispatcher process
-        now, so its imports overlap with collection however few rows there are (an xdist
-        controller never dispatches, so it starts none). Others start it at their first dataset.
+        ``warm``: a session asked for rollouts on the command line, which dispatches itself, starts
+        its dispatcher process now, so its imports overlap with collection however few rows there
+        are. Others start it at their first dataset.
         """
-        if self._dispatches_here() and self._asked_on_command_line():
+        if warm:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
             self.routing_for(self.config.rootpath)  # discovery happens on first use, and may refuse the run
@@ -126,20 +125,6 @@ class RolloutRun:
             from pytest_rollouts.pytest.progress import tell
 
             tell(self.config, "--rollouts-drain-margin has no effect without --rollouts-dispatch-budget")
-
-    def _dispatches_here(self) -> bool:
-        """Not on an xdist controller: its workers dispatch."""
-        return not self.config.getoption("numprocesses", None) or hasattr(self.config, "workerinput")
-
-    def _asked_on_command_line(self) -> bool:
-        """A rollouts option or a ``.jsonl`` on the command line; rollouts options only in an ini file
-        may belong to a repository whose everyday test runs collect no dataset."""
-        from pytest_rollouts.options import OPTIONS
-
-        config = self.config
-        if any(str(arg).split("::")[0].endswith(".jsonl") for arg in config.args):
-            return True
-        return any(config.getoption("rollouts_" + option.name) not in (None, []) for option in OPTIONS)
 
     @property
     def agents(self) -> Agents:
@@ -189,8 +174,19 @@ class RolloutRun:
             and paths.materialized.stat().st_size == 0
         )
 
+    @cached_property
+    def life(self) -> RunLifecycle:
+        """The run's lifecycle in this session: the files it prepares, scores and publishes (an
+        xdist worker prepares, but owns nothing of the whole run: its controller decides)."""
+        from pytest_rollouts.lifecycle.stages import RunLifecycle
+
+        return RunLifecycle(self.paths, owner=role(self.config).owns_run)
+
     def prepare(self, items: Sequence[pytest.Item]) -> None:
-        """Once collection is final: set up the files and decide exactly what will be sent."""
+        """Once collection is final: clear the agents, set up the files and decide exactly what
+        will be sent. Every refusal that sends nothing comes before anything is moved."""
+        from pytest_rollouts.lifecycle.refusal import Refusal
+
         selected = [item for item in items if isinstance(item, RolloutItem)]
         if (not selected and not self.planning.empty_shard) or self.planning.refusal:
             return
@@ -198,29 +194,52 @@ class RolloutRun:
             item.slot = slot
         self.lean = len(selected) == len(items)
         paths = self.paths
-        workerinput = getattr(self.config, "workerinput", None)
-        run_id = workerinput[RUN_ID] if workerinput else uuid.uuid4().hex
+        this = role(self.config)
+        run_id = this.run_id or uuid.uuid4().hex
         try:
-            hold(self.config, paths, run_id, workerinput)  # before anything is moved or sent
-            self._plan = self.planning.build(selected, paths, run_id, lambda path: self.declarations.of(path).prompt)
-            self._prepared = True
-        except (OutputBusy, pytest.UsageError) as exc:  # busy, or a resume's recorded files refused
-            self._refuse_on_worker(str(exc))
-            return
+            hold(self.config, paths, run_id, this)  # before anything is moved or sent
+            self.life.lock = self.config.stash.get(HELD_KEY, None) if this.owns_run else None
+            self._plan = self._prepare(selected, run_id)
+        except Refusal as refusal:
+            self._refuse(refusal)
+        except OutputBusy as exc:
+            self._refuse(Refusal(str(exc), where="lock"))
         except OSError as exc:  # a read-only or missing place: nothing was sent
-            self._refuse_on_worker(f"cannot write the artifacts next to {paths.out}: {exc}")
-            return
-        except ArtifactError as exc:  # a full disk before anything was sent
-            self._refuse_on_worker(f"{exc}{self.planning.put_back(paths, workerinput)}")
+            self._refuse(Refusal(f"cannot write the artifacts next to {paths.out}: {exc}", where="lock"))
+
+    def _prepare(self, selected: list[RolloutItem], run_id: str) -> Plan:
+        """The lifecycle's preparation, this session's agents cleared where it says."""
+        from pytest_rollouts.plan.build import RowShaping
+
+        settings, agents, life, paths = self.settings, self.agents, self.life, self.paths
+        worker = role(self.config).worker
+        if not worker:  # a stop during a slow health check ends the session as Ctrl-C does
+            self.stops.install()
+        if not self.planning.resuming:
+            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.recorded_datasets)
+        assert self.planning.manifest is not None
+        plan = life.prepare(
+            selected,
+            settings,
+            self.planning.manifest,
+            run_id=run_id,
+            resuming=self.planning.resuming,
+            shown=self.shown(paths.materialized),
+            shaping=RowShaping.of(agents, lambda path: self.declarations.of(path).prompt),
+            told=None if worker else partial(tell_start, self.config, out=paths.out),
+        )
+        if self.planning.resuming and plan.rollouts:
+            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.recorded_datasets)
+        return plan
 
     # -- the run loop --------------------------------------------------------------------
 
     def start(self, session: pytest.Session) -> None:
-        """Start embedded agents and begin dispatching the prepared plan."""
+        """Begin dispatching the prepared plan to the agents cleared for it."""
         plan, self._plan = self._plan, None
-        controller = self.config.pluginmanager.get_plugin("dsession") is not None
+        this = role(self.config)
         # A worker ends with its controller, which takes the signal for it.
-        if not hasattr(self.config, "workerinput") and (plan is not None or controller):
+        if this.owns_run and (plan is not None or this.controller):
             self.stops.install()
         if plan is None:
             return
@@ -228,35 +247,26 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
-        workerinput = getattr(self.config, "workerinput", None)
-        try:
-            urls = self.agent_urls({r.agent for r in plan.rollouts})
-            models = self._models(urls)
-        except pytest.UsageError as exc:
-            self._refuse_on_worker(f"{exc}{self.planning.put_back(self.paths, workerinput)}")
-            return
-        parallel, model_parallel = self.settings.parallel, self.settings.model_parallel
-        if workerinput is not None:
-            from pytest_rollouts.pytest.xdist import parallel_share
-
-            parallel = parallel_share(parallel, workerinput)
-            model_parallel = model_parallel and parallel_share(model_parallel, workerinput)
+        urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
+        parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
+        model_parallel = model_parallel and this.share(model_parallel)
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
             urls,
             (paths.materialized, paths.out, paths.failures),
-            self.settings,
+            # The agents' health was checked as they were cleared, before anything was moved.
+            self.settings.model_copy(update={"no_health_check": True}),
             prior=plan.prior,
             parallel=parallel,
-            worker=workerinput is not None,
+            worker=this.worker,
             process=self._engine,
             models=models,
             model_parallel=model_parallel,
         )
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat
-        if workerinput is None:  # xdist workers never score; their controller does
+        if this.owns_run:  # xdist workers never score; their controller does
             from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
             self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
@@ -267,45 +277,40 @@ class RolloutRun:
         self._handed_over = True
         try:
             self._dispatcher.start()
-        except (AgentsUnhealthy, DispatcherGone) as exc:
+        except DispatcherGone as exc:
             self.finish()
-            self.dispatch_failure = ""  # a refusal before any request, not a run to score
-            self._stopped = f"{exc}{self.planning.put_back(self.paths, workerinput)}"
-            if workerinput is None:
-                if isinstance(exc, AgentsUnhealthy):
-                    raise Refused(self._stopped, returncode=pytest.ExitCode.INTERRUPTED) from None
+            self.dispatch_failure = ""  # a failure before any request, not a run to score
+            self._stopped = f"{exc}{self.life.put_back()}"
+            if this.owns_run:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
-            if isinstance(exc, AgentsUnhealthy):
-                self.workers.refusal = (self._stopped, int(pytest.ExitCode.INTERRUPTED))
-            return  # see _refuse_on_worker
+            return  # see _refuse
         self.dispatched = True
-        paths.discard(self.planning.run_start)
+        self.life.sent()
 
     def put_back_unsent(self) -> str:
-        """A fresh run stopped before its first request (Ctrl-C while agents start or answer their
-        health checks) leaves the files as it found them, as a refusal does; what to tell.
-        Not on an xdist worker (its controller decides for all), nor once a row is written: the
-        dispatcher may have begun before the stop reached it, and then the run is one to resume."""
-        start, paths = self.planning.run_start, self.paths
-        refused = bool(self._stopped)  # a refusal put the files back itself, and says so
-        worker = hasattr(self.config, "workerinput")
-        if refused or self.dispatched or not self._prepared or self.planning.resuming or worker:
+        """A fresh run stopped before its first request leaves the files as it found them, as a
+        refusal does (``RunLifecycle.put_back_unsent``); what to tell. Not on an xdist worker (its
+        controller decides for all), nor after a refusal, which put the files back itself."""
+        if self._stopped or self.dispatched or role(self.config).worker:
             return ""
-        if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
-            paths.discard(start)
-            return ""
-        self.planning.put_back(paths, None)
-        kept = "the earlier results are back in place" if start.moved_to is not None else "its files are removed"
-        return f"Interrupted before any request was sent: {kept}."
+        return self.life.put_back_unsent()
 
-    def _refuse_on_worker(self, why: str) -> None:
-        """Refuse the run before any request: a usage error in one process. An xdist worker must not
-        end on its own (its controller would see it vanish with items queued, and crash): its
-        first item fails with ``why`` and stops the session (``wait``)."""
-        if not hasattr(self.config, "workerinput"):
+    def _refuse(self, refusal: Refusal) -> None:
+        """Refuse the run before any request: in one process, a usage error (or ``Refused`` with
+        its exit status, 2 for unhealthy agents). An xdist worker must not end on its own (its
+        controller would see it vanish with items queued, and crash): its first item fails with
+        the reason and stops the session (``wait``), and its controller says it, once."""
+        why = str(refusal)
+        if refusal.where == "health":
+            why = f"{AgentsUnhealthy(list(refusal.lines))}{refusal.undo}"
+        if role(self.config).worker:
+            self._stopped = why
+            self.workers.refusal = (why, refusal.exit_status)
+            return
+        if refusal.exit_status == pytest.ExitCode.USAGE_ERROR:
             raise pytest.UsageError(why)
         self._stopped = why
-        self.workers.refusal = (why, int(pytest.ExitCode.USAGE_ERROR))
+        raise Refused(why, returncode=refusal.exit_status)
 
     def agent_urls(self, names: set[str]) -> dict[str, str]:
         """Addresses of ``names``, starting embedded agents that are not running yet.
@@ -317,15 +322,6 @@ class RolloutRun:
 
         try:
             return self.agents.urls(names, self.recorded_datasets)
-        except AgentsError as exc:
-            raise pytest.UsageError(str(exc)) from None
-
-    def _models(self, names: Iterable[str]) -> dict[str, ModelPlan]:
-        """The model agents among ``names``, for the dispatcher to run; a refusal is a usage error."""
-        from pytest_rollouts.config.agents import AgentsError
-
-        try:
-            return self.agents.models(names)
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -343,7 +339,7 @@ class RolloutRun:
             if self._dispatcher is None:
                 raise RuntimeError("rollouts were not dispatched in this session")
             try:
-                if hasattr(self.config, "workerinput"):
+                if role(self.config).worker:
                     # Its own task first: claimed after the queue's, it waited behind all of them.
                     self._dispatcher.claim([item.slot, *self.workers.queued_slots(item.session.items)])
                 outcomes = self._dispatcher.wait(item.slot)
@@ -398,10 +394,6 @@ class RolloutRun:
         if self.trace is not None:
             self.trace.end()
             self.trace = None
-
-    def artifact_names(self) -> list[str]:
-        paths = self.paths
-        return [self.shown(p) for p in (paths.out, paths.failures, paths.materialized)]
 
     def shown(self, path: Path) -> str:
         return os.path.relpath(path, self.config.invocation_params.dir)

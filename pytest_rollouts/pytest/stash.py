@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_rollouts.pytest.finish import Ending
     from pytest_rollouts.pytest.session import RolloutRun
 
 RUN_KEY: pytest.StashKey[RolloutRun] = pytest.StashKey()
 RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
+# What the session's end decided (its verdict, score, what was put back), for the reporter to render.
+ENDING_KEY: pytest.StashKey[Ending] = pytest.StashKey()
 # Notices told before the terminal was there to show them (``progress.tell``), shown when the session starts.
 NOTICES_KEY: pytest.StashKey[list[str]] = pytest.StashKey()
 

@@ -154,13 +154,6 @@ def is_rollout_item(nodeid: str) -> bool:
     return nodeid.split("::", 1)[0].endswith(".jsonl")
 
 
-def parallel_share(parallel: int, workerinput: dict[str, Any]) -> int:
-    """This worker's part of the total ``--rollouts-parallel``: the split is exact, remainder first."""
-    count = int(workerinput.get("workercount", 1))
-    index = int(str(workerinput.get("workerid", "gw0")).removeprefix("gw") or 0)
-    return max(1, parallel // count + (1 if index < parallel % count else 0))
-
-
 def worker_queue(config: pytest.Config) -> Any:
     """xdist's queue of item indices for this worker (``WorkerInteractor.torun``), or None."""
     for plugin in config.pluginmanager.get_plugins():

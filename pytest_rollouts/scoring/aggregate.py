@@ -18,16 +18,16 @@ from pytest_rollouts.rows.manifest import ManifestError, read_manifest
 from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
-from pytest_rollouts.scoring.accounting import Coverage, Key, ScoringPolicy, account
+from pytest_rollouts.scoring.accounting import Accounting, Coverage, Key, ScoringPolicy, account
 from pytest_rollouts.scoring.masking import MASKING, masking_metrics
 from pytest_rollouts.scoring.metrics import (
     MetricRow,
     compute_default_metrics,
     numeric_fields,
-    token_rates,
 )
 from pytest_rollouts.scoring.metrics_file import group_label, write_metrics_file
 from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
+from pytest_rollouts.scoring.perf import token_rates
 from pytest_rollouts.scoring.run_statistics import (
     DEFAULT_STATISTICS,
     STATISTICS,
@@ -125,49 +125,20 @@ def score_run(
     """
     scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
-    groups = scan.groups
     latest = _latest_failures(paths.failures)
     scores = []
     total = Coverage()
     samples = _Samples(paths.materialized)
     labels = task_labels(paths.materialized, paths.manifest, statistics.group_by) if write_metrics else None
-    for name, group in sorted(groups.items()):
-        accounting = account(
-            group.expected,
-            group.completed,
-            group.masked,
-            {k: c for k, (c, _) in latest.items()},
-            policy,
-            drained,
-            group.unrewarded,
-        )
+    metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, samples, statistics, labels, latest)
+    for name, group in sorted(scan.groups.items()):
+        failed = {k: c for k, (c, _) in latest.items()}
+        accounting = account(group.expected, group.completed, group.masked, failed, policy, drained, group.unrewarded)
         total += accounting.coverage
         score = GroupScore(name, accounting.coverage)
         scores.append(score)
-        if not write_metrics:
-            continue
-        score.label = samples.label(name, group.expected)
-        added = _added_rows(paths, group, accounting.counted, accounting.imputed, latest)
-        url = agent_url(name)
-        if url is not None:
-            try:
-                server = server_metrics(url, agent_headers(name), paths.out, group.output_offsets, added, timeout)
-            except MetricsServerError as exc:
-                server, score.note = None, f"{exc}; computed locally instead"
-            if server is not None:
-                score.metrics, score.source = server, "server"
-        if score.source != "server":
-            score.metrics, score.source = _local_metrics(group, added, samples, statistics.pass_ks), "local"
-        score.metrics[STATISTICS] = _statistics(group, added, statistics, labels)
-        if not isinstance(baseline, str) and baseline is not None:
-            score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
-        usage = usage_summary(group.rows)
-        if usage is not None and "usage_summary" not in score.metrics:
-            score.metrics["usage_summary"] = usage
-        if masking := masking_metrics(name, accounting.coverage, group.rows):
-            score.metrics.setdefault(MASKING, masking)
-        if perf_summary is not None and not score.metrics.get("perf_summary"):
-            score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
+        if write_metrics:
+            metrics.fill(score, group, accounting, baseline, perf_summary)
     result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:
@@ -177,6 +148,55 @@ def score_run(
         finally:
             samples.close()
     return result
+
+
+@dataclass
+class _GroupMetrics:
+    """A scored group's metrics entry: its server's ``/aggregate_metrics`` (else computed locally),
+    its statistics and comparison with the baseline, usage, masking and timing."""
+
+    paths: ArtifactPaths
+    agent_url: Callable[[str], str | None]
+    agent_headers: Callable[[str], Mapping[str, str]]
+    timeout: float
+    samples: _Samples
+    statistics: StatisticsOptions
+    labels: TaskLabels | None
+    latest: dict[Key, tuple[str, int]]
+
+    def fill(
+        self,
+        score: GroupScore,
+        group: GroupRows,
+        accounting: Accounting,
+        baseline: RunComparison | str | None,
+        perf_summary: dict[str, Any] | None,
+    ) -> None:
+        name = score.agent
+        score.label = self.samples.label(name, group.expected)
+        added = _added_rows(self.paths, group, accounting.counted, accounting.imputed, self.latest)
+        url = self.agent_url(name)
+        if url is not None:
+            try:
+                server = server_metrics(
+                    url, self.agent_headers(name), self.paths.out, group.output_offsets, added, self.timeout
+                )
+            except MetricsServerError as exc:
+                server, score.note = None, f"{exc}; computed locally instead"
+            if server is not None:
+                score.metrics, score.source = server, "server"
+        if score.source != "server":
+            score.metrics, score.source = _local_metrics(group, added, self.samples, self.statistics.pass_ks), "local"
+        score.metrics[STATISTICS] = _statistics(group, added, self.statistics, self.labels)
+        if not isinstance(baseline, str) and baseline is not None:
+            score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
+        usage = usage_summary(group.rows)
+        if usage is not None and "usage_summary" not in score.metrics:
+            score.metrics["usage_summary"] = usage
+        if masking := masking_metrics(name, accounting.coverage, group.rows):
+            score.metrics.setdefault(MASKING, masking)
+        if perf_summary is not None and not score.metrics.get("perf_summary"):
+            score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
 
 
 def _statistics(

@@ -19,7 +19,8 @@ from pytest_rollouts.scoring.accounting import IN_OUTPUT
 from pytest_rollouts.scoring.intervals import outside_words
 
 if TYPE_CHECKING:
-    from pytest_rollouts.scoring.aggregate import RunScore
+    from pytest_rollouts.scoring.aggregate import GroupScore, RunScore
+    from pytest_rollouts.scoring.compare_runs import RunComparison
 
 
 # The failure classes the collector writes, and those agents commonly send that it knows by name.
@@ -47,9 +48,6 @@ def score_lines(
     ``count_as_zero``: the classes that policy names, a typo among them said at the end.
     ``scored``: false for a run stopped before its metrics (its coverage is all there is).
     """
-    # Here, not at the top: the reporter imports this module in every pytest session, datasets or not.
-    from pytest_rollouts.scoring.run_statistics import STATISTICS
-
     lines = []
     coverage = score.coverage
     if coverage.completed == 0 and coverage.expected:
@@ -58,58 +56,69 @@ def score_lines(
             f"None of the {coverage.expected} materialized rollouts produced a result "
             f"({by_class}{coverage.pointer(sidecar, out)})"
         )
+    baseline = None if isinstance(score.baseline, str) else score.baseline
     for group in score.groups:
-        if not group.metrics:
-            continue
-        key = group.metrics.get("key_metrics") or {}
-        mean, se = group.mean_reward, key.get("sem_clustered/reward")
-        if mean is None:
-            lines.append(
-                f"{group.agent}: its metrics hold no mean/reward ({group.coverage.scored} rollouts scored) "
-                f"[{group.source} metrics]"
-            )
-            continue
-        shown = f"{mean:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if isinstance(se, (int, float)) else "")
-        # A k no task has enough rollouts for is said, not dropped (--rollouts-pass-k 5 with 4 repeats).
-        passes = ", ".join(
-            f"{name.split('/')[0]} {value:.4f}" if value is not None else f"{name.split('/')[0]} - (too few rollouts)"
-            for name, value in key.items()
-            if name.startswith("pass@")
-        )
-        # pass^k (every one of k rollouts right) beside pass@k (at least one), where k > 1 tells them apart.
-        agent_metrics = group.metrics.get("agent_metrics") or {}
-        hats = ", ".join(
-            f"pass^{k} {value:.4f}"
-            for name in key
-            if name.startswith("pass@")
-            and (k := name.split("/")[0][5:]) != "1"
-            and isinstance(value := agent_metrics.get(f"pass^{k}/reward"), int | float)
-        )
-        lines.append(
-            f"{group.agent}: mean reward {shown} over {group.coverage.scored} rollouts"
-            + (f"; {passes}" if passes else "")
-            + (f"; {hats}" if hats else "")
-            + (f" [{group.source} metrics: {group.note}]" if group.note else f" [{group.source} metrics]")
-        )
-        # At most three lines a group: its score, the interval and bounds (and tokens), the
-        # comparison with a baseline. A model agent's tokens join the second line, or stand alone.
-        usage = group.metrics.get("usage_summary")
-        tokens = usage_line(usage, group.metrics.get("perf_summary") or {}) if usage else None
-        second = interval_line(group.agent, group.metrics.get(STATISTICS))
-        if tokens:
-            second = [f"{second[0]}; {tokens}"] if second else [f"{group.agent}: {tokens}"]
-        lines.extend(second)
-        compared = (
-            None
-            if score.baseline is None or isinstance(score.baseline, str)
-            else score.baseline.group_line(group.agent)
-        )
-        if compared:
-            lines.append(compared)
-        lines.extend(breakdown_lines(group.agent, group.metrics.get(STATISTICS)))
+        if group.metrics:
+            lines.extend(_group_lines(group, baseline))
     lines.extend(coverage.report_lines(sidecar, count_as_zero_option, out, scored))
     lines.extend(_policy_typos(count_as_zero, set(coverage.failed_by_class), count_as_zero_option))
     return lines
+
+
+def _group_lines(group: GroupScore, baseline: RunComparison | None) -> list[str]:
+    """At most three lines a group: its score, the interval and bounds (and tokens), the comparison
+    with a baseline; then its breakdown by field or dataset."""
+    from pytest_rollouts.scoring.run_statistics import STATISTICS  # see score_lines
+
+    mean_line = _mean_line(group)
+    if mean_line is None:
+        return [
+            f"{group.agent}: its metrics hold no mean/reward ({group.coverage.scored} rollouts scored) "
+            f"[{group.source} metrics]"
+        ]
+    lines = [mean_line]
+    # A model agent's tokens join the second line, or stand alone.
+    usage = group.metrics.get("usage_summary")
+    tokens = usage_line(usage, group.metrics.get("perf_summary") or {}) if usage else None
+    second = interval_line(group.agent, group.metrics.get(STATISTICS))
+    if tokens:
+        second = [f"{second[0]}; {tokens}"] if second else [f"{group.agent}: {tokens}"]
+    lines.extend(second)
+    compared = None if baseline is None else baseline.group_line(group.agent)
+    if compared:
+        lines.append(compared)
+    lines.extend(breakdown_lines(group.agent, group.metrics.get(STATISTICS)))
+    return lines
+
+
+def _mean_line(group: GroupScore) -> str | None:
+    """A group's mean reward with its standard error, pass@k and pass^k; None without a mean."""
+    key = group.metrics.get("key_metrics") or {}
+    mean, se = group.mean_reward, key.get("sem_clustered/reward")
+    if mean is None:
+        return None
+    shown = f"{mean:.4f}" + (f" ± {se:.4f} (se, tasks as clusters)" if isinstance(se, (int, float)) else "")
+    # A k no task has enough rollouts for is said, not dropped (--rollouts-pass-k 5 with 4 repeats).
+    passes = ", ".join(
+        f"{name.split('/')[0]} {value:.4f}" if value is not None else f"{name.split('/')[0]} - (too few rollouts)"
+        for name, value in key.items()
+        if name.startswith("pass@")
+    )
+    # pass^k (every one of k rollouts right) beside pass@k (at least one), where k > 1 tells them apart.
+    agent_metrics = group.metrics.get("agent_metrics") or {}
+    hats = ", ".join(
+        f"pass^{k} {value:.4f}"
+        for name in key
+        if name.startswith("pass@")
+        and (k := name.split("/")[0][5:]) != "1"
+        and isinstance(value := agent_metrics.get(f"pass^{k}/reward"), int | float)
+    )
+    return (
+        f"{group.agent}: mean reward {shown} over {group.coverage.scored} rollouts"
+        + (f"; {passes}" if passes else "")
+        + (f"; {hats}" if hats else "")
+        + (f" [{group.source} metrics: {group.note}]" if group.note else f" [{group.source} metrics]")
+    )
 
 
 def usage_line(usage: dict[str, float | None], perf: dict[str, float | None]) -> str:

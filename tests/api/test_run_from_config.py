@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import orjson
 import pytest
 
 import pytest_rollouts
+import pytest_rollouts.lifecycle.stages
 from pytest_rollouts import CollectionConfig, CollectionRefused, run, run_from_config
 from pytest_rollouts.rows.records import RolloutOutcome
 
@@ -303,6 +305,52 @@ def test_cancelled_while_scoring_it_waits_for_the_scoring_before_letting_the_out
     assert (here / "out" / "r_aggregate_metrics.json").exists()
 
 
+def test_cancelled_while_exporting_it_leaves_neither_metrics_file_nor_report(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while an export waited on its tracking server, the call left the metrics file and
+    the HTML report behind, though a cancelled run leaves no metrics file (docs/python-api.md):
+    the report and the export are the run's conclusion as much as scoring is (issue 32, F11)."""
+    asked, answer = threading.Event(), threading.Event()
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def tracking_server() -> None:  # holds MLflow's first request until the test has cancelled
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                asked.set()
+                answer.wait(timeout=60)
+
+    threading.Thread(target=tracking_server, daemon=True).start()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+    async def cancelled_while_exporting(agent: ScriptedAgent) -> None:
+        task = asyncio.create_task(run_from_config(config(agent, html="report.html", mlflow="exp")))
+        while not asked.is_set():
+            await asyncio.sleep(0.01)
+        assert (here / "out" / "r_aggregate_metrics.json").exists() and (here / "report.html").exists()
+        task.cancel()
+        answer.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.get_running_loop().shutdown_default_executor()
+
+    try:
+        with ScriptedAgent() as agent:
+            asyncio.run(cancelled_while_exporting(agent))
+    finally:
+        server.close()
+    assert not (here / "out" / "r_aggregate_metrics.json").exists()
+    assert not (here / "report.html").exists()
+    assert keys(here / "out" / "r.jsonl") == [(t, 0) for t in range(6)]
+
+
 def test_a_run_from_python_imports_neither_pytest_nor_aiohttp(agent: ScriptedAgent) -> None:
     code = (
         "import sys, pytest_rollouts\n"
@@ -356,14 +404,14 @@ def test_a_run_keeps_no_rollout_outcome_once_its_row_is_written(
     """Memory is bounded by what is in flight: by the time the run is scored, every rollout's
     outcome is gone (its row is on disk, its latency a float). Counted structurally, at scoring."""
     alive: list[int] = []
-    score = pytest_rollouts.runner.score_configured
+    score = pytest_rollouts.lifecycle.stages.score_configured
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         gc.collect()
         alive.append(sum(isinstance(o, RolloutOutcome) for o in gc.get_objects()))
         return score(*args, **kwargs)
 
-    monkeypatch.setattr(pytest_rollouts.runner, "score_configured", counting)
+    monkeypatch.setattr(pytest_rollouts.lifecycle.stages, "score_configured", counting)
     result = run(config(agent, repeats=4))
     assert result.score.coverage.completed == 24
     assert alive == [0]

@@ -62,6 +62,9 @@ from ..helpers import QUIET, Artifacts, keys, run_rollouts, tasks, write_rows
         ("--rollouts-dispatch-budget=inf", "--rollouts-dispatch-budget: must be a finite number"),
         ("--rollouts-drain-margin=nan", "--rollouts-drain-margin: must be a finite number"),
         ("--rollouts-retry-backoff=nan", "--rollouts-retry-backoff: must be a finite number"),
+        # A heartbeat of 0 would spin the dispatcher; one past pytest's 120 s of patience would stop it as stuck.
+        ("--rollouts-progress-interval=0", "--rollouts-progress-interval: must be at least 0.05"),
+        ("--rollouts-progress-interval=300", "--rollouts-progress-interval: must be at most 60"),
     ],
 )
 def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words: str) -> None:

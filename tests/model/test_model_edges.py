@@ -103,7 +103,7 @@ def test_retry_after_as_an_http_date() -> None:
 
 def test_tokens_per_second_only_when_the_session_sent_what_the_totals_count() -> None:
     """After a resume it divided the whole run's tokens by the resuming session's seconds (3x too high)."""
-    from pytest_rollouts.scoring.metrics import token_rates
+    from pytest_rollouts.scoring.perf import token_rates
 
     usage = {"num_rollouts": 150, "total_tokens": 2250, "output_tokens": 750}
     assert token_rates(usage, {"count": 150, "seconds": 0.5}) == {

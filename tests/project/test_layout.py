@@ -23,6 +23,6 @@ def test_the_readme_is_a_newcomers_page_with_two_quick_start_commands() -> None:
     quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     commands = [line.strip() for line in quick_start.splitlines() if line.startswith("    ")]
     assert len(commands) == 2, commands
-    assert commands[1] == "pip install -e '.[test]' && python -m pytest tests -q"
+    assert commands[1] == "pip install -e '.[test]' && python -m pytest tests -q -n auto"
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert all(part in ci for part in commands[1].split(" && ")), "CI runs the README's test command"

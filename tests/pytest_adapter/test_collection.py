@@ -85,7 +85,8 @@ def test_an_embedded_agent_that_cannot_start_names_its_file_and_leaves_results_a
     (pytester.path / "out" / "r.jsonl").write_text('{"earlier": true}\n')
     result = run_rollouts(pytester, "suite")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([message, "*The earlier results are back in place*"])
+    result.stderr.fnmatch_lines([message])
+    result.stderr.no_fnmatch_line("*back in place*")  # refused before anything was moved
     assert (pytester.path / "out" / "r.jsonl").read_text() == '{"earlier": true}\n'
     assert not list((pytester.path / "out").glob("r.prev-*"))
 

@@ -282,7 +282,8 @@ def test_each_worker_sends_the_task_it_waits_on_first(pytester: pytest.Pytester)
 def test_a_run_no_worker_sent_anything_for_leaves_earlier_results_in_place(
     pytester: pytest.Pytester, agent: ScriptedAgent
 ) -> None:
-    """As one process does: the workers had moved them aside and left empty files in their place."""
+    """As one process does: the workers had moved them aside and left empty files in their place.
+    Their health checks now come before anything is moved: nothing is, so nothing is put back."""
     write_rows(pytester.path / "data.jsonl", tasks(6))
     assert run_n(pytester, agent, 2).ret == pytest.ExitCode.OK
     before = {p.name: p.read_bytes() for p in (pytester.path / "n2").glob("r*")}
@@ -290,7 +291,8 @@ def test_a_run_no_worker_sent_anything_for_leaves_earlier_results_in_place(
         result = run_n(pytester, sick, 2)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert {p.name: p.read_bytes() for p in (pytester.path / "n2").glob("r*")} == before
-    result.stdout.fnmatch_lines(["The earlier results are back in place (from *r.prev-*)."])
+    result.stdout.fnmatch_lines(["*agents failed their health check; nothing was dispatched:*"])
+    result.stdout.no_fnmatch_line("*back in place*")
     result.stdout.no_fnmatch_line("*rollouts scored*")
     assert not list((pytester.path / "n2").glob("r.prev-*"))
 

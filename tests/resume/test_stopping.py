@@ -47,11 +47,14 @@ def engine_pid():
 def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytester, stop: int) -> None:
     """pytest blocked writing a plan the dispatcher does not take (stopped here; in life still
     starting up, or stuck): a stop then left the two processes waiting on each other for ever."""
+    # Stopped as the run loop begins: the files are prepared, the agents cleared, and the plan is next.
     pytester.makeconftest(
-        FIND_ENGINE + "def pytest_collection_finish(session):\n"
+        FIND_ENGINE + "import pytest\n@pytest.hookimpl(wrapper=True, tryfirst=True)\n"
+        "def pytest_runtestloop(session):\n"
         "    pid = engine_pid()\n"
         "    os.kill(pid, signal.SIGSTOP)\n"
         "    Path('engine.pid').write_text(str(pid))\n"
+        "    return (yield)\n"
     )
     # About 120 KB of plan: more than a pipe holds, so pytest blocks writing it.
     write_rows(pytester.path / "data.jsonl", tasks(600))
@@ -64,7 +67,7 @@ def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytest
             out, err = finish(proc)
             [engine] = engines(pytester.path)
             wait_for(lambda: gone(engine), "the dispatcher process ended")
-        assert agent.requests == [] and agent.health_checks == 0
+        assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
     assert "Interrupted before any request was sent: its files are removed." in out, out
     assert_no_traceback(err)
@@ -81,7 +84,7 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
             out, err = finish(proc)
         assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
-    assert "Interrupted before any request was sent: its files are removed." in out, out
+    assert "Interrupted before any request was sent: nothing was moved or written." in out, out
     assert not (pytester.path / "out" / "r_materialized_inputs.jsonl").exists(), "left as found: nothing was sent"
     assert_no_traceback(err)
 
@@ -100,7 +103,6 @@ def test_a_stop_under_xdist_before_any_result_puts_the_earlier_results_back(pyte
             out, err = finish(proc)
         assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
-    assert "the earlier results are back in place" in out, out
     assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
     assert not [p for p in (pytester.path / "out").iterdir() if "prev" in p.name or "replaced" in p.name]
 
@@ -122,10 +124,34 @@ def test_a_stop_during_health_checks_puts_back_the_earlier_results(
             out, err = finish(proc)
         assert agent.requests == []
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
-    assert "Interrupted before any request was sent: the earlier results are back in place." in out, out
+    assert "Interrupted before any request was sent: nothing was moved or written." in out, out
     assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
     assert not [p for p in (pytester.path / "out").iterdir() if "replaced" in p.name or "prev" in p.name]
     assert_no_traceback(err)
+
+
+@pytest.mark.parametrize("replace", [(), ("--rollouts-overwrite",)], ids=["moved-aside", "overwrite"])
+def test_a_kill_during_health_checks_leaves_the_earlier_results_in_place(
+    pytester: pytest.Pytester, replace: tuple[str, ...]
+) -> None:
+    """The plugin moved the earlier results aside before its health check: Ctrl-C and SIGTERM put
+    them back, but ``kill -9`` during a slow check left them moved (issue 32, F10). Nothing that
+    can refuse the run without sending anything comes after a file is moved now."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        subprocess.run(pytest_command(agent.url), cwd=pytester.path, check=True, capture_output=True)
+    before = {p.name: p.read_bytes() for p in (pytester.path / "out").iterdir()}
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
+        with session(pytester.path, pytest_command(agent.url, *replace)) as proc:
+            wait_for(lambda: agent.health_checks > 0, "a health check")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=BOUND_S)
+        assert agent.requests == []
+    # The lock file a killed run leaves is taken over by the next run; the results are as they were.
+    after = {p.name: p.read_bytes() if p.is_file() else "a folder" for p in (pytester.path / "out").iterdir()}
+    assert {name: data for name, data in after.items() if not name.endswith(".lock")} == {
+        name: data for name, data in before.items() if not name.endswith(".lock")
+    }
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

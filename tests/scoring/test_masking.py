@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from pytest_rollouts.pytest.progress import progress_line
-from pytest_rollouts.pytest.report import Tally
+from pytest_rollouts.pytest.tally import Tally
 from pytest_rollouts.rows.masking import MaskingCounts
 
 from ..agents import Reply, ScriptedAgent

@@ -7,16 +7,18 @@ without its usual keys, ended the run in a traceback (exit 1, no summary, no rep
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.cli import main
 
 from ..agents import Reply, ScriptedAgent
-from ..helpers import subprocess_run, tasks, write_rows
+from ..helpers import run_rollouts, tasks, write_rows
 
 METRICS = {"mean/reward": 1.0, "pass@1/reward": 1.0}
 
@@ -33,64 +35,83 @@ METRICS = {"mean/reward": 1.0, "pass@1/reward": 1.0}
     ],
 )
 def test_an_odd_metrics_reply_is_named_and_the_runs_own_metrics_stand(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], reply: dict[str, Any], named: str
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], reply: dict[str, Any], named: str
 ) -> None:
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent(aggregate=lambda body: reply) as agent:
-        result = subprocess_run(tmp_path, agent.url, "--rollouts-html=out/report.html")
-    said = result.stdout + result.stderr
-    assert result.returncode == 0, said
+        result = run_rollouts(
+            pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-html=out/report.html"
+        )
+    said = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, said
     assert "Traceback" not in said
     # tasks(3): task 0 answered wrong, so the run's own mean is 2/3, not the server's 1.0.
-    [line] = [line for line in result.stdout.splitlines() if line.startswith("default: mean reward")]
+    [line] = [line for line in result.stdout.lines if line.startswith("default: mean reward")]
     assert line.startswith("default: mean reward 0.6667 ± 0.3333 (se, tasks as clusters) over 3 rollouts"), line
     assert f"{agent.url}/aggregate_metrics replied with an odd {named}" in line and "computed locally" in line, line
-    assert (tmp_path / "out" / "report.html").is_file()
-    [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert (pytester.path / "out" / "report.html").is_file()
+    [entry] = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
     assert entry["metrics_source"] == "local" and named in entry["metrics_note"]
     capsys.readouterr()
-    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "again.html")]) == 0
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "again.html")]) == 0
 
 
-def test_a_metrics_reply_cannot_rename_its_group(tmp_path: Path) -> None:
+def test_a_metrics_reply_cannot_rename_its_group(pytester: pytest.Pytester) -> None:
     """A server's reply that names an ``agent_ref`` (or an environment server) renamed its group in
     the metrics file: two entries for one agent, none for the other, and ``report`` printed them."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     reply = {"agent_ref": {"name": "someone"}, "_ng_environment_server": "elsewhere", "key_metrics": METRICS}
     with ScriptedAgent(aggregate=lambda body: reply) as agent:
-        result = subprocess_run(tmp_path, agent.url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    [entry] = orjson.loads((tmp_path / "out" / "r_aggregate_metrics.json").read_bytes())
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    [entry] = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
     assert entry["agent_ref"] == {"name": "default"} and "_ng_environment_server" not in entry
     assert entry["metrics_source"] == "server" and entry["key_metrics"] == METRICS
 
 
-def test_an_infinite_mean_from_a_server_is_no_score_to_gate_on(tmp_path: Path) -> None:
+def test_an_infinite_mean_from_a_server_is_no_score_to_gate_on(pytester: pytest.Pytester) -> None:
     """``1e400`` reads as infinity: the run said ``mean reward inf`` and passed ``--rollouts-fail-under``."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     body = b'{"agent_metrics": {"mean/reward": 1e400}, "key_metrics": {"mean/reward": 1e400}}'
     with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
-        result = subprocess_run(tmp_path, agent.url, "--rollouts-fail-under=0.9")
-    assert result.returncode == 7, result.stdout + result.stderr
-    assert "EVAL FAILED" in result.stdout
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.9")
+    assert result.ret == 7, result.stdout.str() + result.stderr.str()
+    assert "EVAL FAILED" in result.stdout.str()
 
 
-def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_reads_a_metrics_file_holding_odd_values(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A metrics file that holds what an earlier version kept of such a reply: the report is made,
     the odd values left out and named."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent() as agent:
-        assert subprocess_run(tmp_path, agent.url).returncode == 0
-    metrics = tmp_path / "out" / "r_aggregate_metrics.json"
+        assert run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}").ret == 0
+    metrics = pytester.path / "out" / "r_aggregate_metrics.json"
     [entry] = orjson.loads(metrics.read_bytes())
     entry["key_metrics"]["pass@1/reward"] = "0.5"
     entry["usage_summary"] = {"num_turns": 3}
     metrics.write_bytes(orjson.dumps([entry]))
     capsys.readouterr()
-    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
-    page = (tmp_path / "report.html").read_text()
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "report.html")]) == 0
+    page = (pytester.path / "report.html").read_text()
     assert "left out of the metrics file" in page and "key_metrics pass@1/reward" in page
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plain run of ``tasks(3)``, made once through the Python API: what the tests below hand-change
+    is its metrics file, and what they check is ``report`` reading it (each on a copy)."""
+    root = tmp_path_factory.mktemp("a_run")
+    write_rows(root / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        run(
+            CollectionConfig(
+                input=str(root / "data.jsonl"), out=str(root / "out" / "r.jsonl"), agents={"default": agent.url}
+            )
+        )
+    return root
 
 
 @pytest.mark.parametrize(
@@ -108,12 +129,10 @@ def test_report_reads_a_metrics_file_holding_odd_values(tmp_path: Path, capsys: 
     ],
 )
 def test_report_leaves_out_a_run_written_section_a_hand_changed_and_names_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, change: Any, named: str
+    a_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], section: str, change: Any, named: str
 ) -> None:
     """``statistics`` a string, an interval of one value, ``failed_by_class`` a list: tracebacks."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
-    with ScriptedAgent() as agent:
-        assert subprocess_run(tmp_path, agent.url).returncode == 0
+    shutil.copytree(a_run, tmp_path, dirs_exist_ok=True)
     metrics = tmp_path / "out" / "r_aggregate_metrics.json"
     [entry] = orjson.loads(metrics.read_bytes())
     entry[section] = change(entry[section])
@@ -128,28 +147,28 @@ def test_report_leaves_out_a_run_written_section_a_hand_changed_and_names_it(
 
 
 def test_the_metrics_file_is_strict_json_and_report_reads_its_nulls(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A server's NaN and infinities were written back bare (``NaN``, ``Infinity``: no JSON to jq,
     JavaScript or orjson); as null, ``report`` formatted them and crashed (a traceback)."""
-    write_rows(tmp_path / "data.jsonl", tasks(3))
+    write_rows(pytester.path / "data.jsonl", tasks(3))
     body = (
         b'{"agent_metrics": {"mean/reward": NaN, "x": Infinity}, "key_metrics": {"mean/reward": 0.5, "y": -Infinity},'
         b' "usage_summary": {"num_rollouts": 3, "total_tokens": Infinity, "mean/total_tokens": NaN, "num_turns": NaN,'
         b' "mean/num_turns": Infinity}, "perf_summary": {"total_tokens_per_second": NaN}}'
     )
     with ScriptedAgent(aggregate=lambda _: Reply(raw=body)) as agent:
-        result = subprocess_run(tmp_path, agent.url)
-    assert result.returncode == 0, result.stdout + result.stderr
-    written = (tmp_path / "out" / "r_aggregate_metrics.json").read_bytes()
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    written = (pytester.path / "out" / "r_aggregate_metrics.json").read_bytes()
     [entry] = orjson.loads(written)  # orjson takes strict JSON only
     assert entry["agent_metrics"] == {"mean/reward": None, "x": None}
     assert entry["key_metrics"] == {"mean/reward": 0.5, "y": None}
     assert entry["usage_summary"]["total_tokens"] is None and entry["perf_summary"]["total_tokens_per_second"] is None
     capsys.readouterr()
-    assert main(["report", str(tmp_path / "out" / "r.jsonl"), "-o", str(tmp_path / "report.html")]) == 0
+    assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "report.html")]) == 0
     assert "Traceback" not in capsys.readouterr().err
-    page = (tmp_path / "report.html").read_text()
+    page = (pytester.path / "report.html").read_text()
     assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in page
     # The session says the same of the same values: no value, not nan or inf.
-    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in result.stdout
+    assert "- tokens (0 in, 0 out; mean - per rollout), - turns (mean -), - tokens/s (0 out)" in result.stdout.str()

@@ -267,9 +267,10 @@ def test_server_metrics_without_key_metrics_still_report_and_gate(
 ) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(3))
     with ScriptedAgent(aggregate=lambda body: reply) as agent:
-        result = subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.9")
-    assert result.returncode == 7, result.stdout + result.stderr
-    assert fnmatch.fnmatch(result.stdout, f"*{line}*") and gate in result.stdout
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.9")
+    said = result.stdout.str()
+    assert result.ret == 7, said + result.stderr.str()
+    assert fnmatch.fnmatch(said, f"*{line}*") and gate in said
 
 
 def test_server_metrics_get_sorted_stripped_rows(pytester: pytest.Pytester) -> None:
@@ -350,16 +351,22 @@ def test_require_complete_and_fail_under_exit_codes(pytester: pytest.Pytester) -
         return Reply(status=500) if row["_ng_task_index"] == 1 else verifier(row, seen)
 
     with ScriptedAgent(one_breaks) as agent:
+        # The process's own exit status once; the other gates in-process, where pytest returns the same.
         incomplete = subprocess_run(pytester.path, agent.url, "--rollouts-require-complete")
         assert incomplete.returncode == 6, incomplete.stdout
         assert "EVAL FAILED: 2/3 samples completed. Partial artifacts retained at " in incomplete.stdout
         assert (pytester.path / "out" / "r_aggregate_metrics.json").exists(), "artifacts written before the gate"
-        low = subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.6")
-        assert low.returncode == 7, low.stdout
-        assert "EVAL FAILED: mean reward 0.5000 is below --rollouts-fail-under 0.6." in low.stdout
-        assert subprocess_run(pytester.path, agent.url, "--rollouts-fail-under=0.5").returncode == 0
+        low = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.6")
+        assert low.ret == 7, low.stdout.str()
+        assert "EVAL FAILED: mean reward 0.5000 is below --rollouts-fail-under 0.6." in low.stdout.str()
+        assert (
+            run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-fail-under=0.5").ret == 0
+        )
     with ScriptedAgent() as agent:
-        assert subprocess_run(pytester.path, agent.url, "--rollouts-require-complete").returncode == 0
+        assert (
+            run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-require-complete").ret
+            == 0
+        )
 
 
 def test_no_aggregate_skips_metrics_but_keeps_the_gate(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:

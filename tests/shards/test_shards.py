@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.rows.shard import in_shard
 
 from ..agents import ScriptedAgent
@@ -18,12 +20,34 @@ def metrics(path: Path) -> list[dict]:
     return [{k: v for k, v in e.items() if k != "perf_summary"} for e in json.loads(path.read_text())]
 
 
+@pytest.fixture(scope="module")
+def sharded_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 20-task, 2-repeat run done whole (whole/) and as shards 0/3, 1/3, 2/3 (shards/), once for the
+    module through the Python API: what these tests hold to account is the merge, not the session
+    (``test_a_shard_session_runs_its_tasks_and_deselects_the_rest`` is the session's)."""
+    root = tmp_path_factory.mktemp("sharded")
+    write_rows(root / "data.jsonl", tasks(20))
+    with ScriptedAgent() as agent:
+        common = {"input": str(root / "data.jsonl"), "agents": {"policy": agent.url}, "repeats": 2}
+        run(CollectionConfig(**common, out=str(root / "whole" / "r.jsonl")))
+        for k in range(3):
+            shard = f"shards/shard-{k}.jsonl"
+            run(CollectionConfig(**common, out=str(root / shard), shard=f"{k}/3", no_aggregate=True))
+            mine = [t for t in range(20) if in_shard(t, (k, 3))]
+            assert sorted({t for t, _ in keys(Artifacts(root, shard).materialized)}) == mine
+    return root
+
+
 @pytest.fixture
-def sharded(pytester: pytest.Pytester, agent: ScriptedAgent) -> Path:
-    """A 20-task, 2-repeat run done whole (whole/) and as shards 0/3, 1/3, 2/3 (shards/)."""
+def sharded(sharded_once: Path, pytester: pytest.Pytester) -> Path:
+    """A copy of the module's sharded run in this test's directory, to change as it likes."""
+    shutil.copytree(sharded_once, pytester.path, dirs_exist_ok=True)
+    return pytester.path
+
+
+def test_a_shard_session_runs_its_tasks_and_deselects_the_rest(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(20))
     common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-repeats=2")
-    run_rollouts(pytester, *common, out="whole/r.jsonl").assert_outcomes(passed=20)
     for k in range(3):
         result = run_rollouts(
             pytester, *common, f"--rollouts-shard={k}/3", "--rollouts-no-aggregate", out=f"shards/shard-{k}.jsonl"
@@ -31,7 +55,8 @@ def sharded(pytester: pytest.Pytester, agent: ScriptedAgent) -> Path:
         mine = [t for t in range(20) if in_shard(t, (k, 3))]
         result.assert_outcomes(passed=len(mine), deselected=20 - len(mine))
         assert sorted({t for t, _ in keys(Artifacts(pytester.path, f"shards/shard-{k}.jsonl").materialized)}) == mine
-    return pytester.path
+    merged = aggregate(pytester.path, "--input", "shards/shard-*.jsonl", "--out", "m/r.jsonl", "--require-complete")
+    assert merged.returncode == 0, merged.stderr
 
 
 def test_shards_merged_equal_the_single_run(sharded: Path) -> None:

@@ -1,0 +1,14 @@
+"""The bounds of the settings' values, one place for the model and its messages."""
+
+# Upper bounds rule out values a run cannot use, before anything is moved or sent: a count past
+# them overflows the plan's 64-bit columns or a connection pool, a duration past them (or inf, or
+# nan) is a timer that never fires, which scoring and the dispatcher cannot hold.
+MAX_PARALLEL = 100_000
+MAX_RESIDENT = 10_000_000
+MAX_REPEATS = 1_000_000
+MAX_ROWS = 2**53
+MAX_ATTEMPTS = 1_000
+MAX_SHARDS = 1_000_000
+MAX_SECONDS = 30 * 24 * 3600.0
+# A timeout or budget below a millisecond ends every rollout before its request is written.
+MIN_SECONDS = 0.001

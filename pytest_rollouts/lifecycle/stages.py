@@ -1,0 +1,279 @@
+"""``RunLifecycle``: the stages every door takes a run through, in one order, each written once.
+
+prepare (what refuses a run without sending anything, then the files: earlier results moved
+aside or repaired, the plan written or read back) -> dispatch (the door's driver: the dispatcher
+process, or the caller's event loop) -> score -> conclude (the verdict) -> publish (the report,
+the exports). A refusal before any request puts the files back as they were found; a stop while
+the run is scored or published withdraws what it concluded (the metrics file, the report it
+began), which would otherwise contradict the rows a resume goes on from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_rollouts.config.agents import Agents, AgentsError
+from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.lifecycle.health import unhealthy, unhealthy_blocking
+from pytest_rollouts.lifecycle.refusal import INTERRUPTED, USAGE, Refusal
+from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build_plan
+from pytest_rollouts.plan.files import put_back
+from pytest_rollouts.rows.judge_retry import resume_mend
+from pytest_rollouts.rows.plan import Key, Plan
+from pytest_rollouts.scoring.aggregate import RunScore
+from pytest_rollouts.scoring.configured import score_configured
+from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
+from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
+from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
+from pytest_rollouts.store.runlock import RunLock
+
+if TYPE_CHECKING:
+    from pytest_rollouts.export.tracing import RunTrace
+    from pytest_rollouts.model.spec import ModelPlan
+    from pytest_rollouts.net.auth import Redactor
+    from pytest_rollouts.rows.manifest import RunManifest
+    from pytest_rollouts.scoring.output_scan import OutputScan
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """The agents a plan sends to, cleared before anything is moved: where each answers (embedded
+    ones started), the model agents the driver runs, and whether their health was checked here."""
+
+    urls: dict[str, str]
+    models: dict[str, ModelPlan]
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publishing a scored run said: where the report went (or why not), a line per export."""
+
+    report: str = ""
+    exports: tuple[str, ...] = ()
+
+
+class RunLifecycle:
+    """One run's files from their preparation to its publication.
+
+    ``lock``: the hold on the output that a refusal withdraws (the door takes it, its own way);
+    ``owner``: this process prepares the files for the whole run. An xdist worker is not: others
+    may be writing the same files, and its controller decides for all."""
+
+    def __init__(self, paths: ArtifactPaths, *, lock: RunLock | None = None, owner: bool = True) -> None:
+        self.paths = paths
+        self.lock = lock
+        self.owner = owner
+        # Where the earlier results went, and what a crash had cut: what a refusal puts back.
+        self.start = RunStart()
+        self.resuming = False
+        # The files were prepared by this process (earlier results moved aside, the plan written).
+        self.prepared = False
+        # The report this run began writing, which a stop withdraws.
+        self._reporting: Path | None = None
+        # The agents, once cleared (``clear``): a fresh run moves nothing before.
+        self.cleared: Cleared | None = None
+        # Clearing the agents began (a stop may cut it short: nothing was moved then).
+        self._clearing = False
+
+    # -- clear: every refusal that sends nothing and moves nothing -------------------------
+
+    async def clear(
+        self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
+    ) -> Cleared:
+        """The addresses of ``names`` (embedded agents started), their model agents, and their
+        health (``/health`` on every agent not a model), or a ``Refusal``: for a fresh run, before
+        any file is moved; for a resume, once the plan says which agents it still sends to.
+        ``recorded``: the dataset paths of the run resumed, for a process that collected none."""
+        self._clearing = True
+        urls, models = self._addresses(agents, names, recorded)
+        checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
+        self._judge_health(await unhealthy(settings, checked))
+        self.cleared = Cleared(urls, models)
+        return self.cleared
+
+    def clear_blocking(
+        self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
+    ) -> Cleared:
+        """``clear`` from synchronous code (a pytest session)."""
+        self._clearing = True
+        urls, models = self._addresses(agents, names, recorded)
+        checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
+        self._judge_health(unhealthy_blocking(settings, checked))
+        self.cleared = Cleared(urls, models)
+        return self.cleared
+
+    def _addresses(
+        self, agents: Agents, names: set[str], recorded: Callable[[], Any]
+    ) -> tuple[dict[str, str], dict[str, ModelPlan]]:
+        try:
+            urls = agents.urls(names, recorded)
+            return urls, agents.models(urls)
+        except AgentsError as exc:
+            raise self.refuse(str(exc), where="agents") from None
+
+    def _judge_health(self, lines: list[str]) -> None:
+        if lines:
+            why = "agents failed their health check; nothing was sent"
+            raise self.refuse(why, exit_status=INTERRUPTED, where="health", lines=lines)
+
+    # -- prepare ---------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        tasks: Sequence[PlannedTask],
+        settings: Settings,
+        manifest: RunManifest,
+        *,
+        run_id: str,
+        resuming: bool,
+        shown: str,
+        shaping: RowShaping,
+        told: Callable[[RunStart], None] | None = None,
+    ) -> Plan:
+        """Move earlier results aside (or repair them, resuming) and write or read back the plan.
+        A fresh run's agents were cleared first (``clear``): no refusal that sends nothing comes
+        after anything is moved. ``shown``: the materialized inputs as the user reads them; ``told``:
+        what preparing the files did, said before the plan is written (which may refuse)."""
+        if not resuming and self.cleared is None:
+            raise RuntimeError("a fresh run clears its agents (``clear``) before it moves anything")
+        self.take(
+            run_id,
+            resuming=resuming,
+            overwrite=settings.overwrite,
+            retry_invalid=settings.retry_invalid_judge_responses,
+        )
+        if told is not None:
+            told(self.start)
+        try:
+            return build_plan(tasks, self.paths, settings, manifest, resuming=resuming, shown=shown, shaping=shaping)
+        except (PlanError, ArtifactError) as exc:  # damaged recorded files; a full disk before anything was sent
+            raise self.refuse(str(exc), where="prepare") from None
+
+    def take(self, run_id: str, *, resuming: bool, overwrite: bool, retry_invalid: bool = False) -> RunStart:
+        """The files prepared once per run: earlier results moved aside (deleted with ``overwrite``
+        once the first request goes), or repaired and mended (``retry_invalid``: judged-invalid
+        results to the sidecar), resuming. What it did, for the door to tell."""
+        self.resuming = resuming
+        mend = resume_mend(self.paths, retry_invalid) if resuming else None
+        try:
+            self.start = self.paths.start_run(run_id, resume=resuming, overwrite=overwrite, mend=mend)
+        except OSError as exc:  # a read-only or missing place: nothing was sent
+            raise Refusal(f"cannot write the artifacts next to {self.paths.out}: {exc}", where="prepare") from None
+        self.prepared = True
+        return self.start
+
+    def refuse(self, why: str, *, exit_status: int = USAGE, where: str = "", lines: Sequence[str] = ()) -> Refusal:
+        """The refusal of a run that sent nothing, its files put back (what it says of them added)."""
+        return Refusal(why, exit_status, where, tuple(lines), self.put_back())
+
+    def put_back(self) -> str:
+        """A run refused before any request leaves the files as it found them, the lock file too;
+        what to add to the refusal. Not where this process does not own the files (an xdist worker)."""
+        if not self.owner:
+            return ""
+        back = put_back(self.paths, self.start, resuming=self.resuming) if self.prepared else ""
+        if self.lock is not None:
+            self.lock.withdraw()
+        return back
+
+    def put_back_unsent(self) -> str:
+        """A fresh run stopped before its first request (Ctrl-C while agents start) leaves the files
+        as it found them, as a refusal does; what to tell. Once a row is written it is a run to
+        resume instead: the dispatcher may have begun before the stop reached it."""
+        paths, start = self.paths, self.start
+        if not self.owner:
+            return ""
+        if self._clearing and not self.prepared:  # stopped while the agents started or answered
+            self.put_back()
+            return "Interrupted before any request was sent: nothing was moved or written."
+        if not self.prepared or self.resuming:
+            return ""
+        if any(path.exists() and path.stat().st_size for path in (paths.out, paths.failures)):
+            paths.discard(start)
+            return ""
+        self.put_back()
+        kept = "the earlier results are back in place" if start.moved_to is not None else "its files are removed"
+        return f"Interrupted before any request was sent: {kept}."
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    def sent(self) -> None:
+        """The run sent its first request: what ``overwrite`` replaces is gone for good."""
+        self.paths.discard(self.start)
+
+    # -- score, conclude, publish ----------------------------------------------------------
+
+    def score(
+        self,
+        settings: Settings,
+        *,
+        agent_url: Callable[[str], str | None],
+        coverage_only: bool = False,
+        perf_summary: dict[str, Any] | None = None,
+        outputs: OutputScan | None = None,
+        drained: frozenset[Key] = frozenset(),
+        trace: RunTrace | None = None,
+    ) -> RunScore:
+        """The run scored from its files on disk (``coverage_only``: a stopped run says what it
+        covered); a row that cannot be read refuses the score."""
+        try:
+            score = score_configured(
+                self.paths,
+                settings,
+                agent_url=agent_url,
+                coverage_only=coverage_only,
+                perf_summary=perf_summary,
+                outputs=outputs,
+                drained=drained,
+            )
+        except JsonlError as exc:
+            raise Refusal(f"cannot score the run: {exc}", where="score") from None
+        if trace is not None:
+            trace.scored(score)
+        return score
+
+    @staticmethod
+    def conclude(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
+        """The verdict of the run's gates (``Gate.of(settings)``, or a door's own option names);
+        a run not scored is judged by its end alone."""
+        return judge_run(score, end, gate if score is not None else Gate())
+
+    def publish(
+        self,
+        settings: Settings,
+        score: RunScore,
+        verdict: Verdict,
+        html: Path | None,
+        secrets: Callable[[], Redactor],
+        *,
+        exports: bool = True,
+    ) -> Published:
+        """The report (``html``), then the exports, which log it; neither fails the run.
+        ``exports``: False where the door exports itself (a pytest session, where a stop cuts
+        an export short and is said: ``pytest/finish.py``)."""
+        report = ""
+        if html is not None:
+            from pytest_rollouts.report.build import report_at_end
+
+            self._reporting = html
+            report = report_at_end(html, self.paths.out, score, verdict)
+        if not exports or not (settings.wandb or settings.mlflow):  # nothing imported for a run asking neither
+            return Published(report)
+        from pytest_rollouts.export.exports import export_run
+
+        destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+        return Published(report, tuple(export_run(destinations, score, self.paths.out, html, secrets=secrets())))
+
+    def withdraw_conclusions(self) -> str:
+        """Scoring or publishing was stopped part-way: a metrics file (an earlier session's, or this
+        one's) and a report this run began would contradict the rows, so they go; every row stays,
+        and a resume scores them. What to tell."""
+        self.paths.metrics.unlink(missing_ok=True)
+        report, self._reporting = self._reporting, None
+        if report is not None and report.is_file() and not report.is_symlink():
+            report.unlink()
+        return "no metrics file written"
