@@ -34,7 +34,6 @@ from pytest_rollouts.dispatch.messages import (
     PlanHeader,
     Progress,
     Ready,
-    Unhealthy,
     decode,
     encode,
 )
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
 # items keeps the look-ahead window nearly full without a pipe write per item.
 FREED_BATCH = 32
 # Once it has the plan, the engine writes at least every --rollouts-progress-interval (its
-# heartbeat, at most 60 s), health checks included; before that it takes the plan as fast as
+# heartbeat, at most 60 s); before that it takes the plan as fast as
 # pytest writes it. This long without a byte either way, it is stuck (a blocked file system, a
 # stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
@@ -69,21 +68,6 @@ class DispatcherGone(DispatcherError):
     Rows it wrote are kept (it fsyncs as it goes, unless the file itself is what was lost), and
     ``--rollouts-resume`` runs what has no row.
     """
-
-
-class AgentsUnhealthy(Exception):
-    """Agents failed their health check; nothing was sent to any agent. The message says what to do."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(
-            "\n".join(
-                [
-                    "agents failed their health check; nothing was dispatched:",
-                    *(f"  {line}" for line in lines),
-                    "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK).",
-                ]
-            )
-        )
 
 
 class Dispatcher:
@@ -185,11 +169,8 @@ class Dispatcher:
             self._proc = spawn_engine()
         self._write(encode(header) + b"".join(frame(c.tobytes()) for c in columns))
         self._plan_sent = True
-        # Health checks may take long; the engine's heartbeat comes meanwhile.
         while isinstance(reply := self._read(), Progress):
             pass
-        if isinstance(reply, Unhealthy):
-            raise AgentsUnhealthy(reply.lines)
         if isinstance(reply, Fatal):  # it could not even read the plan (a pytest and an engine that disagree)
             self._stop(reply.why)
             raise DispatcherGone(self._gone)

@@ -8,8 +8,7 @@ its stdin/stdout in the typed messages of ``messages.py``:
 - in: a ``PlanHeader``, the plan's columns, then ``Claim`` (pytest waits on a task the
   look-ahead has not reached), ``Freed`` (pytest consumed tasks: room to admit more),
   ``Close``. End of input (pytest died) closes too, so nothing is left running.
-- out: ``Ready`` (or ``Unhealthy`` with the failed health checks: then nothing is
-  sent), ``Done`` with a task's outcomes once each of its rows is written,
+- out: ``Ready``, ``Done`` with a task's outcomes once each of its rows is written,
   ``Error`` for a bug that must fail the item rather than hang it, ``Fatal`` for a
   bug outside any one rollout (this process then closes), ``Closed``; ``Progress``
   ahead of each batch of those and every 2 s.
@@ -54,7 +53,6 @@ from pytest_rollouts.dispatch.messages import (
     decode,
     encode,
 )
-from pytest_rollouts.dispatch.messages import Unhealthy as UnhealthyMessage
 from pytest_rollouts.dispatch.pipes import Input, Output
 from pytest_rollouts.dispatch.shared_output import SharedOutput
 from pytest_rollouts.net.http1 import Pool
@@ -119,8 +117,8 @@ class Engine:
     # -- the run -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        # The heartbeat starts with the health checks, which may take long: pytest bounds every
-        # wait on this process by its silence. Both end at ``close``, whenever it comes.
+        # pytest bounds every wait on this process by its silence: the heartbeat starts at once.
+        # Both end at ``close``, whenever it comes.
         self._spawn(self._report_progress())
         self._spawn(self._begin())
         await self._closing.wait()
@@ -137,10 +135,8 @@ class Engine:
         self._send(encode(Closed(self._rollouts_sent)))
 
     async def _begin(self) -> None:
-        unhealthy = await self._agents.unhealthy(self._pool)
-        if unhealthy:
-            self._send(encode(UnhealthyMessage([u.line() for u in unhealthy])))
-            return
+        """Start dispatching. The agents' health was checked before any file was moved, by the
+        process that prepared the run (``lifecycle``), so the plan's header asks for none here."""
         self._spawn(sync_periodically(self._sync, self._bodies))
         self._send(encode(Ready()))
         self._admit()

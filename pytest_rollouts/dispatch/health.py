@@ -16,7 +16,7 @@ CHECK is one of those names, or an agent's name: that agent is not checked at al
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,13 @@ class Unhealthy:
 
     def line(self) -> str:
         return f"agent {self.agent!r} at {self.url}: {self.reply}"
+
+
+def refusal_text(lines: Sequence[str], nothing: str, turn_off: str) -> str:
+    """What a door says when agents fail their check: one line per agent, and how to turn the
+    check off in that door's own names (an option, a keyword argument)."""
+    shown = "\n".join(f"  {line}" for line in lines)
+    return f"agents failed their health check; {nothing}:\n{shown}\n{turn_off}"
 
 
 def judge(status: int, body: bytes, ignored: Collection[str], redact: Redactor) -> str | None:

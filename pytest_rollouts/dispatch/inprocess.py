@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
+from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.rows.plan import Key
@@ -48,11 +49,8 @@ class HealthCheckFailed(Exception):
     """
 
     def __init__(self, lines: list[str]) -> None:
-        shown = "\n".join(f"  {line}" for line in lines)
-        super().__init__(
-            f"agents failed their health check; nothing was sent:\n{shown}\n"
-            "Fix or restart them, or turn the check off (no_health_check) or ignore a check (health_ignore)."
-        )
+        turn_off = "Fix or restart them, or turn the check off (no_health_check) or ignore a check (health_ignore)."
+        super().__init__(refusal_text(lines, "nothing was sent", turn_off))
         self.lines = lines
 
 

@@ -166,14 +166,6 @@ class Ready:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Unhealthy:
-    """Agents failed their health check, one line each; nothing was sent."""
-
-    tag: ClassVar[str] = "unhealthy"
-    lines: list[str]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
     the tasks finished, rollouts sent and failures by class so far, the p50 and p90 latency
@@ -227,7 +219,7 @@ class Closed:
 
 
 ToEngine = Claim | Freed | Close
-FromEngine = Ready | Unhealthy | Progress | Done | Error | Fatal | Closed
+FromEngine = Ready | Progress | Done | Error | Fatal | Closed
 Message = PlanHeader | ToEngine | FromEngine
 
 
@@ -400,6 +392,6 @@ def _list_builder(item: Builder) -> Builder:
     return build
 
 
-_TYPES = (PlanHeader, Claim, Freed, Close, Ready, Unhealthy, Progress, Done, Error, Fatal, Closed)
+_TYPES = (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)
 _BUILDERS: dict[str, Builder] = {cls.tag: _builder(cls) for cls in _TYPES}
 _ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: _encoder(cls) for cls in _TYPES}

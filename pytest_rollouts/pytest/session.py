@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_rollouts.dispatch.channel import AgentsUnhealthy, Dispatcher, DispatcherGone
+from pytest_rollouts.dispatch.channel import Dispatcher, DispatcherGone
+from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import HELD_KEY, hold
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.pytest.progress import Finished
     from pytest_rollouts.scoring.output_scan import ReadAhead
+
+
+NO_HEALTH_CHECK = "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK)."
 
 
 class RolloutRun:
@@ -302,7 +306,7 @@ class RolloutRun:
         the reason and stops the session (``wait``), and its controller says it, once."""
         why = str(refusal)
         if refusal.where == "health":
-            why = f"{AgentsUnhealthy(list(refusal.lines))}{refusal.undo}"
+            why = refusal_text(refusal.lines, "nothing was dispatched", NO_HEALTH_CHECK) + refusal.undo
         if role(self.config).worker:
             self._stopped = why
             self.workers.refusal = (why, refusal.exit_status)

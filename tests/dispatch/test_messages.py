@@ -30,7 +30,6 @@ EXAMPLES: list[messages.Message] = [
     messages.Freed(32),
     messages.Close(),
     messages.Ready(),
-    messages.Unhealthy(["a: HTTP 503"]),
     messages.Progress(3, 1.25, [4, 1], 10, 42, {"agent_run_error": 2}, [0.5, 1.25], MaskingCounts(3, 2.5, 1, 2, 1)),
     messages.Progress(0, None, None, 0, 0, {}, None, MaskingCounts()),
     messages.Done(
