@@ -274,11 +274,12 @@ def _merge(args: argparse.Namespace, settings: Settings, life: RunLifecycle) -> 
     manifest, problems = check(shards)
     if problems:
         raise MergeError("\n".join(f"  - {p}" for p in problems))
+    run_id = uuid.uuid4().hex
     try:
-        lock.acquire(uuid.uuid4().hex)
+        lock.acquire(run_id)
     except OSError as exc:
         raise ArtifactError(f"cannot write {out.out}: {exc.strerror or exc}") from exc
-    start = life.take(uuid.uuid4().hex, resuming=False, overwrite=args.overwrite)
+    start = life.take(run_id, resuming=False, overwrite=args.overwrite)
     try:
         write_merged(shards, manifest, out)
     except ArtifactError as exc:  # the earlier output comes back: nothing of this merge is left

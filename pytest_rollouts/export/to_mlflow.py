@@ -67,10 +67,8 @@ def log_to_mlflow(experiment: str, export: RunExport) -> str:
 def mlflow_name(name: str) -> str:
     """``name`` as MLflow takes a metric's name (``pass@1/reward`` is ``pass_at_1/reward``, ``a//b``
     is ``a/b``), which may still be too long or empty."""
-    for char, spelled in SPELLED.items():
-        name = name.replace(char, spelled)
     # MLflow takes a name only as the path it normalizes to: no empty, ``.`` or ``..`` part.
-    parts = [{".": "_", "..": "__"}.get(part, part) for part in REFUSED.sub("_", name).split("/") if part]
+    parts = [{".": "_", "..": "__"}.get(part, part) for part in REFUSED.sub("_", _routine(name)).split("/") if part]
     return "/".join(parts)
 
 
@@ -109,6 +107,7 @@ class MlflowNames:
 
 
 def _routine(name: str) -> str:
+    """The spelling every run's names get (``@``, ``^``), which is not worth saying."""
     for char, spelled in SPELLED.items():
         name = name.replace(char, spelled)
     return name

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Cleared:
     """The agents a plan sends to, cleared before anything is moved: where each answers (embedded
-    ones started), the model agents the driver runs, and whether their health was checked here."""
+    ones started), and the model agents the driver runs."""
 
     urls: dict[str, str]
     models: dict[str, ModelPlan]
@@ -88,37 +88,34 @@ class RunLifecycle:
         health (``/health`` on every agent not a model), or a ``Refusal``: for a fresh run, before
         any file is moved; for a resume, once the plan says which agents it still sends to.
         ``recorded``: the dataset paths of the run resumed, for a process that collected none."""
-        self._clearing = True
-        urls, models = self._addresses(agents, names, recorded)
-        checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
-        self._judge_health(await unhealthy(settings, checked))
-        self.cleared = Cleared(urls, models)
-        return self.cleared
+        urls, models, checked = self._addresses(agents, names, recorded)
+        return self._cleared(urls, models, await unhealthy(settings, checked))
 
     def clear_blocking(
         self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
     ) -> Cleared:
         """``clear`` from synchronous code (a pytest session)."""
-        self._clearing = True
-        urls, models = self._addresses(agents, names, recorded)
-        checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
-        self._judge_health(unhealthy_blocking(settings, checked))
-        self.cleared = Cleared(urls, models)
-        return self.cleared
+        urls, models, checked = self._addresses(agents, names, recorded)
+        return self._cleared(urls, models, unhealthy_blocking(settings, checked))
 
     def _addresses(
         self, agents: Agents, names: set[str], recorded: Callable[[], Any]
-    ) -> tuple[dict[str, str], dict[str, ModelPlan]]:
+    ) -> tuple[dict[str, str], dict[str, ModelPlan], dict[str, str]]:
+        """Where each agent answers, its model agents, and the agents whose health to check."""
+        self._clearing = True
         try:
             urls = agents.urls(names, recorded)
-            return urls, agents.models(urls)
+            models = agents.models(urls)
         except AgentsError as exc:
             raise self.refuse(str(exc), where="agents") from None
+        return urls, models, {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
 
-    def _judge_health(self, lines: list[str]) -> None:
-        if lines:
+    def _cleared(self, urls: dict[str, str], models: dict[str, ModelPlan], unhealthy: list[str]) -> Cleared:
+        if unhealthy:
             why = "agents failed their health check; nothing was sent"
-            raise self.refuse(why, exit_status=INTERRUPTED, where="health", lines=lines)
+            raise self.refuse(why, exit_status=INTERRUPTED, where="health", lines=unhealthy)
+        self.cleared = Cleared(urls, models)
+        return self.cleared
 
     # -- prepare ---------------------------------------------------------------------------
 

@@ -265,7 +265,7 @@ class RolloutItem(pytest.Item):
         first_rollout: int,
         repeats: int,
         episode: bool,
-        keyword_matches: set[str] | None = None,
+        keyword_matches: set[str],
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -278,7 +278,7 @@ class RolloutItem(pytest.Item):
         # ``-k AGENT`` selects an agent's items, fanned out or not; ``-k hard`` the rows whose
         # suite-listed keyword fields hold ``hard``. The set is shared by the file's items with the
         # same names (``keyword_matches``): pytest gives each node an empty one, 216 bytes a row.
-        self.extra_keyword_matches = keyword_matches if keyword_matches is not None else {agent}
+        self.extra_keyword_matches = keyword_matches
         self.task_index = -1
         self.slot = -1
 

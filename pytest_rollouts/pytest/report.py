@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -28,9 +28,6 @@ from pytest_rollouts.pytest.stash import ENDING_KEY, NOTICES_KEY, RUN_KEY
 from pytest_rollouts.pytest.tally import Tally, unscored
 from pytest_rollouts.rows.records import dominant_class
 from pytest_rollouts.rows.schema import CANCELLED
-
-if TYPE_CHECKING:  # this module is imported in every pytest session: scoring only once a run ends
-    pass
 
 # pytest's own report categories; a failure class of the same name would be miscounted
 # (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.

@@ -131,8 +131,8 @@ def score_run(
     samples = _Samples(paths.materialized)
     labels = task_labels(paths.materialized, paths.manifest, statistics.group_by) if write_metrics else None
     metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, samples, statistics, labels, latest)
+    failed = {k: c for k, (c, _) in latest.items()}
     for name, group in sorted(scan.groups.items()):
-        failed = {k: c for k, (c, _) in latest.items()}
         accounting = account(group.expected, group.completed, group.masked, failed, policy, drained, group.unrewarded)
         total += accounting.coverage
         score = GroupScore(name, accounting.coverage)

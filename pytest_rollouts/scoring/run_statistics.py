@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
+from pytest_rollouts.scoring.metrics_shape import STATISTICS
 from pytest_rollouts.scoring.stats import Flattened, nan_mean, written
 from pytest_rollouts.store.artifacts import read_rows
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.accounting import Coverage
     from pytest_rollouts.scoring.aggregate import RunScore
-
-STATISTICS = "statistics"
 
 
 @dataclass(frozen=True)

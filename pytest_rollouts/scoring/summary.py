@@ -68,7 +68,7 @@ def score_lines(
 def _group_lines(group: GroupScore, baseline: RunComparison | None) -> list[str]:
     """At most three lines a group: its score, the interval and bounds (and tokens), the comparison
     with a baseline; then its breakdown by field or dataset."""
-    from pytest_rollouts.scoring.run_statistics import STATISTICS  # see score_lines
+    from pytest_rollouts.scoring.metrics_shape import STATISTICS  # see score_lines
 
     mean_line = _mean_line(group)
     if mean_line is None:
