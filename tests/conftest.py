@@ -13,6 +13,16 @@ import pytest
 from .agents import ScriptedAgent
 
 
+@pytest.fixture(autouse=True)
+def only_this_projects_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions a test starts (pytester's, a child ``python -m pytest``, xdist's workers) load our plugin and
+    xdist and nothing else installed beside them: a machine with pytest-benchmark, hypothesis or anyio
+    installed otherwise changes the sessions under test (a ``.benchmarks`` folder, a warning turned error,
+    a summary line pytester cannot parse), so what a test sees would depend on the machine."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PYTEST_PLUGINS", "rollouts,xdist")
+
+
 @pytest.fixture
 def agent() -> Iterator[ScriptedAgent]:
     with ScriptedAgent() as server:
