@@ -146,7 +146,16 @@ class RunLifecycle:
         if told is not None:
             told(self.start)
         try:
-            return build_plan(tasks, self.paths, settings, manifest, resuming=resuming, shown=shown, shaping=shaping)
+            return build_plan(
+                tasks,
+                self.paths,
+                settings,
+                manifest,
+                resuming=resuming,
+                shown=shown,
+                shaping=shaping,
+                records=not self.start.joined,
+            )
         except (PlanError, ArtifactError) as exc:  # damaged recorded files; a full disk before anything was sent
             raise self.refuse(str(exc), where="prepare") from None
 

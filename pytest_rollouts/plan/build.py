@@ -97,20 +97,26 @@ def build_plan(
     resuming: bool,
     shown: str,
     shaping: RowShaping = RowShaping(),
+    records: bool = True,
 ) -> Plan:
     """The plan of a run whose files are prepared (``ArtifactPaths.start_run``): a resumed run's from
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
-    and materialized inputs (``ArtifactError`` when they cannot be written)."""
+    and materialized inputs (``ArtifactError`` when they cannot be written). ``records``: this
+    process prepared the files and writes the manifest; a later process of the run (an xdist worker
+    after the first) materializes the same rows for its offsets and leaves the manifest alone."""
     if resuming:
         plan = plan_resume(tasks, paths, settings, shown, shaping)
-        _record_new_place(paths, manifest)
+        if records:
+            _record_new_place(paths, manifest)
         return plan
     # Written before the inputs (a crash between leaves a manifest naming their place, so the next run
     # finds and moves them), and again with their digest once they are whole.
-    write_manifest(paths.manifest, manifest)
+    if records:
+        write_manifest(paths.manifest, manifest)
     plan = materialize(tasks, paths.materialized, settings, shaping)
-    done = {"materialized_digest": rows_digest(paths.materialized), "fronted_by": fronted_by(tasks, shaping)}
-    write_manifest(paths.manifest, manifest.model_copy(update=done))
+    if records:
+        done = {"materialized_digest": rows_digest(paths.materialized), "fronted_by": fronted_by(tasks, shaping)}
+        write_manifest(paths.manifest, manifest.model_copy(update=done))
     return plan
 
 

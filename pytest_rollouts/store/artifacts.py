@@ -48,6 +48,9 @@ class RunStart:
     replaced: bool = False
     # Whether it made the ``prepared`` file, which a run refused before any request removes.
     made_prepared: bool = False
+    # Another process of the same run (the first xdist worker) prepared the files: this one reads
+    # them as they are and leaves the run's manifest to it, so the manifest is written by one hand.
+    joined: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ class ArtifactPaths:
             fcntl.flock(lock, fcntl.LOCK_EX)
             lock.seek(0)
             if lock.read() == run_id:
-                return RunStart()
+                return RunStart(joined=True)
             if resume:
                 start = RunStart(repaired=self._repair())
                 if mend is not None:

@@ -118,6 +118,8 @@ def run_against_echoing_agents(pytester: pytest.Pytester) -> dict[str, str]:
             "-v",
             "-rA",
             "--junitxml=j.xml",
+            "-p",
+            "pytest_reportlog",
             "--report-log=log.jsonl",
             f"--rollouts-agent={main.url}",
             f"--rollouts-agent=judge={judge.url.replace('http://', f'http://evals:{PASSWORD}@')}",

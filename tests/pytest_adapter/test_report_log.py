@@ -74,6 +74,8 @@ def test_the_report_log_and_junitxml_carry_rewards_and_failure_classes(
             "data.jsonl",
             f"--rollouts-agent={agent.url}",
             "--rollouts-repeats=2",
+            "-p",
+            "pytest_reportlog",
             "--report-log=log.jsonl",
             *(["--junitxml=junit.xml"] if junitxml else []),
         )
@@ -86,7 +88,14 @@ def test_under_xdist_the_controllers_report_log_and_junitxml_carry_them(tmp_path
     write_rows(tmp_path / "data.jsonl", [{"responses_create_params": {"input": f"q{i}"}} for i in range(3)])
     with ScriptedAgent(answers) as agent:
         command = pytest_command(
-            agent.url, "-n", "2", "--rollouts-repeats=2", "--report-log=log.jsonl", "--junitxml=junit.xml"
+            agent.url,
+            "-n",
+            "2",
+            "--rollouts-repeats=2",
+            "-p",
+            "pytest_reportlog",
+            "--report-log=log.jsonl",
+            "--junitxml=junit.xml",
         )
         done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (tmp_path / "log.jsonl").exists(), done.stdout + done.stderr

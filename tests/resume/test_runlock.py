@@ -41,8 +41,16 @@ class GatedAgent(ScriptedAgent):
 
 
 def wait_for_rows(out: Path, rows: int) -> None:
+    """Until ``rows`` results are written and the run's manifest is final: under ``-n`` each worker
+    writes the (same) manifest as it plans, so one can still be rewriting it after another's first
+    results are in, and a snapshot taken then would see the first run's own write."""
+    manifest = out.with_name(f"{out.stem}_run_manifest.json")
     deadline = time.monotonic() + 60
-    while (not out.exists() or out.read_bytes().count(b"\n") < rows) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+        out.exists()
+        and out.read_bytes().count(b"\n") >= rows
+        and b'"materialized_digest": null' not in (manifest.read_bytes() if manifest.exists() else b"null")
+    ):
         time.sleep(0.05)
     assert out.read_bytes().count(b"\n") >= rows
 
