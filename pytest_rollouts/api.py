@@ -66,16 +66,7 @@ def preprocess_examples(
     via_server = settings.environment_routing_mode == "legacy"
     stamped: list[dict[str, Any]] = []
     for task_index, example in enumerate(_rows(examples, WHERE)):
-        if not isinstance(example, Mapping):
-            raise ValueError(f"{WHERE}: row {task_index} is a {type(example).__name__}, not a JSON object (a mapping)")
-        row = dict(example)
-        episode = taskset_of(row) is not None
-        params = row.get(CREATE_PARAMS)
-        if params is not None and not isinstance(params, Mapping) and not episode:
-            # As a dataset row is refused: adding the seed would replace the value without a word.
-            raise ValueError(
-                f"{WHERE}: row {task_index}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}"
-            )
+        row, episode = _example(task_index, example)
         try:
             agents = _agents(routing, row)
         except RoutingError as exc:
@@ -97,6 +88,21 @@ def preprocess_examples(
                 )
                 rollout_index += 1
     return stamped
+
+
+def _example(task_index: int, example: Any) -> tuple[dict[str, Any], bool]:
+    """A copy of one caller's row, and whether it is an episode row; a row a run would refuse is refused."""
+    if not isinstance(example, Mapping):
+        raise ValueError(f"{WHERE}: row {task_index} is a {type(example).__name__}, not a JSON object (a mapping)")
+    row = dict(example)
+    episode = taskset_of(row) is not None
+    params = row.get(CREATE_PARAMS)
+    if params is not None and not isinstance(params, Mapping) and not episode:
+        # As a dataset row is refused: adding the seed would replace the value without a word.
+        raise ValueError(
+            f"{WHERE}: row {task_index}: {CREATE_PARAMS} must be a JSON object, not {type(params).__name__}"
+        )
+    return row, episode
 
 
 def _settings(agent_map: Any, fan_out: Any, num_repeats: Any, mode: Any, server: Any) -> Settings:
@@ -157,11 +163,9 @@ def run_examples(
     ``agent_ref.name`` names (stamp them with ``preprocess_examples``); pairs come in completion
     order. ``result`` is exactly the agent's ``/run`` reply, or for a rollout that failed the
     failures sidecar's row (``_ng_failure_class`` and the other ``_ng_failure_*`` fields), or for
-    one the dispatch budget drained a ``cancelled`` row marked ``_ng_dispatch_drained``.
-
-    At most ``parallel`` requests are in flight and at most ``max_resident`` (default 8 x
-    ``parallel``) rollouts are started and not yet taken by the caller. The other arguments are
-    the plugin's options of the same names. Leaving the block cancels whatever is in flight.
+    one the dispatch budget drained a ``cancelled`` row marked ``_ng_dispatch_drained``. The other
+    arguments are the plugin's options of the same names (``max_resident``: rollouts started and
+    not yet taken by the caller). Leaving the block cancels whatever is in flight.
 
     ``environment_server`` (NeMo Gym's ``environment_server_name``, one of ``agents``) receives every
     flat row, as legacy routing sends it; a flat row stamped ``_ng_environment_server`` (by
@@ -173,43 +177,41 @@ def run_examples(
     from any other iterable are checked as they are read). Entering the block raises
     ``HealthCheckFailed`` when an agent fails its health check (then nothing was sent).
     """
+    # Every argument after ``agents`` is the option of the same name (locals(): the arguments only, yet).
+    given = {name: value for name, value in locals().items() if name not in ("rows", "agents")}
     _rows(rows, RUN)
+    header = _header(agents, given)
+    # The HTTP client is loaded with the first run: preprocessing alone does not pay for it.
+    from pytest_rollouts.dispatch.examples import ExampleRun
+
+    return ExampleRun(header, rows, environment_server)
+
+
+def _header(agents: Any, given: dict[str, Any]) -> PlanHeader:
+    """``run_examples``' arguments through the run's validation and the checks across them: the plan's header."""
     if not isinstance(agents, Mapping) or not agents:
         raise ValueError(f"{RUN}: agents must map agent names to URLs, e.g. {{'policy': 'http://127.0.0.1:8000'}}")
     # As --rollouts-agent NAME=URL reads a name: one of these would be read as part of the URL.
     odd = sorted(repr(n) for n in agents if not isinstance(n, str) or n != n.strip() or not n or set(n) & set("=:/"))
     if odd:
         raise ValueError(f"{RUN}: agents: {', '.join(odd)} is no agent name (a name has no '=', ':' or '/')")
+    server = given["environment_server"]
     given = {
+        **given,
         "agent": [f"{name}={url}" for name, url in agents.items()],
-        "parallel": parallel,
-        "max_resident": max_resident,
-        "dispatch_budget": dispatch_budget,
-        "drain_margin": drain_margin,
-        "timeout": timeout,
-        "retries": retries,
-        "retry_backoff": retry_backoff,
-        "agent_header": list(agent_header),
-        "no_health_check": no_health_check,
-        "health_ignore": list(health_ignore),
-        "health_workers": health_workers,
-        "environment_server": environment_server,
+        "agent_header": list(given["agent_header"]),
+        "health_ignore": list(given["health_ignore"]),
         # Given a server, flat rows go to it: legacy routing, which the settings check as a pair.
-        "environment_routing_mode": "agent" if environment_server is None else "legacy",
+        "environment_routing_mode": "agent" if server is None else "legacy",
     }
     settings = _validated(given, {"agent": "agents"})
-    unknown = sorted({h.agent for h in settings.agent_header if h.agent is not None} - set(settings.named_agent_urls))
+    urls = settings.named_agent_urls
+    unknown = sorted({h.agent for h in settings.agent_header if h.agent is not None} - set(urls))
     if unknown:  # a typo would send those agents' requests without the header
         raise ValueError(f"{RUN}: agent_header names agents not in agents: {', '.join(unknown)}")
-    if environment_server is not None and environment_server not in settings.named_agent_urls:
-        raise ValueError(f"{RUN}: environment_server {environment_server!r} is not in agents")
-    # The HTTP client is loaded with the first run: preprocessing alone does not pay for it.
-    from pytest_rollouts.dispatch.examples import ExampleRun
-
-    header = PlanHeader.of(
-        settings, settings.named_agent_urls, parallel=settings.parallel, limit=settings.resident_limit
-    )
-    return ExampleRun(header, rows, environment_server)
+    if server is not None and server not in urls:
+        raise ValueError(f"{RUN}: environment_server {server!r} is not in agents")
+    return PlanHeader.of(settings, urls, parallel=settings.parallel, limit=settings.resident_limit)
 
 
 def _agents(routing: Routing, row: dict[str, Any]) -> tuple[str | None, ...]:

@@ -22,22 +22,20 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
 from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool
-from pytest_rollouts.rows.plan import Key
+from pytest_rollouts.rows.plan import Key, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError
-
-if TYPE_CHECKING:  # planning's type; only its fields are read here
-    from pytest_rollouts.rows.plan import PlannedRollout
 
 R = TypeVar("R")
 
@@ -182,10 +180,8 @@ class LocalDispatch:
 
 @dataclass(slots=True)
 class PlanResult:
-    """What ``dispatch_plan`` did."""
+    """What ``dispatch_plan`` did; each outcome went to its ``on_outcome`` as it ended."""
 
-    # Every rollout that ended, drained ones included, by key, in the order they ended.
-    outcomes: dict[Key, RolloutOutcome] = field(default_factory=dict)
     # The rollouts the dispatch budget never started (outcome ``cancelled``, no row anywhere).
     drained: list[Key] = field(default_factory=list)
     # Why dispatch stopped before the end of the plan (an ``ArtifactError``'s message), or "".
@@ -195,7 +191,7 @@ class PlanResult:
 async def dispatch_plan(
     header: PlanHeader,
     rollouts: Sequence[PlannedRollout],
-    on_outcome: Callable[[PlannedRollout, RolloutOutcome], None] | None = None,
+    on_outcome: Callable[[PlannedRollout, RolloutOutcome], None],
 ) -> PlanResult:
     """Dispatch ``rollouts`` in the running event loop, writing their rows as the dispatcher process does.
 
@@ -217,49 +213,20 @@ async def dispatch_plan(
       row), fsyncs and closes the files, closes every connection, and re-raises.
     - Any other exception is a bug: dispatch ends as on a cancel, and it propagates.
 
-    Returns every ended rollout's outcome by key, and the keys the budget drained. With
-    ``on_outcome``, each outcome is handed to it as its rollout ends and none is kept: a run of
-    a million rollouts holds what is in flight, not an outcome for each.
+    Each outcome is handed to ``on_outcome`` as its rollout ends and none is kept: a run of a
+    million rollouts holds what is in flight, not an outcome for each.
     """
     if header.shared_output:
         raise ValueError("shared_output is for xdist workers' dispatcher processes, not dispatch in process")
-    index = {name: position for position, name in enumerate(header.agents)}
     async with LocalDispatch(header) as dispatch:
         await dispatch.check_health()
-        bodies = Bodies(Path(header.bodies))
-        try:
-            rows = FileRows(Path(header.out), Path(header.failures), dispatch.agents.redact)
-        except BaseException:
-            bodies.close()
-            raise
-        result = PlanResult()
-
-        async def one(position: int, rollout: PlannedRollout) -> tuple[PlannedRollout, RolloutOutcome]:
-            body = bodies.read(rollout.offset, rollout.length)
-            planned = PlannedAttempt(
-                position,
-                rollout.task_index,
-                rollout.rollout_index,
-                index[rollout.agent],
-                body,
-                rollout.first_attempt,
-                rollout.episode,
-                rollout.via_server,
-            )
-            return rollout, await dispatch.attempts.run(planned, rows)
-
-        stream = dispatch.stream(one(position, rollout) for position, rollout in enumerate(rollouts))
+        bodies, rows = _open(header, dispatch.agents.redact)
+        stream = dispatch.stream(_attempts(dispatch, bodies, rows, rollouts))
         syncing = asyncio.get_running_loop().create_task(sync_periodically(rows.sync, bodies))
         syncing.add_done_callback(partial(_stop_when_failed, stream))
+        result = PlanResult()
         try:
-            async for rollout, outcome in stream:
-                key = (rollout.task_index, rollout.rollout_index)
-                if on_outcome is None:
-                    result.outcomes[key] = outcome
-                else:
-                    on_outcome(rollout, outcome)
-                if outcome.failure_class == CANCELLED and not outcome.attempts:
-                    result.drained.append(key)
+            await _take(stream, on_outcome, result)
         except ArtifactError as exc:
             result.stopped = str(exc)
         finally:
@@ -272,6 +239,52 @@ async def dispatch_plan(
             except ArtifactError as exc:
                 result.stopped = result.stopped or str(exc)
         return result
+
+
+Ended = tuple[PlannedRollout, RolloutOutcome]
+
+
+def _open(header: PlanHeader, redact: Redactor) -> tuple[Bodies, FileRows]:
+    """The materialized inputs to read bodies from and the files rows go to, both open or neither."""
+    bodies = Bodies(Path(header.bodies))
+    try:
+        return bodies, FileRows(Path(header.out), Path(header.failures), redact)
+    except BaseException:
+        bodies.close()
+        raise
+
+
+def _attempts(
+    dispatch: LocalDispatch, bodies: Bodies, rows: FileRows, rollouts: Sequence[PlannedRollout]
+) -> Iterator[Coroutine[Any, Any, Ended]]:
+    """One coroutine per rollout, in plan order, its body read from the materialized inputs."""
+    index = {name: position for position, name in enumerate(dispatch.header.agents)}
+
+    async def one(position: int, rollout: PlannedRollout) -> Ended:
+        body = bodies.read(rollout.offset, rollout.length)
+        planned = PlannedAttempt(
+            position,
+            rollout.task_index,
+            rollout.rollout_index,
+            index[rollout.agent],
+            body,
+            rollout.first_attempt,
+            rollout.episode,
+            rollout.via_server,
+        )
+        return rollout, await dispatch.attempts.run(planned, rows)
+
+    return (one(position, rollout) for position, rollout in enumerate(rollouts))
+
+
+async def _take(
+    stream: Completions[Ended], on_outcome: Callable[[PlannedRollout, RolloutOutcome], None], result: PlanResult
+) -> None:
+    """Hand each ended rollout to ``on_outcome``; note the ones the budget drained."""
+    async for rollout, outcome in stream:
+        on_outcome(rollout, outcome)
+        if outcome.failure_class == CANCELLED and not outcome.attempts:
+            result.drained.append((rollout.task_index, rollout.rollout_index))
 
 
 def _stop_when_failed(stream: Completions[Any], task: asyncio.Task[None]) -> None:

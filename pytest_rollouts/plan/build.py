@@ -22,7 +22,14 @@ from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, metrics_group
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
-from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, read_rows, rows_digest, torn_tail
+from pytest_rollouts.store.artifacts import (
+    ArtifactPaths,
+    ArtifactRow,
+    artifact_rows,
+    read_rows,
+    rows_digest,
+    torn_tail,
+)
 from pytest_rollouts.store.jsonl import JsonlError, LineReader, dumps, parse_object, replaced_atomically
 
 if TYPE_CHECKING:
@@ -228,6 +235,33 @@ def plan_resume(
     items = Counter(task.task_index for task in tasks) if settings.resume_recorded else Counter()
     only = {task.task_index: task for task in tasks if items[task.task_index] == 1}
     plan = Plan([], len(tasks))
+    for entry, key, agent in _recorded(paths, shown, settings, front):
+        plan.expected.setdefault(agent, {})[key] = entry.offset
+        task = slots.get((key[0], agent))
+        if task is None and settings.resume_recorded:
+            task = only.get(key[0])
+        if task is None:
+            continue
+        history = past.by_key.get(key)
+        verdict = decide(
+            history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
+        )
+        if verdict is Verdict.RUN:
+            plan.rollouts.append(_again(task.slot, entry, key, agent, history, shaping))
+        else:
+            assert history is not None
+            plan.prior.setdefault(task.slot, []).append(_settled(key[1], verdict, history, settings.max_attempts))
+    if settings.longest_first:
+        longest = past.task_longest()
+        plan.rollouts.sort(key=lambda r: -longest.get(r.task_index, 0.0))
+    return plan
+
+
+def _recorded(
+    paths: ArtifactPaths, shown: str, settings: Settings, front: Mapping[str, str]
+) -> list[tuple[ArtifactRow, Key, str]]:
+    """The recorded materialized rows, each with its key and the name it is grouped under; a damaged
+    or foreign list is refused."""
     cut = torn_tail(paths.materialized)
     if cut:
         # Written whole and renamed into place, so no crash cuts it: a key lost here would
@@ -238,45 +272,29 @@ def plan_resume(
         )
     _check_fingerprint(paths, shown, settings.source_of("materialized"))
     try:
-        recorded = [
+        return [
             (entry, key_of(entry.row), metrics_group(entry.row, front)) for entry in artifact_rows(paths.materialized)
         ]
     except JsonlError as exc:
         raise PlanError(f"cannot resume: {exc}") from None
-    for entry, key, agent in recorded:
-        plan.expected.setdefault(agent, {})[key] = entry.offset
-        task = slots.get((key[0], agent))
-        if task is None and settings.resume_recorded:
-            task = only.get(key[0])
-        if task is None:
-            continue
-        slot = task.slot
-        history = past.by_key.get(key)
-        verdict = decide(
-            history, max_attempts=settings.max_attempts, retry_terminal_timeouts=settings.retry_terminal_timeouts
-        )
-        if verdict is Verdict.RUN:
-            episode = taskset_of(entry.row) is not None
-            plan.rollouts.append(
-                PlannedRollout(
-                    slot,
-                    key[0],
-                    key[1],
-                    agent,
-                    entry.offset,
-                    entry.size,
-                    first_attempt=history.failures if history else 0,
-                    episode=episode,
-                    via_server=not episode and (ENVIRONMENT_SERVER in entry.row or agent in shaping.servers),
-                )
-            )
-        else:
-            assert history is not None
-            plan.prior.setdefault(slot, []).append(_settled(key[1], verdict, history, settings.max_attempts))
-    if settings.longest_first:
-        longest = past.task_longest()
-        plan.rollouts.sort(key=lambda r: -longest.get(r.task_index, 0.0))
-    return plan
+
+
+def _again(
+    slot: int, entry: ArtifactRow, key: Key, agent: str, history: KeyHistory | None, shaping: RowShaping
+) -> PlannedRollout:
+    """A recorded rollout to send again, its attempts numbered on from its failures."""
+    episode = taskset_of(entry.row) is not None
+    return PlannedRollout(
+        slot,
+        key[0],
+        key[1],
+        agent,
+        entry.offset,
+        entry.size,
+        first_attempt=history.failures if history else 0,
+        episode=episode,
+        via_server=not episode and (ENVIRONMENT_SERVER in entry.row or agent in shaping.servers),
+    )
 
 
 def _settled(rollout_index: int, verdict: Verdict, history: KeyHistory, max_attempts: int) -> RolloutOutcome:

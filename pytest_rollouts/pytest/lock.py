@@ -24,17 +24,20 @@ def hold(
     this: Role | None = None,
     *,
     shared: bool = False,
-) -> None:
+) -> RunLock | None:
     """This session's hold on the output, until pytest unconfigures; ``OutputBusy`` when another
-    session has it. An xdist worker joins the hold of its controller (``shared``)."""
+    session has it. An xdist worker joins the hold of its controller (``shared``) and holds
+    nothing of its own: None."""
     lock = RunLock(paths.lock, paths.out)
     if this is not None and this.worker:
         lock.join(run_id if this.joins_lock else None)
-    else:
-        left = lock.acquire(run_id, shared=shared)
-        config.stash[HELD_KEY] = lock
-        if left is not None:
-            from pytest_rollouts.pytest.progress import tell
-
-            tell(config, f"{paths.out}: took it over from a run that was killed ({left})")
+        config.add_cleanup(lock.release)
+        return None
+    left = lock.acquire(run_id, shared=shared)
+    config.stash[HELD_KEY] = lock
     config.add_cleanup(lock.release)
+    if left is not None:
+        from pytest_rollouts.pytest.progress import tell
+
+        tell(config, f"{paths.out}: took it over from a run that was killed ({left})")
+    return lock

@@ -48,6 +48,18 @@ class SessionPlan:
         # The run's manifest, as numbering recorded or checked it: what preparing the files writes.
         self.manifest: RunManifest | None = None
 
+    def recorded_datasets(self) -> list[str]:
+        """The datasets of the run's manifest, read once (an xdist controller collects none and
+        learns suite agents from them); none while no manifest is readable yet."""
+        if self.manifest is None:
+            from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+
+            try:
+                self.manifest = read_manifest(self._settings().paths.manifest)
+            except ManifestError:
+                return []
+        return [entry.path for entry in self.manifest.datasets]
+
     def shown(self, path: Path) -> str:
         """A path as the user should read it: relative to where pytest was started."""
         return os.path.relpath(path, self._config.invocation_params.dir)

@@ -65,7 +65,7 @@ def scoring_interrupted(run: RolloutRun) -> str:
 def _metrics_url(run: RolloutRun, name: str) -> str | None:
     """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
     try:
-        if run.agents.is_model(name, run.recorded_datasets):
+        if run.agents.is_model(name, run.planning.recorded_datasets):
             return None
         return run.agent_urls({name})[name]
     except pytest.UsageError:

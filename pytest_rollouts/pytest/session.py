@@ -23,7 +23,7 @@ from pytest_rollouts.dispatch.channel import Dispatcher, DispatcherGone
 from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
-from pytest_rollouts.pytest.lock import HELD_KEY, hold
+from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.planning import SessionPlan, tell_start
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
@@ -201,8 +201,7 @@ class RolloutRun:
         this = role(self.config)
         run_id = this.run_id or uuid.uuid4().hex
         try:
-            hold(self.config, paths, run_id, this)  # before anything is moved or sent
-            self.life.lock = self.config.stash.get(HELD_KEY, None) if this.owns_run else None
+            self.life.lock = hold(self.config, paths, run_id, this)  # before anything is moved or sent
             self._plan = self._prepare(selected, run_id)
         except Refusal as refusal:
             self._refuse(refusal)
@@ -220,7 +219,7 @@ class RolloutRun:
         if not worker:  # a stop during a slow health check ends the session as Ctrl-C does
             self.stops.install()
         if not self.planning.resuming:
-            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.recorded_datasets)
+            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.planning.recorded_datasets)
         assert self.planning.manifest is not None
         plan = life.prepare(
             selected,
@@ -233,7 +232,7 @@ class RolloutRun:
             told=None if worker else partial(tell_start, self.config, out=paths.out),
         )
         if self.planning.resuming and plan.rollouts:
-            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.recorded_datasets)
+            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.planning.recorded_datasets)
         return plan
 
     # -- the run loop --------------------------------------------------------------------
@@ -325,18 +324,9 @@ class RolloutRun:
         from pytest_rollouts.config.agents import AgentsError
 
         try:
-            return self.agents.urls(names, self.recorded_datasets)
+            return self.agents.urls(names, self.planning.recorded_datasets)
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
-
-    def recorded_datasets(self) -> list[str]:
-        from pytest_rollouts.rows.manifest import ManifestError, read_manifest
-
-        try:
-            manifest = read_manifest(self.paths.manifest)
-        except ManifestError:
-            return []
-        return [entry.path for entry in manifest.datasets]
 
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if not self._stopped:

@@ -15,6 +15,8 @@ import pytest
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.rows.records import RolloutOutcome
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import one_rollout_dispatcher, one_rollout_plan, read_rows
@@ -46,6 +48,13 @@ def header_for(where: Path, url: str, parallel: int = 2, limit: int = 4, **setti
     return PlanHeader.of(Settings.model_validate(given), {"a": url}, parallel=parallel, limit=limit, paths=paths)
 
 
+class Ended(dict[tuple[int, int], RolloutOutcome]):
+    """``dispatch_plan``'s ``on_outcome`` for a test: every ended rollout's outcome by key."""
+
+    def __call__(self, rollout: PlannedRollout, outcome: RolloutOutcome) -> None:
+        self[(rollout.task_index, rollout.rollout_index)] = outcome
+
+
 def normalized(path: Path) -> list[bytes]:
     """The file's lines in key order, each attempt's wall time blanked (the one field that differs)."""
     lines = [
@@ -68,16 +77,17 @@ def test_rows_are_the_bytes_the_dispatcher_process_writes(tmp_path: Path) -> Non
         finally:
             dispatcher.close()
         _, plan = one_rollout_plan(local, rows)
-        result = asyncio.run(dispatch_plan(header_for(local, agent.url), plan))
+        ended = Ended()
+        result = asyncio.run(dispatch_plan(header_for(local, agent.url), plan, ended))
     for name in ("r.jsonl", "f.jsonl"):
         assert normalized(local / name) == normalized(engine / name), name
     # A result per success, a failure row per failure but the one the agent marked written nowhere.
     assert len(read_rows(local / "r.jsonl")) == 4 and len(read_rows(local / "f.jsonl")) == 3
     assert {row["_ng_task_index"] for row in read_rows(local / "r.jsonl")} == {0, 4, 6, 7}, "task 4 under its own index"
     assert result.stopped == "" and result.drained == []
-    assert sorted(result.outcomes) == [(i, 0) for i in range(len(rows))]
+    assert sorted(ended) == [(i, 0) for i in range(len(rows))]
     for slot, [outcome] in by_engine.items():
-        mine = result.outcomes[(slot, 0)]
+        mine = ended[(slot, 0)]
         assert (mine.reward, mine.failure_class, mine.detail, mine.attempts) == (
             outcome.reward,
             outcome.failure_class,
@@ -89,9 +99,10 @@ def test_rows_are_the_bytes_the_dispatcher_process_writes(tmp_path: Path) -> Non
 @pytest.mark.asyncio
 async def test_drained_rollouts_are_reported_and_written_nowhere(tmp_path: Path, agent: ScriptedAgent) -> None:
     _, plan = one_rollout_plan(tmp_path, bodies(3))
-    result = await dispatch_plan(header_for(tmp_path, agent.url, dispatch_budget=5, drain_margin=10), plan)
+    ended = Ended()
+    result = await dispatch_plan(header_for(tmp_path, agent.url, dispatch_budget=5, drain_margin=10), plan, ended)
     assert result.drained == [(0, 0), (1, 0), (2, 0)]
-    assert {outcome.failure_class for outcome in result.outcomes.values()} == {"cancelled"}
+    assert {outcome.failure_class for outcome in ended.values()} == {"cancelled"}
     assert (tmp_path / "r.jsonl").read_bytes() == (tmp_path / "f.jsonl").read_bytes() == b""
     assert agent.requests == []
 
@@ -101,7 +112,7 @@ async def test_an_unhealthy_agent_refuses_the_plan_before_anything_is_sent_or_wr
     _, plan = one_rollout_plan(tmp_path, bodies(2))
     with ScriptedAgent(health=Reply(status=500, json={"status": "down"})) as agent:
         with pytest.raises(HealthCheckFailed) as failed:
-            await dispatch_plan(header_for(tmp_path, agent.url, no_health_check=False), plan)
+            await dispatch_plan(header_for(tmp_path, agent.url, no_health_check=False), plan, Ended())
     assert failed.value.lines == [f'agent \'a\' at {agent.url}: HTTP 500: {{"status":"down"}}']
     assert agent.requests == [] and agent.health_checks == 1
     assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "f.jsonl").exists()
@@ -123,7 +134,7 @@ async def test_a_cancel_ends_everything_and_leaves_whole_fsynced_files(
     slow = {task: Reply(delay=30, json={}) for task in range(3, 6)}
     with ScriptedAgent(lambda row, seen: slow.get(row["_ng_task_index"]) or answer(row, seen)) as agent:
         header = header_for(tmp_path, agent.url)
-        running = asyncio.create_task(dispatch_plan(header, plan))
+        running = asyncio.create_task(dispatch_plan(header, plan, Ended()))
         for _ in range(1000):
             if agent.in_flight == 2 and len(agent.requests) == 5:  # 0-2 answered, 3 and 4 in flight
                 break
@@ -151,10 +162,11 @@ def test_materialized_inputs_changed_mid_run_stop_dispatch_with_the_reason(tmp_p
                 inputs.write(b"{}\n")
         return Reply(json={"reward": 1.0})
 
+    ended = Ended()
     with ScriptedAgent(changes_the_inputs) as agent:
-        result = asyncio.run(dispatch_plan(header_for(tmp_path, agent.url, parallel=1, limit=1), plan))
+        result = asyncio.run(dispatch_plan(header_for(tmp_path, agent.url, parallel=1, limit=1), plan, ended))
     assert result.stopped == f"{path} was changed while the run was reading it"
-    assert list(result.outcomes) == [(0, 0)] and agent.keys() == [(0, 0)]
+    assert list(ended) == [(0, 0)] and agent.keys() == [(0, 0)]
     assert len(read_rows(tmp_path / "r.jsonl")) == 1
 
 
@@ -166,7 +178,8 @@ def test_an_output_removed_mid_run_stops_dispatch_at_the_next_fsync(tmp_path: Pa
             (tmp_path / "r.jsonl").unlink()
         return Reply(delay=0.2, json={"reward": 1.0})
 
+    ended = Ended()
     with ScriptedAgent(removes_the_output) as agent:
-        result = asyncio.run(dispatch_plan(header_for(tmp_path, agent.url, parallel=1, limit=1), plan))
+        result = asyncio.run(dispatch_plan(header_for(tmp_path, agent.url, parallel=1, limit=1), plan, ended))
     assert result.stopped == f"{tmp_path / 'r.jsonl'} was removed or replaced while the run was writing it"
-    assert len(result.outcomes) < 20
+    assert len(ended) < 20
