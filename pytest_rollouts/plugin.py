@@ -97,7 +97,7 @@ def _nearest(given: str, known: list[str]) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the reporter; validate settings up front (exit 4) when the user configured any."""
-    from pytest_rollouts.pytest.report import RolloutReporter
+    from pytest_rollouts.pytest.terminal import RolloutReporter
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
     _refuse_unknown_ini(config)
@@ -243,7 +243,7 @@ def pytest_runtestloop_lean(session: pytest.Session) -> bool | None:
     """
     run = session.config.stash.get(RUN_KEY, None)
     if run is not None and role(session.config).worker:
-        return True if run.workers.hold_back(session, run.planning.refusal) else None
+        return True if run.workers.hold_back(session, run.numbering.refusal) else None
     if run is None or not run.lean or not _will_run(session):
         return None
     from pytest_rollouts.pytest.loop import run_items

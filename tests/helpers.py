@@ -25,7 +25,7 @@ from pytest_rollouts import cli
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.rows.planned import PlannedRollout
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
 

@@ -39,7 +39,7 @@ from pytest_rollouts.dispatch.messages import (
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
 from pytest_rollouts.rows.masking import MaskingCounts
-from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.rows.planned import PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:

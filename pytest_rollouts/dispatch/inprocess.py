@@ -31,7 +31,7 @@ from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool
-from pytest_rollouts.rows.plan import Key, PlannedRollout
+from pytest_rollouts.rows.planned import Key, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.store.bodies import Bodies

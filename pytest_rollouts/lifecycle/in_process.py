@@ -29,7 +29,7 @@ from pytest_rollouts.plan.build import PlanError, RowShaping
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
-from pytest_rollouts.rows.plan import Plan, PlannedRollout
+from pytest_rollouts.rows.planned import Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.gate import Gate

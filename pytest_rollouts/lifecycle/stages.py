@@ -22,7 +22,7 @@ from pytest_rollouts.lifecycle.refusal import INTERRUPTED, USAGE, Refusal
 from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build_plan
 from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.rows.judge_retry import resume_mend
-from pytest_rollouts.rows.plan import Key, Plan
+from pytest_rollouts.rows.planned import Key, Plan
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.gate import Gate

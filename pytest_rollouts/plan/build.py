@@ -18,7 +18,7 @@ from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
-from pytest_rollouts.rows.plan import Key, Plan, PlannedRollout
+from pytest_rollouts.rows.planned import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, metrics_group
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER

@@ -2,7 +2,8 @@
 
 The rules (which exit status a run asks for, what fails it) are the core's, in
 ``scoring/verdict.py``. Here pytest's facts are gathered for them, the run is scored on the
-process that owns it (not an xdist worker), and a worker hands its news to its controller.
+process that owns it (not an xdist worker: through the lifecycle, with the session's read-ahead
+of the outputs), and a worker hands its news to its controller.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import pytest
 
 from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.role import role
-from pytest_rollouts.pytest.scoring import score_session, scoring_interrupted
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # stopped, and what it did with the files (``Workers.report``).
 DISPATCH_FAILURE = "rollouts_dispatch_failure"
 WORKER_REPORT = "rollouts_worker_report"
-# ... and why it refused the run while collecting (``SessionPlan.number_tasks``).
+# ... and why it refused the run while collecting (``TaskNumbers.number_tasks``).
 # Why a worker refused the run before any request, and the exit status one process gives for it.
 REFUSAL = "rollouts_refusal"
 # On a controller, the first refusal a worker told; also where no rollouts option made it a run.
@@ -81,18 +81,18 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     if this.worker and workeroutput is not None and run is not None:
         start = run.life.start
         workeroutput[WORKER_REPORT] = run.workers.report(
-            run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
+            run.dispatched, run.sent, start, run.numbering.unmatched, run.numbering.resuming
         )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
         usage = int(pytest.ExitCode.USAGE_ERROR)
-        refusal = run.workers.refusal or ((run.planning.refusal, usage) if run.planning.refusal else None)
+        refusal = run.workers.refusal or ((run.numbering.refusal, usage) if run.numbering.refusal else None)
         if refusal is not None:
             workeroutput[REFUSAL] = list(refusal)
     put_back = ""
     refused = refused_by_workers(config) is not None  # under xdist: a usage error too
     if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and this.owns_run:
-        put_back = run.workers.put_back_unsent(run.planning.resuming) or run.put_back_unsent()
+        put_back = run.workers.put_back_unsent(run.numbering.resuming) or run.put_back_unsent()
         if put_back:
             say(put_back)
     not_here = this.worker or config.option.collectonly
@@ -165,6 +165,63 @@ def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report:
         for line in lines:
             say("rollouts: " + line)
     return ""
+
+
+def score_session(
+    run: RolloutRun,
+    perf_summary: dict[str, Any] | None = None,
+    drained: frozenset[tuple[int, int]] = frozenset(),
+    *,
+    coverage_only: bool = False,
+) -> RunScore | None:
+    """Coverage and metrics from the files on disk, once per run.
+
+    ``coverage_only``: a run stopped by the user is not scored, but says what it covered.
+    """
+    from pytest_rollouts.lifecycle.refusal import Refusal
+
+    paths = run.paths
+    if not paths.materialized.exists():
+        if (
+            run.began() and not run.workers.taken_back
+        ):  # it wrote them: removed since, and what the score counts against
+            raise pytest.UsageError(
+                f"cannot score the run: its materialized inputs {run.shown(paths.materialized)} were "
+                "removed while it ran; restore them and --rollouts-resume, or start afresh"
+            )
+        return None
+    try:
+        return run.life.score(
+            run.settings,
+            agent_url=lambda name: _metrics_url(run, name),
+            coverage_only=coverage_only,
+            perf_summary=perf_summary,
+            outputs=None if run.read_ahead is None else run.read_ahead.scan,
+            drained=drained,
+            trace=run.trace,
+        )
+    except Refusal as refusal:
+        raise pytest.UsageError(str(refusal)) from None
+
+
+def scoring_interrupted(run: RolloutRun) -> str:
+    """Scoring was stopped part-way. A metrics file an earlier session of the run left would
+    now contradict its rows, so it goes; every row stays, and a resume scores them."""
+    run.life.withdraw_conclusions()
+    return (
+        "Interrupted while scoring: no metrics file written; "
+        "--rollouts-resume scores the run (none with a row is sent again)"
+    )
+
+
+def _metrics_url(run: RolloutRun, name: str) -> str | None:
+    """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
+    try:
+        if run.agents.is_model(name, run.numbering.recorded_datasets):
+            return None
+        return run.agent_urls({name})[name]
+    except pytest.UsageError:
+        return None
 
 
 def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: RolloutRun | None) -> RunEnd:

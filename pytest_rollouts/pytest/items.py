@@ -148,7 +148,7 @@ class DatasetFile(pytest.File):
         bad = not_utf8(str(shown))
         clash = dataset_clash(shown, run.settings.paths, run.settings.html)
         if bad or clash:  # a usage error (exit 4), before any file is touched
-            run.planning.refuse(
+            run.numbering.refuse(
                 clash or f"{readable(str(shown))}: its name holds bytes that are not UTF-8 ({bad}); rename it"
             )
             return
@@ -197,7 +197,7 @@ class DatasetFile(pytest.File):
                     keyword_matches=keyword_matches,
                 )
         except DatasetRefused as exc:  # the run's refusal, once collection is done: a usage error (exit 4)
-            self.config.stash[RUN_KEY].planning.refuse(str(exc))
+            self.config.stash[RUN_KEY].numbering.refuse(str(exc))
             return
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None

@@ -24,12 +24,12 @@ from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
-from pytest_rollouts.pytest.planning import SessionPlan, tell_start
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
 from pytest_rollouts.pytest.stopping import StopHandling
+from pytest_rollouts.pytest.task_numbers import TaskNumbers, tell_start
 from pytest_rollouts.pytest.workers import Workers
-from pytest_rollouts.rows.plan import Plan
+from pytest_rollouts.rows.planned import Plan
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.runlock import OutputBusy
@@ -69,7 +69,7 @@ class RolloutRun:
         self.on_heartbeat: Callable[[], None] | None = None
         self._settings: Settings | None = None
         self._agents: Agents | None = None
-        self.planning = SessionPlan(config, lambda: self.settings, lambda: self.agents)
+        self.numbering = TaskNumbers(config, lambda: self.settings, lambda: self.agents)
         self._plan: Plan | None = None
         # The outputs read for scoring while pytest waits (this process dispatching, not an xdist worker).
         self.read_ahead: ReadAhead | None = None
@@ -159,7 +159,7 @@ class RolloutRun:
     def number_tasks(self, items: list[pytest.Item]) -> None:
         from pytest_rollouts.pytest.items import refuse_missing_head_datasets
 
-        self.planning.number_tasks(items, lambda: refuse_missing_head_datasets(self.config, self))
+        self.numbering.number_tasks(items, lambda: refuse_missing_head_datasets(self.config, self))
 
     def began(self) -> bool:
         """This session started the run: it dispatched (or was stopped while handing the plan over,
@@ -168,7 +168,7 @@ class RolloutRun:
 
     def holds_no_task(self) -> bool:
         """A shard that none of the dataset's tasks fell to, and whose (empty) artifacts are written."""
-        if self.planning.empty_shard:
+        if self.numbering.empty_shard:
             return True
         paths = self.paths
         return (
@@ -192,7 +192,7 @@ class RolloutRun:
         from pytest_rollouts.lifecycle.refusal import Refusal
 
         selected = [item for item in items if isinstance(item, RolloutItem)]
-        if (not selected and not self.planning.empty_shard) or self.planning.refusal:
+        if (not selected and not self.numbering.empty_shard) or self.numbering.refusal:
             return
         for slot, item in enumerate(selected):
             item.slot = slot
@@ -218,21 +218,21 @@ class RolloutRun:
         worker = role(self.config).worker
         if not worker:  # a stop during a slow health check ends the session as Ctrl-C does
             self.stops.install()
-        if not self.planning.resuming:
-            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.planning.recorded_datasets)
-        assert self.planning.manifest is not None
+        if not self.numbering.resuming:
+            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.numbering.recorded_datasets)
+        assert self.numbering.manifest is not None
         plan = life.prepare(
             selected,
             settings,
-            self.planning.manifest,
+            self.numbering.manifest,
             run_id=run_id,
-            resuming=self.planning.resuming,
+            resuming=self.numbering.resuming,
             shown=self.shown(paths.materialized),
             shaping=RowShaping.of(agents, lambda path: self.declarations.of(path).prompt),
             told=None if worker else partial(tell_start, self.config, out=paths.out),
         )
-        if self.planning.resuming and plan.rollouts:
-            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.planning.recorded_datasets)
+        if self.numbering.resuming and plan.rollouts:
+            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.numbering.recorded_datasets)
         return plan
 
     # -- the run loop --------------------------------------------------------------------
@@ -324,7 +324,7 @@ class RolloutRun:
         from pytest_rollouts.config.agents import AgentsError
 
         try:
-            return self.agents.urls(names, self.planning.recorded_datasets)
+            return self.agents.urls(names, self.numbering.recorded_datasets)
         except AgentsError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -70,7 +70,7 @@ class Workers:
     def hear(self, report: dict[str, Any] | None) -> None:
         """A worker went down: the controller's terminal, the only one shown, says what the worker
         that prepared the files did to them (the others report nothing done)."""
-        from pytest_rollouts.pytest.planning import tell_start
+        from pytest_rollouts.pytest.task_numbers import tell_start
 
         self._reports.append(report)
         if report is not None:

@@ -9,7 +9,7 @@ from typing import Any
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.pacing import paced
-from pytest_rollouts.rows.plan import Key
+from pytest_rollouts.rows.planned import Key
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.scoring.aggregate import RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs

@@ -15,7 +15,7 @@ import pytest
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.rows.planned import PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
 
 from ..agents import Reply, ScriptedAgent

@@ -241,7 +241,7 @@ class RolloutReporter:
                 names.append(run.shown(score.metrics_path))
         if score is not None and settings.no_aggregate and not verdict.stopped:
             lines += self.tally.mean_line(as_zero)
-        unmatched = run.planning.unmatched or run.workers.unmatched
+        unmatched = run.numbering.unmatched or run.workers.unmatched
         if unmatched:
             lines.append(unmatched)
         lines.append("artifacts: " + ", ".join(names))

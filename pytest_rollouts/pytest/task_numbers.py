@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.rows.manifest import RunManifest
 
 
-class SessionPlan:
+class TaskNumbers:
     """The run-wide task numbers of this session's rows, and whether it resumes an earlier run."""
 
     def __init__(self, config: pytest.Config, settings: Callable[[], Settings], agents: Callable[[], Agents]) -> None:
