@@ -17,7 +17,7 @@ import pytest
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
 from pytest_rollouts.pytest.role import decide_role, role
-from pytest_rollouts.pytest.stash import DIST, ENDING_KEY, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
+from pytest_rollouts.pytest.stash import ENDING_KEY, RUN_ID_KEY, RUN_KEY
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
@@ -187,29 +187,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return RolloutScheduling(config, log, settings.parallel, settings.fewest_repeats)
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    """xdist controller: give every worker the same run id (files are prepared once), the hold on the
-    output to join, and the dist mode."""
-    import uuid
-
-    from pytest_rollouts.pytest.lock import HELD_KEY
-
-    run_id = node.config.stash.setdefault(RUN_ID_KEY, uuid.uuid4().hex)
-    node.workerinput[RUN_ID] = run_id
-    node.workerinput[RUN_LOCKED] = HELD_KEY in node.config.stash
-    node.workerinput[DIST] = node.config.getoption("dist")
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """On an xdist controller: what a worker that went down said of its part."""
-    if role(node.config).controller:
-        from pytest_rollouts.pytest.finish import hear_worker
-
-        hear_worker(node.config, node)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if RUN_KEY in config.stash:
@@ -279,7 +256,7 @@ def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, objec
     try:
         return (yield)
     except KeyboardInterrupt:
-        from pytest_rollouts.pytest.finish import refused_by_workers
+        from pytest_rollouts.pytest.role import refused_by_workers
         from pytest_rollouts.pytest.stash import Refused
 
         refusal = refused_by_workers(session.config)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_rollouts.pytest.progress import tell
-from pytest_rollouts.pytest.role import role
+from pytest_rollouts.pytest.role import DISPATCH_FAILURE, REFUSAL, WORKER_REPORT, refused_by_workers, role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -26,16 +26,6 @@ if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
     from pytest_rollouts.pytest.tally import Tally
     from pytest_rollouts.scoring.aggregate import RunScore
-
-# The ``workeroutput`` keys under which an xdist worker tells its controller why its dispatch
-# stopped, and what it did with the files (``Workers.report``).
-DISPATCH_FAILURE = "rollouts_dispatch_failure"
-WORKER_REPORT = "rollouts_worker_report"
-# ... and why it refused the run while collecting (``TaskNumbers.number_tasks``).
-# Why a worker refused the run before any request, and the exit status one process gives for it.
-REFUSAL = "rollouts_refusal"
-# On a controller, the first refusal a worker told; also where no rollouts option made it a run.
-REFUSAL_KEY = pytest.StashKey[tuple[str, int]]()
 
 
 @dataclass(frozen=True)
@@ -48,28 +38,6 @@ class Ending:
     put_back: str = ""
 
 
-def hear_worker(config: pytest.Config, node: Any) -> None:
-    """On an xdist controller: what a worker that went down said of its part, and why its dispatch
-    stopped (the controller's section repeats it), or why it refused the run."""
-    output = getattr(node, "workeroutput", {})
-    if output.get(REFUSAL):
-        why, code = output[REFUSAL]
-        config.stash.setdefault(REFUSAL_KEY, (why, code))
-    run = config.stash.get(RUN_KEY, None)
-    if run is None:
-        return
-    run.workers.hear(output.get(WORKER_REPORT))
-    failure = output.get(DISPATCH_FAILURE)
-    if failure and not run.dispatch_failure:
-        run.dispatch_failure = failure
-
-
-def refused_by_workers(config: pytest.Config) -> tuple[str, int] | None:
-    """On an xdist controller: why its workers refused the run before any request (while collecting,
-    or preparing it), with the exit status one process gives for it; None if they did not."""
-    return config.stash.get(REFUSAL_KEY, None)
-
-
 def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: Callable[[str], None]) -> Ending:
     """Hand a worker's news to its controller, put back the files of an xdist run no worker sent
     anything for (``say`` shows what was done, at once), then score the run where it is owned (a
@@ -77,18 +45,8 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     run: RolloutRun | None = config.stash.get(RUN_KEY, None)
     end = _run_end(config, session, tally, run)
     this = role(config)
-    workeroutput = getattr(config, "workeroutput", None)
-    if this.worker and workeroutput is not None and run is not None:
-        start = run.life.start
-        workeroutput[WORKER_REPORT] = run.workers.report(
-            run.dispatched, run.sent, start, run.numbering.unmatched, run.numbering.resuming
-        )
-        if run.dispatch_failure:
-            workeroutput[DISPATCH_FAILURE] = run.dispatch_failure
-        usage = int(pytest.ExitCode.USAGE_ERROR)
-        refusal = run.workers.refusal or ((run.numbering.refusal, usage) if run.numbering.refusal else None)
-        if refusal is not None:
-            workeroutput[REFUSAL] = list(refusal)
+    if this.worker and run is not None:
+        this.tell_controller(_worker_news(run))
     put_back = ""
     refused = refused_by_workers(config) is not None  # under xdist: a usage error too
     if (end.exit_status == pytest.ExitCode.INTERRUPTED or refused) and run is not None and this.owns_run:
@@ -124,6 +82,23 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         if stopped:
             verdict = replace(verdict, exit_code=pytest.ExitCode.INTERRUPTED, problems=(*verdict.problems, stopped))
     return Ending(verdict, score, put_back)
+
+
+def _worker_news(run: RolloutRun) -> dict[str, Any]:
+    """What a worker tells its controller: what it did with the files, why its dispatch stopped,
+    why it refused the run."""
+    news: dict[str, Any] = {
+        WORKER_REPORT: run.workers.report(
+            run.dispatched, run.sent, run.life.start, run.numbering.unmatched, run.numbering.resuming
+        )
+    }
+    if run.dispatch_failure:
+        news[DISPATCH_FAILURE] = run.dispatch_failure
+    usage = int(pytest.ExitCode.USAGE_ERROR)
+    refusal = run.workers.refusal or ((run.numbering.refusal, usage) if run.numbering.refusal else None)
+    if refusal is not None:
+        news[REFUSAL] = list(refusal)
+    return news
 
 
 def _unscored(end: RunEnd) -> Verdict:
@@ -229,8 +204,7 @@ def _run_end(config: pytest.Config, session: pytest.Session, tally: Tally, run: 
     resolve its settings) are asked only with the status they count with (``RunEnd`` says which)."""
     status = session.exitstatus
     maxfail = config.option.maxfail
-    # xdist's session, on a controller: what stopped it.
-    stopped_by = getattr(config.pluginmanager.get_plugin("dsession"), "shouldstop", None)
+    stopped_by = role(config).stopped_by(config)
     return RunEnd(
         status=status,
         began=status == pytest.ExitCode.INTERRUPTED and bool(tally.items or (run is not None and run.began())),

@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_rollouts.pytest.stash import HELD_KEY
 from pytest_rollouts.store.runlock import RunLock
 
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.role import Role
     from pytest_rollouts.store.artifacts import ArtifactPaths
-
-# Set on a session that holds its output: an xdist controller tells its workers to join it.
-HELD_KEY: pytest.StashKey[RunLock] = pytest.StashKey()
 
 
 def hold(

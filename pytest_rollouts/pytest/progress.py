@@ -126,7 +126,7 @@ def progress_line(
     latency = [reported["p50"], reported["p90"]] if reported["count"] else None
     sent = len(tally.durations)
     # A result without a reward is failed, as the gate counts it; an xdist controller learns it from reports.
-    failures = tally.failures + Counter({NO_REWARD: tally.unrewarded})
+    failures = tally.counts.failed_by_class + Counter({NO_REWARD: tally.counts.unrewarded})
     masking = tally.masking()
     if finished is not None:
         sent, failures = max(sent, finished[1]), failures | Counter(finished[2])

@@ -9,9 +9,12 @@ import pytest
 if TYPE_CHECKING:
     from pytest_rollouts.pytest.finish import Ending
     from pytest_rollouts.pytest.session import RolloutRun
+    from pytest_rollouts.store.runlock import RunLock
 
 RUN_KEY: pytest.StashKey[RolloutRun] = pytest.StashKey()
 RUN_ID_KEY: pytest.StashKey[str] = pytest.StashKey()
+# Set on a session that holds its output: an xdist controller tells its workers to join it.
+HELD_KEY: pytest.StashKey[RunLock] = pytest.StashKey()
 # What the session's end decided (its verdict, score, what was put back), for the reporter to render.
 ENDING_KEY: pytest.StashKey[Ending] = pytest.StashKey()
 # Notices told before the terminal was there to show them (``progress.tell``), shown when the session starts.

@@ -5,9 +5,8 @@ the rate and latency, and the numbers the live line shows. Whole-run numbers com
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,8 +25,9 @@ from pytest_rollouts.pytest.properties import (
 )
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD as NO_REWARD_STATUS
+from pytest_rollouts.scoring.accounting import Coverage
 
-if TYPE_CHECKING:  # this module is imported in every pytest session: scoring only once a run ends
+if TYPE_CHECKING:
     from pytest_rollouts.scoring.accounting import Outcomes
 
 SHOWN_FAILURES = 10
@@ -45,11 +45,10 @@ class Tally:
     started_at: float = field(default_factory=time.perf_counter)
     last_at: float = 0.0
     items: int = 0
+    # What became of the reported rollouts, counted as scoring counts the run's (``completed``:
+    # results, masked and without a reward included; ``failed_by_class``: failures by class).
+    counts: Coverage = field(default_factory=Coverage)
     reward_sum: float = 0.0
-    rewarded: int = 0
-    masked: int = 0
-    unrewarded: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
     failed_items: int = 0
     examples: list[str] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
@@ -63,12 +62,15 @@ class Tally:
             return
         self.items += 1
         self.last_at = time.perf_counter()
+        counts = self.counts
+        masked, unrewarded = props.get(MASKED, 0), props.get(NO_REWARD, 0)
+        counts.completed += masked + unrewarded
+        counts.masked += masked
+        counts.unrewarded += unrewarded
         for reward in props.get(REWARDS, ()):
             if reward is not None:  # None: a failure, a masked result or one without a reward
                 self.reward_sum += reward
-                self.rewarded += 1
-        self.masked += props.get(MASKED, 0)
-        self.unrewarded += props.get(NO_REWARD, 0)
+                counts.completed += 1
         elapsed = props.get(ELAPSED, ())
         if elapsed and not self.durations:
             # Dispatch began no later than the first reported rollout's start: on an xdist
@@ -79,7 +81,7 @@ class Tally:
         if DRAINED in props:
             self.drained.update((task, rollout) for task, rollout in props[DRAINED])
         if FAILURES in props:
-            self.failures.update(props[FAILURES])
+            counts.failed_by_class.update(props[FAILURES])
         self.given_up += props.get(GIVEN_UP, 0)
         self.omitted += props.get(OMITTED, 0)
         if report.failed and unscored(props):
@@ -92,17 +94,18 @@ class Tally:
 
     def masking(self) -> MaskingCounts:
         """What the reported items lost to masked and dropped rollouts (``rows/masking.py``)."""
-        failed = sum(self.failures.values()) - self.omitted
-        return MaskingCounts(self.rewarded, self.reward_sum, self.masked, failed, self.omitted)
+        counts = self.counts
+        failed = sum(counts.failed_by_class.values()) - self.omitted
+        return MaskingCounts(counts.rewarded, self.reward_sum, counts.masked, failed, self.omitted)
 
     def outcomes(self, as_zero: frozenset[str] = frozenset()) -> Outcomes:
         """What this session's items reported, counted as the whole run's coverage counts;
         ``as_zero``: the failure classes the policies score as zero."""
-        from pytest_rollouts.scoring.accounting import Outcomes
-
-        total = self.rewarded + self.masked + self.unrewarded + sum(self.failures.values())
-        zeros = sum(count for name, count in self.failures.items() if name in as_zero)
-        return Outcomes(total, self.rewarded, self.masked, self.unrewarded, self.failures, zeros=zeros)
+        counts = self.counts
+        failed = counts.failed_by_class
+        zeros = sum(count for name, count in failed.items() if name in as_zero)
+        # Every reported rollout left a row or a failure: none is missing from what was reported.
+        return replace(counts, expected=counts.completed + sum(failed.values()), counted_as_zero=zeros).outcomes()
 
     def lines(
         self,
@@ -171,9 +174,9 @@ class Tally:
         """Used only when no metrics were computed (``--rollouts-no-aggregate``): the mean of what
         this session's items reported, masked results left out and failures of the classes
         ``as_zero`` names counted as zeros, as the metrics do."""
-        zeros = self.outcomes(as_zero).zeros
-        if not self.rewarded + zeros:
+        outcomes = self.outcomes(as_zero)
+        zeros, scored = outcomes.zeros, outcomes.scored + outcomes.zeros
+        if not scored:
             return []
-        mean = self.reward_sum / (self.rewarded + zeros)
         counted = f" ({zeros} of them failed and scored as zero)" if zeros else ""
-        return [f"mean reward {mean:.4f} over {self.rewarded + zeros} rollouts reported this session{counted}"]
+        return [f"mean reward {self.reward_sum / scored:.4f} over {scored} rollouts reported this session{counted}"]

@@ -53,7 +53,7 @@ class Workers:
         items may have reported fewer), what preparing the files did (only the worker that prepared
         them did anything), the routing keys no row matched (the controller collects no row to
         tell), and whether the run resumes (the controller, which collects nothing, cannot know).
-        Why it refused the run goes apart (``finish.REFUSAL``): a run may be refused before the
+        Why it refused the run goes apart (``role.REFUSAL``): a run may be refused before the
         controller holds one."""
         moved = start.moved_to
         return {

@@ -23,6 +23,7 @@ from pytest_rollouts.pytest.progress import CLEAR_TO_END, progress_line, rate
 from pytest_rollouts.pytest.properties import ELAPSED, REWARDS
 from pytest_rollouts.pytest.tally import Tally
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.scoring.accounting import Coverage
 from pytest_rollouts.scoring.perf import latency_summary
 
 from ..agents import Reply, ScriptedAgent, verifier
@@ -56,7 +57,7 @@ def test_progress_rate_counts_up_to_now() -> None:
 def test_the_live_line_takes_latency_from_the_dispatcher_and_counts_no_reward_on_a_controller() -> None:
     """The reported items' p50 left out the slow rollouts they wait behind ('p50 0.01s' beside a
     summary's 30 s), and an xdist controller, which has only reports, never counted no_reward."""
-    tally = Tally(durations=[0.01, 0.01], unrewarded=2)
+    tally = Tally(counts=Coverage(completed=2, unrewarded=2), durations=[0.01, 0.01])
     controller = progress_line(tally, 3, None)
     assert "2 failed (no_reward 2)" in controller and "p50 0.01s" in controller
     dispatcher = progress_line(tally, 3, None, (3, 3, {"no_reward": 2}, [25.0, 25.0], MaskingCounts()))

@@ -4,6 +4,7 @@ rollouts that never reach the output, on the live line and in the metrics file; 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ import pytest
 from pytest_rollouts.pytest.progress import progress_line
 from pytest_rollouts.pytest.tally import Tally
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.scoring.accounting import Coverage
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import run_rollouts, write_rows
@@ -85,14 +87,18 @@ def test_a_healthy_run_shows_no_masking_view(pytester: pytest.Pytester) -> None:
 
 def test_an_xdist_controller_tells_failed_from_omitted_by_the_reports() -> None:
     """A controller has only the items' reports: ``rollouts_omitted`` says which failures were written nowhere."""
-    tally = Tally(rewarded=4, reward_sum=3.0, masked=1, omitted=1, durations=[0.1] * 6)
-    tally.failures.update({"agent_run_error": 1, "cancelled": 1})
+    failed = Counter({"agent_run_error": 1, "cancelled": 1})
+    tally = Tally(
+        counts=Coverage(completed=5, masked=1, failed_by_class=failed), reward_sum=3.0, omitted=1, durations=[0.1] * 6
+    )
     line = progress_line(tally, 10, None)
     assert "reward_unmasked 75.00%, 1 masked (20.00%), dropped 2 (1 failed, 1 omitted)" in line
     # The dispatcher, ahead of the reports, has seen more: the larger count of each wins.
     ahead = progress_line(tally, 10, None, (7, 7, {}, None, MaskingCounts(5, 3.0, 1, 1, 2)))
     assert "reward_unmasked 60.00%, 1 masked (16.67%), dropped 3 (1 failed, 2 omitted)" in ahead
-    assert "masked" not in progress_line(Tally(rewarded=2, reward_sum=1.0, durations=[0.1, 0.1]), 10, None)
+    assert "masked" not in progress_line(
+        Tally(counts=Coverage(completed=2), reward_sum=1.0, durations=[0.1, 0.1]), 10, None
+    )
 
 
 def test_masking_step_metrics_are_nemo_gyms() -> None:
