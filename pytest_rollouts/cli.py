@@ -60,7 +60,7 @@ STATISTICS_OPTIONS: dict[str, type] = {
     "pass_k": str,
     "group_by": str,
     "baseline": str,
-    "max_regression": float,
+    "max_regression": str,
     "gate_scored_only": bool,
 }
 UNPROVEN = (
@@ -181,7 +181,6 @@ def _add_scoring_options(merge: argparse.ArgumentParser) -> None:
     merge.add_argument("--require-complete", action="store_true", help=OPTION["require_complete"].argparse_help)
     merge.add_argument(
         "--fail-under",
-        type=float,
         default=None,
         metavar=OPTION["fail_under"].metavar,
         help=OPTION["fail_under"].argparse_help,
@@ -211,7 +210,6 @@ def _add_scoring_options(merge: argparse.ArgumentParser) -> None:
     )
     merge.add_argument(
         "--timeout",
-        type=float,
         default=None,
         metavar=OPTION["timeout"].metavar,
         help="seconds a group's whole /aggregate_metrics request may take, reply included "
@@ -304,7 +302,7 @@ def _conclude(args: argparse.Namespace, settings: Settings, life: RunLifecycle, 
     print(f"metrics: {score.metrics_path}")
     gate = Gate(
         args.require_complete,
-        args.fail_under,
+        settings.fail_under,
         out=str(out.out),
         fail_under_option="--fail-under",
         gate_on=settings.gate_on,

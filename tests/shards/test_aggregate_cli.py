@@ -78,7 +78,7 @@ def test_a_bad_agent_is_a_usage_error_before_anything_is_written(gym_shards: Pat
     ("args", "words"),
     [
         (("--out", "m/all.jsonl"), "the following arguments are required: --input"),
-        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "half"), "invalid float value: 'half'"),
+        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "half"), "--fail-under: must be a number (got 'half')"),
         (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--bogus"), "unrecognized arguments: --bogus"),
     ],
     ids=["missing", "bad-value", "unknown"],
@@ -164,6 +164,15 @@ def test_a_nan_threshold_is_a_usage_error(gym_shards: Path) -> None:
     """nan compares false with every mean: the merge's gate was silently off (exit 0)."""
     stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "nan")
     assert "--fail-under: must be a finite number" in stderr
+
+
+@pytest.mark.parametrize("option", ["--fail-under", "--timeout", "--max-regression"])
+def test_a_number_beyond_a_float_is_refused_in_the_runs_words(gym_shards: Path, option: str) -> None:
+    """argparse read 1e400 as infinity and the message said "got inf": the value goes to the run's
+    own parsing (the settings), which names what was typed, as --rollouts-fail-under does."""
+    stderr = refused(gym_shards, "--input", "rs*.jsonl", "--out", "m/all.jsonl", f"{option}=1e400")
+    assert f"{option}: must be a finite number; 1e400 is beyond the largest number a float holds" in stderr
+    assert "inf" not in stderr
 
 
 def test_the_merge_names_its_own_count_as_zero_option(tmp_path: Path) -> None:
