@@ -78,7 +78,7 @@ def test_a_bad_agent_is_a_usage_error_before_anything_is_written(gym_shards: Pat
     ("args", "words"),
     [
         (("--out", "m/all.jsonl"), "the following arguments are required: --input"),
-        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "half"), "--fail-under: must be a number (got 'half')"),
+        (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--fail-under", "half"), "must be a number (got 'half')"),
         (("--input", "rs*.jsonl", "--out", "m/all.jsonl", "--bogus"), "unrecognized arguments: --bogus"),
     ],
     ids=["missing", "bad-value", "unknown"],
