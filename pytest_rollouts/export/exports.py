@@ -70,7 +70,7 @@ def export_run(
         except (ExportFailed, OSError) as exc:  # the run's results stand
             lines.append(f"{name} export to {target!r} failed, the results are on disk: {scrubbed(str(exc), secrets)}")
         except KeyboardInterrupt as stop:
-            why = f"Interrupted while exporting to {name} ({target!r}): the run's results are on disk, unexported"
+            why = f"Interrupted while exporting to {name} ({target!r})"
             raise ExportInterrupted(secrets(why), lines) from stop
     return lines
 

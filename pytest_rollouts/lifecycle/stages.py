@@ -11,6 +11,7 @@ began), which would otherwise contradict the rows a resume goes on from.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +26,7 @@ from pytest_rollouts.rows.judge_retry import resume_mend
 from pytest_rollouts.rows.planned import Key, Plan
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.configured import score_configured
-from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
+from pytest_rollouts.scoring.verdict import Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
 from pytest_rollouts.store.runlock import RunLock
@@ -46,6 +46,15 @@ class Cleared:
 
     urls: dict[str, str]
     models: dict[str, ModelPlan]
+
+
+class PublishStopped(KeyboardInterrupt):
+    """A stop cut publishing short and the run's conclusions were withdrawn: the message says
+    where it came; ``lines``: what the exports done before it said."""
+
+    def __init__(self, message: str, lines: list[str]) -> None:
+        super().__init__(message)
+        self.lines = lines
 
 
 @dataclass(frozen=True)
@@ -242,11 +251,9 @@ class RunLifecycle:
             trace.scored(score)
         return score
 
-    @staticmethod
-    def conclude(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
-        """The verdict of the run's gates (``Gate.of(settings)``, or a door's own option names);
-        a run not scored is judged by its end alone."""
-        return judge_run(score, end, gate if score is not None else Gate())
+    # The verdict of the run's gates (``Gate.of(settings)``, or a door's own option names); a run
+    # not scored is judged by its end alone. A pytest session not holding a run judges it the same.
+    conclude = staticmethod(judge_run)
 
     def publish(
         self,
@@ -256,23 +263,33 @@ class RunLifecycle:
         html: Path | None,
         secrets: Callable[[], Redactor],
         *,
-        exports: bool = True,
+        stops: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> Published:
         """The report (``html``), then the exports, which log it; neither fails the run.
-        ``exports``: False where the door exports itself (a pytest session, where a stop cuts
-        an export short and is said: ``pytest/finish.py``)."""
-        report = ""
-        if html is not None:
-            from pytest_rollouts.report.build import report_at_end
 
-            self._reporting = html
-            report = report_at_end(html, self.paths.out, score, verdict)
-        if not exports or not (settings.wandb or settings.mlflow):  # nothing imported for a run asking neither
-            return Published(report)
-        from pytest_rollouts.export.exports import export_run
+        A stop (``KeyboardInterrupt``: Ctrl-C, or SIGTERM as a door turns it into one) while either
+        goes on withdraws the run's conclusions, as a stop while scoring does, and raises
+        ``PublishStopped``. ``stops``: the door's guard that lets a stop through here (a pytest
+        session holds stops once its run loop ended, and raises one held already on entry)."""
+        report, lines, stage = "", [], "Interrupted before publishing"
+        try:
+            with stops():
+                if html is not None:
+                    from pytest_rollouts.report.build import report_at_end
 
-        destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-        return Published(report, tuple(export_run(destinations, score, self.paths.out, html, secrets=secrets())))
+                    stage, self._reporting = "Interrupted while writing the report", html
+                    report = report_at_end(html, self.paths.out, score, verdict)
+                if settings.wandb or settings.mlflow:  # nothing imported for a run asking neither
+                    from pytest_rollouts.export.exports import ExportInterrupted, export_run
+
+                    destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
+                    stage = "Interrupted while exporting"
+                    lines = export_run(destinations, score, self.paths.out, html, secrets=secrets())
+        except KeyboardInterrupt as stop:
+            if stage.endswith("exporting") and isinstance(stop, ExportInterrupted):
+                stage, lines = str(stop), stop.lines  # which export it cut short, what those before it said
+            raise PublishStopped(f"{stage}: {self.withdraw_conclusions()}", lines) from None
+        return Published(report, tuple(lines))
 
     def withdraw_conclusions(self) -> str:
         """Scoring or publishing was stopped part-way: a metrics file (an earlier session's, or this

@@ -21,8 +21,6 @@ from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pytest_rollouts.pytest.session import RolloutRun
     from pytest_rollouts.pytest.tally import Tally
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -57,7 +55,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
             run.close()
-        return Ending(_unscored(end), put_back=put_back)
+        return Ending(judge_run(None, end), put_back=put_back)
     from pytest_rollouts.pytest.session import RolloutRun
 
     run = RolloutRun.get(config)
@@ -70,18 +68,26 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
                 coverage_only=end.interrupted,
             )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
-        unscored = _unscored(end)
-        stopped = scoring_interrupted(run)
-        return Ending(replace(unscored, exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped), put_back=put_back)
+        return _stopped(end, f"Interrupted while scoring: {run.life.withdraw_conclusions()}", put_back)
     finally:
         run.close()
     verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
-        publish(run, score, verdict, say)
-        stopped = export(run, score, say, run.settings.html)  # after the report, which the exports log
-        if stopped:
-            verdict = replace(verdict, exit_code=pytest.ExitCode.INTERRUPTED, problems=(*verdict.problems, stopped))
+        from pytest_rollouts.lifecycle.stages import PublishStopped
+
+        try:
+            publish(run, score, verdict, say)
+        except PublishStopped as stop:
+            return _stopped(end, str(stop), put_back)
     return Ending(verdict, score, put_back)
+
+
+def _stopped(end: RunEnd, why: str, put_back: str) -> Ending:
+    """A run stopped while it was scored or published: its conclusions were withdrawn (``why``
+    says where the stop came), every row stays, and a resume scores them."""
+    stopped = f"{why}; --rollouts-resume scores the run (none with a row is sent again)"
+    verdict = replace(judge_run(None, end), exit_code=pytest.ExitCode.INTERRUPTED, stopped=stopped)
+    return Ending(verdict, put_back=put_back)
 
 
 def _worker_news(run: RolloutRun) -> dict[str, Any]:
@@ -101,45 +107,25 @@ def _worker_news(run: RolloutRun) -> dict[str, Any]:
     return news
 
 
-def _unscored(end: RunEnd) -> Verdict:
-    """The verdict of a run not scored here: no gate applies. Every session ends here, so the
-    lifecycle (and what it imports) is left to sessions that hold a run."""
-    return judge_run(None, end, Gate())
-
-
 def publish(run: RolloutRun, score: RunScore, verdict: Verdict, say: Callable[[str], None]) -> None:
-    """The report (``--rollouts-html``), said where it went or why not (the files are written and
-    the exit status stands)."""
+    """The report (``--rollouts-html``) and the exports (``--rollouts-wandb``, ``--rollouts-mlflow``),
+    each said where it went or why not (the files are written and the exit status stands); a stop
+    cuts them short (``PublishStopped``, after what the exports before it said)."""
+    from pytest_rollouts.lifecycle.stages import PublishStopped
+
     report = run.settings.html  # made absolute where the settings are resolved
-    if report is not None:
-        published = run.life.publish(run.settings, score, verdict, report, run.agents.secrets, exports=False)
-        tell(run.config, published.report.replace(str(report), run.shown(report)))
-
-
-def export(run: RolloutRun, score: RunScore, say: Callable[[str], None], report: Path | None) -> str:
-    """Log the scored run where ``--rollouts-wandb`` and ``--rollouts-mlflow`` ask, a ``rollouts:``
-    line each saying where it went or, failed, why (the files are written and the exit status
-    stands). A stop cuts them short (the results are on disk): why, else "". Nothing is imported
-    for a run that asks for neither."""
-    settings = run.settings
-    if not (settings.wandb or settings.mlflow):
-        return ""
-    from pytest_rollouts.export.exports import ExportInterrupted, export_run
-
-    destinations = {"wandb": settings.wandb, "mlflow": settings.mlflow}
-    lines: list[str] = []
     try:
-        with run.stops.interruptible():
-            lines = export_run(destinations, score, run.paths.out, report, secrets=run.agents.secrets())
-    except ExportInterrupted as stop:
-        lines = stop.lines
-        return str(stop)
-    except KeyboardInterrupt:  # one held since the run loop ended
-        return "Interrupted before exporting: the run's results are on disk, unexported"
-    finally:
-        for line in lines:
+        published = run.life.publish(
+            run.settings, score, verdict, report, run.agents.secrets, stops=run.stops.interruptible
+        )
+    except PublishStopped as stop:
+        for line in stop.lines:
             say("rollouts: " + line)
-    return ""
+        raise
+    if report is not None:
+        tell(run.config, published.report.replace(str(report), run.shown(report)))
+    for line in published.exports:
+        say("rollouts: " + line)
 
 
 def score_session(
@@ -177,16 +163,6 @@ def score_session(
         )
     except Refusal as refusal:
         raise pytest.UsageError(str(refusal)) from None
-
-
-def scoring_interrupted(run: RolloutRun) -> str:
-    """Scoring was stopped part-way. A metrics file an earlier session of the run left would
-    now contradict its rows, so it goes; every row stays, and a resume scores them."""
-    run.life.withdraw_conclusions()
-    return (
-        "Interrupted while scoring: no metrics file written; "
-        "--rollouts-resume scores the run (none with a row is sent again)"
-    )
 
 
 def _metrics_url(run: RolloutRun, name: str) -> str | None:

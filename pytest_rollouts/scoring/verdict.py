@@ -105,7 +105,11 @@ class Verdict:
     measures: tuple[str, ...] = ()
 
 
-def judge_run(score: RunScore | None, end: RunEnd, gate: Gate) -> Verdict:
+# What a run not scored is judged by: no gate applies to it.
+NO_GATE = Gate()
+
+
+def judge_run(score: RunScore | None, end: RunEnd, gate: Gate = NO_GATE) -> Verdict:
     """The verdict on a run that ended as ``end`` says, with ``score`` its score (None when it was
     not scored: its status alone decides).
 

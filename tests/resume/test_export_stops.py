@@ -5,7 +5,9 @@ keeps failing (which MLflow's client retries for minutes) must not hold the sess
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
+import select
 import signal
 from pathlib import Path
 
@@ -72,4 +74,34 @@ def test_a_stop_during_an_export_ends_the_session_interrupted(
     assert f"Interrupted while exporting to {destination} ('evals')" in out, out
     assert_no_traceback(out, err)
     assert len(read_rows(pytester.path / "out" / "r.jsonl")) == 4
-    assert (pytester.path / "out" / "r_aggregate_metrics.json").is_file()
+    # One rule for a stop while the run is published, as the Python API keeps it: the conclusions go.
+    assert "no metrics file written; --rollouts-resume scores the run" in out, out
+    assert not (pytester.path / "out" / "r_aggregate_metrics.json").exists()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_the_report_is_written_ends_the_session_interrupted(pytester: pytest.Pytester, stop: int) -> None:
+    """With no export asked, a stop while the HTML report was written was held and never taken:
+    the session went on writing and exited 0. The report goes into a pipe that a reader opened and
+    never drains (4 KiB of room), so the session is held inside the write when the stop comes."""
+    write_rows(pytester.path / "data.jsonl", tasks(4))
+    fifo = pytester.path / "report.html"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 4096)
+        waiting = select.poll()
+        waiting.register(reader, select.POLLIN)
+        with ScriptedAgent() as agent:
+            with session(pytester.path, pytest_command(agent.url, f"--rollouts-html={fifo}")) as proc:
+                wait_for(lambda: bool(waiting.poll(0)), "the report's first bytes")
+                os.killpg(proc.pid, stop)
+                out, err = finish(proc)
+    finally:
+        os.close(reader)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert "Interrupted while writing the report: no metrics file written; --rollouts-resume scores the run" in out
+    assert_no_traceback(out, err)
+    assert len(read_rows(pytester.path / "out" / "r.jsonl")) == 4, "every row stays"
+    assert not (pytester.path / "out" / "r_aggregate_metrics.json").exists()
+    assert fifo.exists(), "what is not a file the run wrote is left alone"
