@@ -20,17 +20,14 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, SecretStr
 
 from pytest_rollouts.net.address import ascii_host, without_password
-
-# A character no UTF-8 text holds: a lone surrogate, as Python keeps a byte the OS handed over that
-# is not UTF-8 (``\xff`` in an argument or a file name is ``\udcff``), or half an emoji's escape.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from pytest_rollouts.store.jsonl import LONE_SURROGATE
 
 
 def not_utf8(text: str) -> str:
     """What in ``text`` no UTF-8 text holds, as escapes (``\\xff``); "" when it is text. A name the
     run writes into its files (JSON, the report, an export) must be text: written, such a name
     ended the run in an INTERNALERROR, its lock left behind."""
-    return "".join(dict.fromkeys(_escaped(c) for c in _SURROGATE.findall(text)))
+    return "".join(dict.fromkeys(_escaped(c) for c in LONE_SURROGATE.findall(text)))
 
 
 def not_utf8_in(value: Any) -> str:
@@ -59,7 +56,7 @@ def check_recorded_path(value: Any) -> None:
 
 def readable(text: str) -> str:
     """``text`` as a terminal can show it: what is not UTF-8 as escapes (``d\\xff.jsonl``)."""
-    return _SURROGATE.sub(lambda found: _escaped(found.group()), text)
+    return LONE_SURROGATE.sub(lambda found: _escaped(found.group()), text)
 
 
 def _escaped(char: str) -> str:

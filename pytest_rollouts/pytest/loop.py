@@ -57,9 +57,9 @@ def file_hooks(item: pytest.Item) -> FileHooks:
     return hooks
 
 
-def run_lean(item: pytest.Item, hooks: FileHooks | None = None) -> None:
-    """``hooks``: its file's, when the caller already has them."""
-    hooks = hooks or file_hooks(item)
+def run_lean(item: pytest.Item) -> None:
+    """One item through the lean protocol, with its file's hooks."""
+    hooks = file_hooks(item)
     ihook = hooks.relay
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     phases = [("call", item.runtest)]
@@ -85,12 +85,9 @@ def run_items(session: pytest.Session) -> None:
     the protocol itself. ``-x`` and ``--maxfail`` still stop the loop, through the session
     flags they set from the reports.
     """
-    parent, hooks = None, None
     with paced():
         for item in session.items:
-            if item.parent is not parent:
-                parent, hooks = item.parent, file_hooks(item)
-            run_lean(item, hooks)
+            run_lean(item)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:

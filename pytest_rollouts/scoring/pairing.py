@@ -133,8 +133,10 @@ def pair_runs(
     the candidate's agent."""
     renamed = _renamed(baseline, candidate, agents or {})
     by_id = baseline.by_id and candidate.by_id
+    # Why task ids cannot pair the runs (one names two tasks), if so: they pair by index, and say why.
+    repeated = baseline.repeated_id or candidate.repeated_id
     if not by_id:
-        _check_same_inputs(baseline, candidate)
+        _check_same_inputs(baseline, candidate, repeated)
     groups: dict[str, list[tuple[TaskRewards, TaskRewards]]] = {}
     left_out = 0
     base_groups = {renamed.get(name, name): tasks for name, tasks in baseline.groups.items()}
@@ -152,7 +154,6 @@ def pair_runs(
     if not groups:
         raise PairingError("the runs have no task in common (by agent and task); nothing to compare")
     how = "task id" if by_id else "task index"
-    repeated = baseline.repeated_id or candidate.repeated_id
     if repeated:
         how += f" (task ids repeat: {repeated})"
     if renamed:
@@ -172,9 +173,9 @@ def _renamed(baseline: RunTasks, candidate: RunTasks, agents: Mapping[str, str])
     return {base: cand for base, cand in agents.items() if base != cand}
 
 
-def _check_same_inputs(baseline: RunTasks, candidate: RunTasks) -> None:
-    """Task indices pair only runs over the same datasets: the manifests' fingerprints must agree."""
-    repeated = baseline.repeated_id or candidate.repeated_id
+def _check_same_inputs(baseline: RunTasks, candidate: RunTasks, repeated: str) -> None:
+    """Task indices pair only runs over the same datasets: the manifests' fingerprints must agree.
+    ``repeated``: why task ids could not pair them, if that is why indices must."""
     ids = f"task ids cannot pair them ({repeated}), and " if repeated else ""
     advice = "give each task a task_id of its own" if repeated else "give the dataset rows a task_id field"
     missing = [str(run.out) for run in (baseline, candidate) if run.fingerprint is None]

@@ -75,7 +75,9 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19
 # A surrogate's escape, one of a pair or alone (a pair ``json`` joins into one character).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# A character no UTF-8 text holds: a lone surrogate, as Python keeps a byte the OS handed over that
+# is not UTF-8 (``\xff`` in an argument or a file name is ``\udcff``), or half an emoji's escape.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def loads(raw: bytes) -> Any:
@@ -109,7 +111,7 @@ def _whole_characters(node: Any) -> Any:
     No UTF-8 file, terminal or page can hold a lone surrogate, nor orjson write one: kept, it would
     break every later reader of what the run accepted (messages, the report, the metrics file)."""
     if isinstance(node, str):
-        return _LONE_SURROGATE.sub("\ufffd", node)
+        return LONE_SURROGATE.sub("\ufffd", node)
     if isinstance(node, dict):
         return {_whole_characters(key): _whole_characters(value) for key, value in node.items()}
     if isinstance(node, list):
