@@ -4,6 +4,7 @@ the named environment server, stamped ``_ng_environment_server`` from materializ
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,6 +29,14 @@ legacy_env:
       port: {server_port}
       agent_server: {{type: responses_api_agents, name: math_agent}}
 """
+
+
+def assert_labelled_as_nemo_gym_labels(run: Path) -> None:
+    """The metrics file labels the environment server's entry as NeMo Gym does: the agent it binds, and the server."""
+    metrics = orjson.loads((run / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert [(group["agent_ref"], group["_ng_environment_server"]) for group in metrics] == [
+        ({"name": "math_agent"}, "legacy_env")
+    ]
 
 
 def fails_task_2_once(row: dict[str, Any], seen: int) -> Reply:
@@ -65,10 +74,7 @@ def test_legacy_mode_sends_every_flat_row_to_the_environment_server_and_stamps_i
         {"name": "math_agent"}
     ] * 3
     assert artifacts.failures[0]["agent_ref"] == {"name": "math_agent"}
-    metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
-    assert [(group["agent_ref"], group["_ng_environment_server"]) for group in metrics] == [
-        ({"name": "math_agent"}, "legacy_env")
-    ], "labelled as NeMo Gym labels an environment server's entry: the agent it binds, and the server"
+    assert_labelled_as_nemo_gym_labels(pytester.path)
 
 
 def test_legacy_mode_refuses_a_row_naming_another_agent_than_the_servers(
@@ -296,10 +302,7 @@ def test_agent_mode_sends_an_agents_rows_through_the_environment_server_in_front
         ("legacy_env", "math_agent")
     }
     assert artifacts.failures[0]["_ng_environment_server"] == "legacy_env"
-    metrics = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
-    assert [(group["agent_ref"], group["_ng_environment_server"]) for group in metrics] == [
-        ({"name": "math_agent"}, "legacy_env")
-    ], "labelled as NeMo Gym labels an environment server's entry: the agent it binds, and the server"
+    assert_labelled_as_nemo_gym_labels(pytester.path)
 
 
 def test_an_agent_behind_several_environment_servers_cannot_route_a_row_by_its_agent(
