@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.rows.episodes import taskset_of
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import object_from, scan_lines
@@ -28,6 +28,11 @@ def recorded_fronted_by(paths: ArtifactPaths) -> dict[str, str]:
         recorded = read_manifest(paths.manifest)
     except ManifestError:
         recorded = None
+    return fronted_by_of(paths, recorded)
+
+
+def fronted_by_of(paths: ArtifactPaths, recorded: RunManifest | None) -> dict[str, str]:
+    """``recorded_fronted_by`` for a reader that has the run's manifest already (None: it has none)."""
     if recorded is not None:
         return recorded.fronted_by
     found: dict[str, str] = {}

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_rollouts.rows.fronting import recorded_fronted_by
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.rows.fronting import fronted_by_of
+from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import TASK_ID
@@ -56,7 +56,9 @@ def read_run(out: Path) -> RunTasks:
     expected: defaultdict[tuple[str, int], int] = defaultdict(int)
     group_of: dict[tuple[int, int], str] = {}
     by_id = True
-    front = recorded_fronted_by(paths)
+    # Read once: the agent-to-server map and the datasets' fingerprint both come from it.
+    recorded = _manifest(paths)
+    front = fronted_by_of(paths, recorded)
     for row in read_rows(paths.materialized):
         key = key_of(row)
         group = metrics_group(row, front)
@@ -82,7 +84,10 @@ def read_run(out: Path) -> RunTasks:
     for (group, task), count in expected.items():
         label = labels[group, task] if by_id else str(task)
         groups[group][label] = TaskRewards(label, tuple(rewards[group, task]), count)
-    return RunTasks(out, dict(groups), by_id, _fingerprint(paths), f"{out}: {repeated}" if repeated else "")
+    fingerprint = (
+        None if recorded is None else tuple(d.sha256 for d in sorted(recorded.datasets, key=lambda d: d.first_task))
+    )
+    return RunTasks(out, dict(groups), by_id, fingerprint, f"{out}: {repeated}" if repeated else "")
 
 
 def _repeated_id(labels: Mapping[tuple[str, int], str]) -> str:
@@ -96,14 +101,19 @@ def _repeated_id(labels: Mapping[tuple[str, int], str]) -> str:
     return ""
 
 
-def _fingerprint(paths: ArtifactPaths) -> tuple[str, ...] | None:
+def _fingerprint(recorded: RunManifest | None) -> tuple[str, ...] | None:
+    """The datasets' sha256 in task order; None without a manifest."""
+    if recorded is None:
+        return None
+    return tuple(d.sha256 for d in sorted(recorded.datasets, key=lambda d: d.first_task))
+
+
+def _manifest(paths: ArtifactPaths) -> RunManifest | None:
+    """The run's manifest (None without one); a damaged one cannot say which datasets the run read."""
     try:
-        manifest = read_manifest(paths.manifest)
+        return read_manifest(paths.manifest)
     except ManifestError as exc:
         raise PairingError(str(exc)) from None
-    if manifest is None:
-        return None
-    return tuple(d.sha256 for d in sorted(manifest.datasets, key=lambda d: d.first_task))
 
 
 @dataclass(frozen=True)
