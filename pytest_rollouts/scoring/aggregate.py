@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from pytest_rollouts.rows.manifest import ManifestError, read_manifest
+from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
@@ -91,16 +91,6 @@ class RunScore:
         return sum(m * n for m, n in pairs) / weight if weight else None
 
 
-def _recorded_split(manifest: Path) -> str | None:
-    """The run's split as its manifest records it; None without one (or a manifest unreadable here:
-    resume and the merge are where a damaged one is refused)."""
-    try:
-        recorded = read_manifest(manifest)
-    except ManifestError:
-        return None
-    return recorded.split if recorded is not None else None
-
-
 def score_run(
     paths: ArtifactPaths,
     policy: ScoringPolicy,
@@ -129,7 +119,9 @@ def score_run(
     scores = []
     total = Coverage()
     samples = _Samples(paths.materialized)
-    labels = task_labels(paths.materialized, paths.manifest, statistics.group_by) if write_metrics else None
+    # The manifest, read once: the tasks' datasets for the statistics, the split for the metrics file.
+    recorded = read_manifest(paths.manifest) if write_metrics else None
+    labels = task_labels(paths.materialized, recorded, statistics.group_by) if write_metrics else None
     metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, samples, statistics, labels, latest)
     failed = {k: c for k, (c, _) in latest.items()}
     for name, group in sorted(scan.groups.items()):
@@ -142,7 +134,7 @@ def score_run(
     result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:
-            result.metrics_path = write_metrics_file(paths.metrics, scores, _recorded_split(paths.manifest))
+            result.metrics_path = write_metrics_file(paths.metrics, scores, recorded.split if recorded else None)
         except ArtifactError as exc:  # the score is known: report it, and that it is not on disk
             result.metrics_error = str(exc)
         finally:

@@ -22,6 +22,7 @@ from pytest_rollouts.scoring.stats import Flattened, nan_mean, written
 from pytest_rollouts.store.artifacts import read_rows
 
 if TYPE_CHECKING:
+    from pytest_rollouts.rows.manifest import RunManifest
     from pytest_rollouts.scoring.accounting import Coverage
     from pytest_rollouts.scoring.aggregate import RunScore
 
@@ -136,14 +137,10 @@ def _detectable(rewards_by_task: Mapping[int, Sequence[float]]) -> float | None:
     return found if math.isfinite(found) else None
 
 
-def task_labels(materialized: Path, manifest: Path, field: str | None) -> TaskLabels:
-    """Each task's dataset file (from the manifest; none without one) and, with ``field``, its value
-    of that field (JSON text for a non-string, ``(none)`` when absent), read from the materialized rows."""
-    # Here, not at the top: the verdict imports this module in every pytest session, and the
-    # manifest's model would bring pydantic into sessions that collect no dataset.
-    from pytest_rollouts.rows.manifest import read_manifest
-
-    recorded = read_manifest(manifest)
+def task_labels(materialized: Path, recorded: RunManifest | None, field: str | None) -> TaskLabels:
+    """Each task's dataset file (from the run's manifest, ``recorded``; none without one) and, with
+    ``field``, its value of that field (JSON text for a non-string, ``(none)`` when absent), read from
+    the materialized rows."""
     datasets = (
         () if recorded is None else tuple((d.first_task, d.first_task + d.rows, d.path) for d in recorded.datasets)
     )
