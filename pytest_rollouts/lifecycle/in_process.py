@@ -164,6 +164,7 @@ def _prepare(
         resuming=numbering.resuming,
         shown=shown,
         shaping=shaping,
+        recorded=numbering.recorded,
     )
     tell(start_notices(life.start, paths.out, resume=RESUME, overwrite=OVERWRITE))
     return plan

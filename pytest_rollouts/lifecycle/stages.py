@@ -139,11 +139,13 @@ class RunLifecycle:
         shown: str,
         shaping: RowShaping,
         told: Callable[[RunStart], None] | None = None,
+        recorded: RunManifest | None = None,
     ) -> Plan:
         """Move earlier results aside (or repair them, resuming) and write or read back the plan.
         A fresh run's agents were cleared first (``clear``): no refusal that sends nothing comes
         after anything is moved. ``shown``: the materialized inputs as the user reads them; ``told``:
-        what preparing the files did, said before the plan is written (which may refuse)."""
+        what preparing the files did, said before the plan is written (which may refuse); ``recorded``:
+        the manifest a resume read when it numbered the tasks, which the plan is checked against."""
         if not resuming and self.cleared is None:
             raise RuntimeError("a fresh run clears its agents (``clear``) before it moves anything")
         self.take(
@@ -164,6 +166,7 @@ class RunLifecycle:
                 shown=shown,
                 shaping=shaping,
                 records=not self.start.joined,
+                recorded=recorded,
             )
         except (PlanError, ArtifactError) as exc:  # damaged recorded files; a full disk before anything was sent
             raise self.refuse(str(exc), where="prepare") from None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.rows.episodes import taskset_of
-from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest, write_manifest
+from pytest_rollouts.rows.manifest import RunManifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 from pytest_rollouts.rows.planned import Key, Plan, PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome, metrics_group
@@ -105,16 +105,18 @@ def build_plan(
     shown: str,
     shaping: RowShaping = RowShaping(),
     records: bool = True,
+    recorded: RunManifest | None = None,
 ) -> Plan:
     """The plan of a run whose files are prepared (``ArtifactPaths.start_run``): a resumed run's from
     its recorded files (``PlanError`` when they are damaged), a fresh run's by writing its manifest
     and materialized inputs (``ArtifactError`` when they cannot be written). ``records``: this
     process prepared the files and writes the manifest; a later process of the run (an xdist worker
-    after the first) materializes the same rows for its offsets and leaves the manifest alone."""
+    after the first) materializes the same rows for its offsets and leaves the manifest alone.
+    ``recorded``: the manifest a resume read from disk when it numbered the tasks (``Numbering``)."""
     if resuming:
-        plan = plan_resume(tasks, paths, settings, shown, shaping)
+        plan = plan_resume(tasks, paths, settings, shown, shaping, recorded)
         if records:
-            _record_new_place(paths, manifest)
+            _record_new_place(paths, manifest, recorded)
         return plan
     # Written before the inputs (a crash between leaves a manifest naming their place, so the next run
     # finds and moves them), and again with their digest once they are whole.
@@ -127,11 +129,10 @@ def build_plan(
     return plan
 
 
-def _record_new_place(paths: ArtifactPaths, manifest: RunManifest) -> None:
+def _record_new_place(paths: ArtifactPaths, manifest: RunManifest, recorded: RunManifest | None) -> None:
     """A resume told where the materialized inputs are now (``--rollouts-materialized``, the file
     moved) records that place, so later resumes, ``aggregate`` and ``compare`` find it there."""
-    recorded = read_manifest(paths.manifest) if paths.materialized_at is not None else None
-    if recorded is not None and recorded.materialized != manifest.materialized:
+    if paths.materialized_at is not None and recorded is not None and recorded.materialized != manifest.materialized:
         write_manifest(paths.manifest, recorded.model_copy(update={"materialized": manifest.materialized}))
 
 
@@ -192,14 +193,10 @@ def materialize(
     return Plan(rollouts, len(tasks), expected=expected)
 
 
-def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str) -> None:
-    """``PlanError`` when the materialized inputs are not the file the run recorded: another run given
-    the same ``--rollouts-materialized`` wrote its own there, or it was edited. Resumed against
-    them, this run's results would be scored against another run's rows."""
-    try:
-        recorded = read_manifest(paths.manifest)
-    except ManifestError as exc:
-        raise PlanError(f"cannot resume: {exc}") from None
+def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str, recorded: RunManifest | None) -> None:
+    """``PlanError`` when the materialized inputs are not the file the run recorded (``recorded``,
+    its manifest): another run given the same ``--rollouts-materialized`` wrote its own there, or it
+    was edited. Resumed against them, this run's results would be scored against another run's rows."""
     if recorded is None or recorded.materialized_digest is None:
         return
     if rows_digest(paths.materialized) != recorded.materialized_digest:
@@ -216,6 +213,7 @@ def plan_resume(
     settings: Settings,
     shown: str,
     shaping: RowShaping = RowShaping(),
+    recorded: RunManifest | None = None,
 ) -> Plan:
     """Re-run what the recorded materialized set still lacks; settle the rest from disk.
 
@@ -235,7 +233,7 @@ def plan_resume(
     items = Counter(task.task_index for task in tasks) if settings.resume_recorded else Counter()
     only = {task.task_index: task for task in tasks if items[task.task_index] == 1}
     plan = Plan([], len(tasks))
-    for entry, key, agent in _recorded(paths, shown, settings, front):
+    for entry, key, agent in _recorded(paths, shown, settings, front, recorded):
         plan.expected.setdefault(agent, {})[key] = entry.offset
         task = slots.get((key[0], agent))
         if task is None and settings.resume_recorded:
@@ -258,7 +256,7 @@ def plan_resume(
 
 
 def _recorded(
-    paths: ArtifactPaths, shown: str, settings: Settings, front: Mapping[str, str]
+    paths: ArtifactPaths, shown: str, settings: Settings, front: Mapping[str, str], manifest: RunManifest | None
 ) -> list[tuple[ArtifactRow, Key, str]]:
     """The recorded materialized rows, each with its key and the name it is grouped under; a damaged
     or foreign list is refused."""
@@ -270,7 +268,7 @@ def _recorded(
             f"cannot resume: {shown} ends in a line cut short ({cut} bytes); "
             "it is written whole, so the file was damaged: restore it, or start a fresh run"
         )
-    _check_fingerprint(paths, shown, settings.source_of("materialized"))
+    _check_fingerprint(paths, shown, settings.source_of("materialized"), manifest)
     try:
         return [
             (entry, key_of(entry.row), metrics_group(entry.row, front)) for entry in artifact_rows(paths.materialized)

@@ -46,6 +46,9 @@ class Numbering:
     notices: list[str] = field(default_factory=list)
     # Routing keys (agent map, fan-out) no row matched, said as a notice, or "": a typo, likely.
     unmatched: str = ""
+    # The manifest a resume read from disk (None for a fresh run, or a resume without one): read
+    # once, here, and handed on to the plan, which checks the materialized inputs against it.
+    recorded: RunManifest | None = None
 
 
 def number_run(
@@ -148,7 +151,7 @@ def number_datasets(
         split=run_split(datasets, settings),
         materialized=_materialized_entry(paths),
     )
-    numbering = Numbering(manifest, firsts, resuming)
+    numbering = Numbering(manifest, firsts, resuming, recorded=recorded)
     if recorded is not None:
         changed = differences(recorded, numbering.manifest)
         if changed and not settings.resume_recorded:

@@ -230,6 +230,7 @@ class RolloutRun:
             shown=self.shown(paths.materialized),
             shaping=RowShaping.of(agents, lambda path: self.declarations.of(path).prompt),
             told=None if worker else partial(tell_start, self.config, out=paths.out),
+            recorded=self.numbering.recorded,
         )
         if self.numbering.resuming and plan.rollouts:
             life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.numbering.recorded_datasets)

@@ -47,6 +47,8 @@ class TaskNumbers:
         self.unmatched = ""
         # The run's manifest, as numbering recorded or checked it: what preparing the files writes.
         self.manifest: RunManifest | None = None
+        # The manifest a resume read from disk as it numbered the tasks: the plan is checked against it.
+        self.recorded: RunManifest | None = None
 
     def recorded_datasets(self) -> list[str]:
         """The datasets of the run's manifest, read once (an xdist controller collects none and
@@ -114,7 +116,7 @@ class TaskNumbers:
             numbering = number_run(list(files.values()), settings, self._agents(), asked_resume=asked, shown=self.shown)
         except (AgentsError, PlanError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.resuming, self.manifest = numbering.resuming, numbering.manifest
+        self.resuming, self.manifest, self.recorded = numbering.resuming, numbering.manifest, numbering.recorded
         # Said in the rollouts section, where it is read, not among pytest's warnings.
         self.unmatched = numbering.unmatched
         for notice in numbering.notices:  # a worker has no terminal: its warnings reach the controller's
