@@ -157,6 +157,15 @@ OPTIONS: tuple[Option, ...] = (
         "gets a line per tenth of the run, or every 5 minutes, whatever this says.",
     ),
     Option(
+        "status_interval",
+        "Seconds between rewrites of the live status file <out>.status.json (done, failed, in flight, rate, ETA); "
+        "`pytest-rollouts status OUT` prints it.",
+        "S",
+        default=5.0,
+        details="From 0.05 to 3600 s. The file is replaced whole each time, and once more when the run ends, "
+        "saying how (finished, stopped, failed); see docs/observability.md.",
+    ),
+    Option(
         "resume",
         "Continue the run recorded at --rollouts-out: run only the materialized rollouts that have no result yet.",
         flag=True,

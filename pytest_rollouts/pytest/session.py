@@ -59,6 +59,8 @@ class RolloutRun:
         self.dispatched = False
         # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
         self.sent = 0
+        # Rollouts this process's dispatch was handed (for the status file, ``pytest/status.py``).
+        self.planned = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
         self._handed_over = False
         # Stops are this run's to handle until pytest unconfigures.
@@ -251,6 +253,7 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
+        self.planned = len(plan.rollouts)
         urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
         parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
         model_parallel = model_parallel and this.share(model_parallel)
