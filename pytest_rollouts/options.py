@@ -157,6 +157,15 @@ OPTIONS: tuple[Option, ...] = (
         "gets a line per tenth of the run, or every 5 minutes, whatever this says.",
     ),
     Option(
+        "cache",
+        "Keep model agents' replies in DIR, keyed by the request (model, messages, parameters, seed, tools) "
+        "and the repeat: a rerun of an unchanged row does not call the model.",
+        "DIR",
+        details="Only usable replies are kept (never a non-2xx, a body that is not JSON, a timeout); a damaged "
+        "entry is a miss, said on stderr. Safe under -n. Hits and misses are in the summary and the metrics file's "
+        "`usage_summary`; see docs/model-agents.md.",
+    ),
+    Option(
         "status_interval",
         "Seconds between rewrites of the live status file <out>.status.json (done, failed, in flight, rate, ETA); "
         "`pytest-rollouts status OUT` prints it.",

@@ -27,6 +27,7 @@ from pytest_rollouts.config.fields import (
     repeats_value,
 )
 from pytest_rollouts.config.output_values import (
+    CacheFolder,
     MlflowExperiment,
     ReportPath,
     WandbProject,
@@ -91,6 +92,7 @@ class Settings(BaseModel):
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
     # The dispatcher's heartbeat: well under the 120 s of silence after which pytest calls it stuck.
     progress_interval: float = option_field("progress_interval", ge=0.05, le=60, allow_inf_nan=False)
+    cache: CacheFolder = option_field("cache")
     status_interval: float = option_field("status_interval", ge=0.05, le=3600, allow_inf_nan=False)
     resume: bool = option_field("resume")
     overwrite: bool = option_field("overwrite")
