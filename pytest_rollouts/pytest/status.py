@@ -41,6 +41,7 @@ class SessionStatus:
         self._workers: dict[Any, Counts] = {}
         # On a worker: when it last added its counts to a report.
         self._told_at = 0.0
+        self._cut_short = False
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -112,6 +113,10 @@ class SessionStatus:
             now,
         )
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A session cut short (``-x``, ``--maxfail``) stopped with rollouts unsent."""
+        self._cut_short = bool(session.shouldstop or session.shouldfail)
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """The last write, once the session's end decided how the run ended."""
         writer, self.writer = self.writer, None
@@ -119,10 +124,12 @@ class SessionStatus:
         if writer is None or run is None:
             return
         ending = config.stash.get(ENDING_KEY, None)
-        if ending is None or ending.verdict.stopped:
+        if run.dispatch_failure:
+            state = FAILED
+        elif ending is None or ending.verdict.stopped or self._cut_short:
             state = STOPPED
         else:
-            state = FAILED if run.dispatch_failure else FINISHED
+            state = FINISHED
         writer.stop(state, self._final(run, writer.last))
         if ending is not None and ending.put_back:  # stopped before its first request: the place as it was
             writer.path.unlink(missing_ok=True)

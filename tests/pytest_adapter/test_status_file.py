@@ -16,7 +16,16 @@ import pytest
 from pytest_rollouts.store.status import RunStatus, read_status, status_path
 
 from ..agents import Reply, ScriptedAgent, verifier
-from ..helpers import Artifacts, new_status, pytest_command, subprocess_run, tasks, write_rows
+from ..helpers import (
+    Artifacts,
+    new_status,
+    pytest_command,
+    run_rollouts,
+    stop_midway,
+    subprocess_run,
+    tasks,
+    write_rows,
+)
 
 ROWS = 24
 
@@ -114,3 +123,40 @@ def test_a_bad_status_interval_is_refused_before_anything_is_sent(tmp_path: Path
     assert "--rollouts-status-interval" in done.stderr + done.stdout
     assert agent.requests == [] and agent.health_checks == 0
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stopped_run_says_so(tmp_path: Path) -> None:
+    write_rows(tmp_path / "data.jsonl", tasks(ROWS))
+    with ScriptedAgent(latency=0.25) as agent:
+        command = pytest_command(agent.url, "--rollouts-parallel=2", "--rollouts-status-interval=0.05")
+        status, output = stop_midway(command, tmp_path, tmp_path / "out" / "r.jsonl", signal.SIGINT, rows=4)
+    assert status == pytest.ExitCode.INTERRUPTED, output.decode()
+    final = read_status(status_path(tmp_path / "out" / "r.jsonl"))
+    files = Artifacts(tmp_path)
+    assert final.state == "stopped" and final.done == len(files.rows) + len(files.failures) < ROWS
+    assert final.in_flight == 0
+
+
+def test_a_run_whose_dispatch_stopped_says_it_failed(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "out" / "r.jsonl"
+
+    def removes_the_output(row: dict[str, Any], seen: int) -> Reply:
+        if len(agent.requests) == 4:
+            out.unlink()
+        return verifier(row, seen)
+
+    write_rows(pytester.path / "data.jsonl", tasks(12))
+    with ScriptedAgent(removes_the_output, latency=0.1) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert read_status(status_path(out)).state == "failed"
+
+
+def test_a_run_cut_short_by_maxfail_says_it_stopped(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(ROWS))
+    with ScriptedAgent(failing_task_5) as agent:
+        args = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0", "--rollouts-parallel=1", "-x")
+        result = run_rollouts(pytester, *args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    final = read_status(status_path(pytester.path / "out" / "r.jsonl"))
+    assert final.state == "stopped" and final.done < ROWS
