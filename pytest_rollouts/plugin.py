@@ -100,9 +100,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_rollouts.pytest.report import RolloutReporter
 
     config.pluginmanager.register(RolloutReporter(config), "rollouts-reporter")
-    from pytest_rollouts.pytest.status import SessionStatus
-
-    config.pluginmanager.register(SessionStatus(config), "rollouts-status")
     _refuse_unknown_ini(config)
     decide_role(config)
     if _configured(config):

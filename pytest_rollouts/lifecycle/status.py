@@ -10,7 +10,6 @@ changed in place.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import threading
@@ -61,7 +60,7 @@ class Counts:
 def ended_by(error: BaseException | None, *, dispatch_stopped: bool = False) -> str:
     """The state a run ended in: stopped by the user (Ctrl-C, SIGTERM, a cancel), failed (an error,
     or dispatch stopped before the end of the plan), else finished."""
-    if isinstance(error, KeyboardInterrupt | asyncio.CancelledError):
+    if error is not None and not isinstance(error, Exception):  # KeyboardInterrupt, a task's CancelledError
         return STOPPED
     return FAILED if error is not None or dispatch_stopped else FINISHED
 

@@ -27,6 +27,7 @@ from pytest_rollouts.pytest.lock import HELD_KEY, hold
 from pytest_rollouts.pytest.planning import SessionPlan, tell_start
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
+from pytest_rollouts.pytest.status import SessionStatus
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -80,6 +81,8 @@ class RolloutRun:
         self.workers = Workers(config, lambda: self.paths)
         # The ``job`` span of this process's dispatch, when a tracer provider is set (export/tracing.py).
         self.trace: RunTrace | None = None
+        # The live status file (``pytest/status.py``): a session that holds a run takes its hooks.
+        config.pluginmanager.register(SessionStatus(config), "rollouts-status")
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:

@@ -32,7 +32,7 @@ STATUS = "rollouts_status"
 
 
 class SessionStatus:
-    """Registered in every session; it writes only where a run is dispatched and owned."""
+    """Registered with a session's run (``RolloutRun``); it writes only where the run is dispatched and owned."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
