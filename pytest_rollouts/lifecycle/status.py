@@ -97,7 +97,7 @@ class StatusWriter:
         self._thread = threading.Thread(target=self._run, name="rollouts-status", daemon=True)
 
     def start(self) -> StatusWriter:
-        self._write(RUNNING)
+        self._try(RUNNING)
         self._thread.start()
         return self
 
@@ -115,14 +115,19 @@ class StatusWriter:
             self._last = final
         last = self._last
         self._last = Counts(last.total, last.done, last.failed)
-        self._write(state)
+        self._try(state)
 
     def _run(self) -> None:
         while not self._stopping.wait(self._interval):
-            try:
-                self._write(RUNNING)
-            except OSError:  # a full disk or a removed folder: the run's own files say it; try again later
-                pass
+            self._try(RUNNING)
+
+    def _try(self, state: str) -> None:
+        """A write that fails (a full disk, a removed folder) is skipped: the run's own files say
+        what went wrong, and a view must not end the run it shows."""
+        try:
+            self._write(state)
+        except OSError:
+            pass
 
     def _write(self, state: str) -> None:
         counts = self._source() if state == RUNNING else None
