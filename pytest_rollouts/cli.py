@@ -62,6 +62,7 @@ STATISTICS_OPTIONS: dict[str, type] = {
     "baseline": str,
     "max_regression": float,
     "gate_scored_only": bool,
+    "correction": str,
 }
 UNPROVEN = (
     "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "

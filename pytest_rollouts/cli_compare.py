@@ -22,6 +22,7 @@ from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
 from pytest_rollouts.scoring.intervals import RewardRange
+from pytest_rollouts.scoring.multiplicity import correction_argument
 from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
@@ -68,6 +69,7 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         "two runs of one agent each pair without it",
     )
     _reward_range_argument(compare)
+    correction_argument(compare)
     compare.add_argument("--json", metavar="PATH", help="also write the comparison to PATH as JSON")
     power = commands.add_parser(
         "power", help="the smallest difference a run of this size detects, and the tasks needed to detect --delta"
@@ -129,6 +131,7 @@ def compare_command(args: argparse.Namespace) -> int:
             reward_range=reward_range,
             gate=gate,
             agents=agents,
+            correction=args.correction,
         )
     except JsonlError as exc:  # a line that is no JSON object: bad input, named by file and line
         return _usage("compare", exc)

@@ -274,6 +274,15 @@ OPTIONS: tuple[Option, ...] = (
         "the gate's line says how many tasks lack scores.",
     ),
     Option(
+        "correction",
+        "Adjust the p-values of the groups compared with --rollouts-baseline for their number: holm (family-wise "
+        "error) or bh (Benjamini-Hochberg, false discovery rate); the lines show raw and adjusted values.",
+        "none|holm|bh",
+        default="none",
+        details="With `--rollouts-max-regression`, a group fails when its adjusted one-sided p-value of being "
+        "DELTA worse is above 2.5%, instead of its own interval's lower end.",
+    ),
+    Option(
         "reward_range",
         "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI. "
         "A negative LO is given after =, as argparse reads -1,1 as an option (--rollouts-reward-range=-1,1).",

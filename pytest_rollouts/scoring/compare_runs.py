@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_rollouts.scoring.comparison_lines import comparison_line, comparison_lines
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
+from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
 from pytest_rollouts.scoring.paired import Comparison, compare
 from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
 from pytest_rollouts.scoring.regression import RegressionGate
@@ -23,17 +24,43 @@ class RunComparison:
     comparisons: tuple[Comparison, ...]
     reward_range: RewardRange
     gate: RegressionGate | None
+    # How the groups' p-values are adjusted for their number (``multiplicity.py``): none, holm, bh.
+    correction: str = NONE
+
+    @property
+    def adjusted(self) -> list[float | None]:
+        """Each group's test p-value adjusted over the groups (None without a correction or a test)."""
+        if self.correction == NONE:
+            return [None] * len(self.comparisons)
+        return adjust([None if c.test is None else c.test.p_value for c in self.comparisons], self.correction)
+
+    def _adjusted_words(self, index: int) -> str:
+        """``; Holm-adjusted over 3 groups p=0.0900`` for one group's line, or "" without a correction."""
+        p = self.adjusted[index]
+        if p is None:
+            return ""
+        family = sum(1 for c in self.comparisons if c.test is not None)
+        return f"; {NAMES[self.correction]}-adjusted over {family} groups p={p:.4f}"
 
     def lines(self) -> list[str]:
         """``compare``'s report: at most three lines per group, then the run's lines."""
         out = [self._heading()]
-        for comparison in self.comparisons:
-            out.extend(comparison_lines(comparison, self.reward_range))
+        for index, comparison in enumerate(self.comparisons):
+            lines = comparison_lines(comparison, self.reward_range)
+            lines[0] += self._adjusted_words(index)
+            out.extend(lines)
         return out + self.run_lines()
 
     def group_line(self, group: str) -> str | None:
         """A run summary's one line for this group, beside its own score; None when no task of it was paired."""
-        return next((comparison_line(c, self.reward_range) for c in self.comparisons if c.group == group), None)
+        return next(
+            (
+                comparison_line(c, self.reward_range, self._adjusted_words(i))
+                for i, c in enumerate(self.comparisons)
+                if c.group == group
+            ),
+            None,
+        )
 
     def run_lines(self, heading: bool = False) -> list[str]:
         """What holds for every group: (with ``heading``) what was compared with what, the partial
@@ -42,7 +69,7 @@ class RunComparison:
         if self.pairing.note:
             out.append(self.pairing.note)
         if self.gate is not None:
-            out.append(self.gate.measures(self.comparisons))
+            out.append(self.gate.measures(self.comparisons, self.correction))
         return out
 
     def _heading(self) -> str:
@@ -51,15 +78,16 @@ class RunComparison:
     @property
     def failure(self) -> str | None:
         """The gate's ``EVAL FAILED`` line, or None (also without a gate)."""
-        return None if self.gate is None else self.gate.failure(self.comparisons)
+        return None if self.gate is None else self.gate.failure(self.comparisons, self.correction)
 
     def group_entry(self, group: str) -> dict[str, Any] | None:
         """One group's comparison with the run-level facts, for its metrics entry; None when the
         group had no task paired."""
-        entry = next((c.as_dict() for c in self.comparisons if c.group == group), None)
+        whole = self.as_dict()
+        entry = next((g for g in whole["groups"] if g["group"] == group), None)
         if entry is None:
             return None
-        return {**{k: v for k, v in self.as_dict().items() if k not in ("groups", "candidate")}, **entry}
+        return {**{k: v for k, v in whole.items() if k not in ("groups", "candidate")}, **entry}
 
     def as_dict(self) -> dict[str, Any]:
         """The comparison under the keys docs/statistics.md documents."""
@@ -71,8 +99,22 @@ class RunComparison:
             "reward_range": [self.reward_range.low, self.reward_range.high],
             "max_regression": None if self.gate is None else self.gate.max_regression,
             "gate_scored_only": None if self.gate is None else self.gate.scored_only,
-            "groups": [c.as_dict() for c in self.comparisons],
+            "correction": self.correction,
+            "groups": [self._group_dict(i) for i in range(len(self.comparisons))],
         }
+
+    def _group_dict(self, index: int) -> dict[str, Any]:
+        """One group's keys, with its adjusted p-values when a correction is asked: the test's, and
+        the gate's one-sided p-value of a regression beyond DELTA, raw and adjusted."""
+        comparison = self.comparisons[index]
+        entry = comparison.as_dict()
+        if self.correction == NONE:
+            return entry
+        entry["p_value_adjusted"] = self.adjusted[index]
+        if self.gate is not None:
+            entry["regression_p_value"] = self.gate.p_value(comparison)
+            entry["regression_p_value_adjusted"] = self.gate.adjusted(self.comparisons, self.correction)[index]
+        return entry
 
 
 def compare_runs(
@@ -83,9 +125,11 @@ def compare_runs(
     reward_range: RewardRange = UNIT_RANGE,
     gate: RegressionGate | None = None,
     agents: Mapping[str, str] | None = None,
+    correction: str = NONE,
 ) -> RunComparison:
     """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file.
-    ``agents``: baseline agents paired with candidate agents of other names."""
+    ``agents``: baseline agents paired with candidate agents of other names; ``correction``: how the
+    groups' p-values are adjusted for their number."""
     pairing = pair_runs(read_run(baseline), read_run(candidate), allow_partial, agents)
     comparisons = tuple(compare(group, pairs, reward_range) for group, pairs in pairing.groups.items())
-    return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate)
+    return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate, correction)

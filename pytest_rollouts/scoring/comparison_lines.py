@@ -50,9 +50,10 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
     return lines
 
 
-def comparison_line(comparison: Comparison, reward_range: RewardRange) -> str:
+def comparison_line(comparison: Comparison, reward_range: RewardRange, adjusted: str = "") -> str:
     """``group: vs baseline 0.7000 -> 0.6000: -0.1000, 95% CI [...] (paired t, 40 tasks); mcnemar
-    p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group."""
+    p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group
+    (``adjusted``: the words of its adjusted p-value, after the test's)."""
     c = comparison
     difference = c.difference
     if difference is None:
@@ -67,6 +68,7 @@ def comparison_line(comparison: Comparison, reward_range: RewardRange) -> str:
         line += f"; {c.test.method} p={c.test.p_value:.4f}"
         if c.test.discordant is not None:
             line += " (solved in one run only: {} the candidate, {} the baseline)".format(*c.test.discordant)
+        line += adjusted
     line += f"; {_no_bounds(c, reward_range) or f'Manski {_bounds(c)}'}"
     if c.unscored:
         line += f" ({c.unscored} paired tasks unscored in a run)"

@@ -76,6 +76,7 @@ def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
             allow_partial=True,
             reward_range=RewardRange(*settings.reward_range),
             gate=gate,
+            correction=settings.correction,
         )
     except (PairingError, JsonlError) as exc:
         return f"cannot compare with {settings.source_of('baseline')} {settings.baseline}: {exc}"
