@@ -21,8 +21,8 @@ from pytest_rollouts.config.values import finite_number
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
+from pytest_rollouts.scoring.comparison_options import comparison_arguments
 from pytest_rollouts.scoring.intervals import RewardRange
-from pytest_rollouts.scoring.multiplicity import correction_argument
 from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
 from pytest_rollouts.scoring.regression import EXIT_REGRESSION, RegressionGate
@@ -69,7 +69,7 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         "two runs of one agent each pair without it",
     )
     _reward_range_argument(compare)
-    correction_argument(compare)
+    comparison_arguments(compare)
     compare.add_argument("--json", metavar="PATH", help="also write the comparison to PATH as JSON")
     power = commands.add_parser(
         "power", help="the smallest difference a run of this size detects, and the tasks needed to detect --delta"
@@ -132,6 +132,7 @@ def compare_command(args: argparse.Namespace) -> int:
             gate=gate,
             agents=agents,
             correction=args.correction,
+            sequential_test=args.sequential,
         )
     except JsonlError as exc:  # a line that is no JSON object: bad input, named by file and line
         return _usage("compare", exc)

@@ -283,6 +283,14 @@ OPTIONS: tuple[Option, ...] = (
         "DELTA worse is above 2.5%, instead of its own interval's lower end.",
     ),
     Option(
+        "sequential",
+        "Add to the comparison with --rollouts-baseline each group's anytime-valid 95% confidence sequence of the "
+        "difference over its tasks in order, and after how many tasks the difference (and the gate) was clear.",
+        flag=True,
+        details="A sequence holds at every task at once, so a comparison may stop at the first task after which it "
+        "excludes 0 and keep its 5% error, where stopping at a fixed interval's first p < 0.05 does not.",
+    ),
+    Option(
         "reward_range",
         "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI. "
         "A negative LO is given after =, as argparse reads -1,1 as an option (--rollouts-reward-range=-1,1).",

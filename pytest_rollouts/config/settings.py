@@ -113,6 +113,7 @@ class Settings(BaseModel):
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
     gate_scored_only: bool = option_field("gate_scored_only")
     correction: Literal["none", "holm", "bh"] = option_field("correction")
+    sequential: bool = option_field("sequential")
     reward_range: RewardRangeValue = option_field("reward_range")
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: PassKs = option_field("pass_k")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,9 +11,10 @@ from typing import Any
 from pytest_rollouts.scoring.comparison_lines import comparison_line, comparison_lines
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
 from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
-from pytest_rollouts.scoring.paired import Comparison, compare
+from pytest_rollouts.scoring.paired import Comparison, TaskRewards, compare
 from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
 from pytest_rollouts.scoring.regression import RegressionGate
+from pytest_rollouts.scoring.sequential import SequentialResult, sequential
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class RunComparison:
     gate: RegressionGate | None
     # How the groups' p-values are adjusted for their number (``multiplicity.py``): none, holm, bh.
     correction: str = NONE
+    # Each group's anytime-valid confidence sequence (``--sequential``), else empty.
+    sequences: tuple[SequentialResult | None, ...] = ()
 
     @property
     def adjusted(self) -> list[float | None]:
@@ -42,6 +45,26 @@ class RunComparison:
         family = sum(1 for c in self.comparisons if c.test is not None)
         return f"; {NAMES[self.correction]}-adjusted over {family} groups p={p:.4f}"
 
+    def _sequence_words(self, index: int, before: str = "") -> str:
+        """What the group's confidence sequence says, or "" without one: its interval after the
+        last task, and the task after which the difference (and the gate) was clear."""
+        found = self.sequences[index] if self.sequences else None
+        if found is None:
+            return ""
+        words = f"anytime-valid 95% CS [{found.low:+.4f}, {found.high:+.4f}] over {found.tasks} tasks"
+        if found.clear_at is None:
+            words += f"; no difference clear after {found.tasks} tasks"
+        else:
+            words += f"; difference clear after {found.clear_at} of {found.tasks} tasks (a sequential run stops there)"
+        if self.gate is not None:
+            gate_clear = found.gate_clear_at
+            words += (
+                f"; no regression beyond {self.gate.max_regression:g} clear after {gate_clear} tasks"
+                if gate_clear is not None
+                else f"; a regression beyond {self.gate.max_regression:g} not ruled out sequentially"
+            )
+        return before + words
+
     def lines(self) -> list[str]:
         """``compare``'s report: at most three lines per group, then the run's lines."""
         out = [self._heading()]
@@ -49,13 +72,15 @@ class RunComparison:
             lines = comparison_lines(comparison, self.reward_range)
             lines[0] += self._adjusted_words(index)
             out.extend(lines)
+            if self.sequences and self.sequences[index] is not None:
+                out.append(f"{comparison.group}: {self._sequence_words(index)}")
         return out + self.run_lines()
 
     def group_line(self, group: str) -> str | None:
         """A run summary's one line for this group, beside its own score; None when no task of it was paired."""
         return next(
             (
-                comparison_line(c, self.reward_range, self._adjusted_words(i))
+                comparison_line(c, self.reward_range, self._adjusted_words(i)) + self._sequence_words(i, "; ")
                 for i, c in enumerate(self.comparisons)
                 if c.group == group
             ),
@@ -108,6 +133,9 @@ class RunComparison:
         the gate's one-sided p-value of a regression beyond DELTA, raw and adjusted."""
         comparison = self.comparisons[index]
         entry = comparison.as_dict()
+        found = self.sequences[index] if self.sequences else None
+        if found is not None:
+            entry["sequential"] = found.as_dict()
         if self.correction == NONE:
             return entry
         entry["p_value_adjusted"] = self.adjusted[index]
@@ -126,10 +154,26 @@ def compare_runs(
     gate: RegressionGate | None = None,
     agents: Mapping[str, str] | None = None,
     correction: str = NONE,
+    sequential_test: bool = False,
 ) -> RunComparison:
     """Read, pair and compare; ``PairingError`` when the runs cannot be paired, ``JsonlError`` for a bad file.
     ``agents``: baseline agents paired with candidate agents of other names; ``correction``: how the
-    groups' p-values are adjusted for their number."""
+    groups' p-values are adjusted for their number; ``sequential_test``: add each group's
+    anytime-valid confidence sequence over its tasks in order."""
     pairing = pair_runs(read_run(baseline), read_run(candidate), allow_partial, agents)
     comparisons = tuple(compare(group, pairs, reward_range) for group, pairs in pairing.groups.items())
-    return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate, correction)
+    sequences: tuple[SequentialResult | None, ...] = ()
+    if sequential_test:
+        width = reward_range.high - reward_range.low
+        margin = None if gate is None else gate.max_regression
+        sequences = tuple(
+            sequential(diffs, width, margin) if (diffs := _differences(pairs)) else None
+            for pairs in pairing.groups.values()
+        )
+    return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate, correction, sequences)
+
+
+def _differences(pairs: Sequence[tuple[TaskRewards, TaskRewards]]) -> list[float]:
+    """Each task's candidate mean less its baseline mean, in task order, over the tasks both runs
+    scored (the paired interval's d_i)."""
+    return [c - b for base, cand in pairs if (b := base.mean) is not None and (c := cand.mean) is not None]

@@ -77,6 +77,7 @@ def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
             reward_range=RewardRange(*settings.reward_range),
             gate=gate,
             correction=settings.correction,
+            sequential_test=settings.sequential,
         )
     except (PairingError, JsonlError) as exc:
         return f"cannot compare with {settings.source_of('baseline')} {settings.baseline}: {exc}"

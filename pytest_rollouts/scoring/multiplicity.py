@@ -17,10 +17,7 @@ the family and keeps None.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
-
-from pytest_rollouts.options import OPTION
 
 NONE = "none"
 HOLM = "holm"
@@ -28,16 +25,6 @@ BH = "bh"
 CORRECTIONS = (NONE, HOLM, BH)
 # As the lines name each correction.
 NAMES = {HOLM: "Holm", BH: "Benjamini-Hochberg"}
-
-
-def correction_argument(parser: argparse.ArgumentParser) -> None:
-    """``--correction none|holm|bh``: how the groups' p-values are adjusted for their number."""
-    parser.add_argument(
-        "--correction",
-        choices=CORRECTIONS,
-        default=NONE,
-        help=OPTION["correction"].argparse_help.replace("--rollouts-", "--"),
-    )
 
 
 def adjust(p_values: Sequence[float | None], method: str) -> list[float | None]:
