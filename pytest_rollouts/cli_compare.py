@@ -22,6 +22,7 @@ from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
 from pytest_rollouts.scoring.comparison_options import comparison_arguments
+from pytest_rollouts.scoring.cost import run_costs
 from pytest_rollouts.scoring.intervals import RewardRange
 from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
@@ -177,7 +178,7 @@ def power_command(args: argparse.Namespace) -> int:
         run = read_run(Path(args.run))
     except (PairingError, JsonlError) as exc:
         return _usage("power", exc)
-    sized = 0
+    sized, costs = 0, run_costs(Path(args.run))
     for group, tasks in sorted(run.groups.items()):
         try:
             variance = variance_components([task.rewards for task in tasks.values()])
@@ -185,7 +186,7 @@ def power_command(args: argparse.Namespace) -> int:
             print(f"{group}: {exc} (it has {sum(1 for t in tasks.values() if t.rewards)})", file=sys.stderr)
             continue
         try:
-            lines = power_lines(group, variance, args.delta, args.correlation)
+            lines = power_lines(group, variance, args.delta, args.correlation, costs.get(group))
         except ValueError as exc:
             return _usage("power", ValueError(f"--delta {args.delta:g}: {group}: {exc}"))
         sized += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_rollouts.scoring.cost import RolloutCost
 from pytest_rollouts.scoring.intervals import RewardRange, outside_words
 from pytest_rollouts.scoring.paired import NO_TASK_SCORED_IN_BOTH, Comparison, Flip
 from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
@@ -105,7 +106,12 @@ def _label(label: str) -> str:
     return label if label.isascii() and label.isdigit() else repr(label)
 
 
-def power_lines(group: str, variance: Variance, delta: float | None, correlation: float) -> list[str]:
+def power_lines(
+    group: str, variance: Variance, delta: float | None, correlation: float, cost: RolloutCost | None = None
+) -> list[str]:
+    """``power``'s lines for one group: its variance components, the difference it detects, and with
+    ``delta`` the tasks (by repeats) that detect it, each with what one run of that size costs by
+    ``cost``, the run's own measurements."""
     within = "unknown (one rollout per task)" if variance.within is None else f"{variance.within:.4f}"
     lines = [
         f"{group}: {variance.tasks} tasks x {variance.repeats:g} repeats; between-task variance "
@@ -115,6 +121,10 @@ def power_lines(group: str, variance: Variance, delta: float | None, correlation
     ]
     if delta is not None:
         choices = (round(variance.repeats),) if variance.within is None else REPEAT_CHOICES
-        needed = ", ".join(f"{tasks_needed(variance, delta, k, correlation)} tasks x {k}" for k in choices)
-        lines.append(f"{group}: to detect {delta:g}: {needed}")
+        for k in choices:
+            n = tasks_needed(variance, delta, k, correlation)
+            spent = "" if cost is None else f" ({cost.words(n * k)})"
+            lines.append(f"{group}: to detect {delta:g}: {n} tasks x {k}{spent}")
+    if cost is not None:
+        lines.append(f"{group}: {cost.per_rollout()}; a baseline run of the same size costs as much again")
     return lines
