@@ -11,7 +11,7 @@ from typing import Any
 from pytest_rollouts.scoring.comparison_lines import comparison_line, comparison_lines
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
 from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
-from pytest_rollouts.scoring.paired import Comparison, TaskRewards, compare
+from pytest_rollouts.scoring.paired import NO_TASK_SCORED_IN_BOTH, Comparison, TaskRewards, compare
 from pytest_rollouts.scoring.pairing import Pairing, pair_runs, read_run
 from pytest_rollouts.scoring.regression import RegressionGate
 from pytest_rollouts.scoring.sequential import SequentialResult, sequential
@@ -48,9 +48,12 @@ class RunComparison:
     def _sequence_words(self, index: int, before: str = "") -> str:
         """What the group's confidence sequence says, or "" without one: its interval after the
         last task, and the task after which the difference (and the gate) was clear."""
-        found = self.sequences[index] if self.sequences else None
-        if found is None:
+        if not self.sequences:
             return ""
+        found = self.sequences[index]
+        if found is None:
+            why = "rewards outside the reward range" if self.comparisons[index].outside else NO_TASK_SCORED_IN_BOTH
+            return f"{before}no confidence sequence ({why})"
         words = f"anytime-valid 95% CS [{found.low:+.4f}, {found.high:+.4f}] over {found.tasks} tasks"
         if found.clear_at is None:
             words += f"; no difference clear after {found.tasks} tasks"
@@ -72,7 +75,7 @@ class RunComparison:
             lines = comparison_lines(comparison, self.reward_range)
             lines[0] += self._adjusted_words(index)
             out.extend(lines)
-            if self.sequences and self.sequences[index] is not None:
+            if self.sequences:
                 out.append(f"{comparison.group}: {self._sequence_words(index)}")
         return out + self.run_lines()
 
@@ -167,8 +170,9 @@ def compare_runs(
         width = reward_range.high - reward_range.low
         margin = None if gate is None else gate.max_regression
         sequences = tuple(
-            sequential(diffs, width, margin) if (diffs := _differences(pairs)) else None
-            for pairs in pairing.groups.values()
+            # A reward outside the range breaks the bound the sequence rests on: none, as no Manski bounds.
+            sequential(diffs, width, margin) if (diffs := _differences(pairs)) and c.outside is None else None
+            for pairs, c in zip(pairing.groups.values(), comparisons, strict=True)
         )
     return RunComparison(baseline, candidate, pairing, comparisons, reward_range, gate, correction, sequences)
 
