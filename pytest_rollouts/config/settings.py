@@ -255,13 +255,22 @@ class Settings(BaseModel):
             raise ValueError(f"{self.source_of('html')}: {clash}")
         return self
 
+    def _comparison_options(self) -> list[tuple[str, bool]]:
+        """The options that only a comparison with a baseline uses, and whether each was asked."""
+        return [
+            ("max_regression", self.max_regression is not None),
+            ("correction", self.correction != "none"),
+            ("sequential", self.sequential),
+        ]
+
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:
         same = self.baseline is not None and self.out is not None and self.baseline.resolve() == self.out.resolve()
         if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
             raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
-        if self.max_regression is not None and self.baseline is None:
-            gate, baseline = self.source_of("max_regression"), self.source_of("baseline")
+        asked = [name for name, on in self._comparison_options() if on]
+        if asked and self.baseline is None:
+            gate, baseline = self.source_of(asked[0]), self.source_of("baseline")
             raise ValueError(f"{gate} compares with a baseline run: give {baseline} PATH")
         need_gate(
             self.gate_scored_only,

@@ -43,7 +43,7 @@ class RunComparison:
         if p is None:
             return ""
         family = sum(1 for c in self.comparisons if c.test is not None)
-        return f"; {NAMES[self.correction]}-adjusted over {family} groups p={p:.4f}"
+        return f"; {NAMES[self.correction]}-adjusted over {family} group{'s' if family != 1 else ''} p={p:.4f}"
 
     def _sequence_words(self, index: int, before: str = "") -> str:
         """What the group's confidence sequence says, or "" without one: its interval after the
