@@ -275,20 +275,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "correction",
-        "Adjust the p-values of the groups compared with --rollouts-baseline for their number: holm (family-wise "
-        "error) or bh (Benjamini-Hochberg, false discovery rate); the lines show raw and adjusted values.",
+        "Adjust the p-values of the groups compared with --rollouts-baseline for their number: holm (family-wise) "
+        "or bh (false discovery rate); a --rollouts-max-regression gate then judges each group's adjusted p-value.",
         "none|holm|bh",
         default="none",
-        details="With `--rollouts-max-regression`, a group fails when its adjusted one-sided p-value of being "
-        "DELTA worse is above 2.5%, instead of its own interval's lower end.",
     ),
     Option(
         "sequential",
-        "Add to the comparison with --rollouts-baseline each group's anytime-valid 95% confidence sequence of the "
-        "difference over its tasks in order, and after how many tasks the difference (and the gate) was clear.",
+        "Add each group's anytime-valid 95% confidence sequence of the difference with --rollouts-baseline, and "
+        "after how many tasks it excluded 0 (a sequential run could stop there).",
         flag=True,
-        details="A sequence holds at every task at once, so a comparison may stop at the first task after which it "
-        "excludes 0 and keep its 5% error, where stopping at a fixed interval's first p < 0.05 does not.",
     ),
     Option(
         "reward_range",
