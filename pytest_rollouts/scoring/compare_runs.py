@@ -128,24 +128,25 @@ class RunComparison:
             "max_regression": None if self.gate is None else self.gate.max_regression,
             "gate_scored_only": None if self.gate is None else self.gate.scored_only,
             "correction": self.correction,
-            "groups": [self._group_dict(i) for i in range(len(self.comparisons))],
+            "groups": self._group_dicts(),
         }
 
-    def _group_dict(self, index: int) -> dict[str, Any]:
-        """One group's keys, with its adjusted p-values when a correction is asked: the test's, and
+    def _group_dicts(self) -> list[dict[str, Any]]:
+        """Each group's keys, with its adjusted p-values when a correction is asked: the test's, and
         the gate's one-sided p-value of a regression beyond DELTA, raw and adjusted."""
-        comparison = self.comparisons[index]
-        entry = comparison.as_dict()
-        found = self.sequences[index] if self.sequences else None
-        if found is not None:
-            entry["sequential"] = found.as_dict()
+        entries = [c.as_dict() for c in self.comparisons]
+        for entry, found in zip(entries, self.sequences, strict=False):
+            if found is not None:
+                entry["sequential"] = found.as_dict()
         if self.correction == NONE:
-            return entry
-        entry["p_value_adjusted"] = self.adjusted[index]
-        if self.gate is not None:
-            entry["regression_p_value"] = self.gate.p_value(comparison)
-            entry["regression_p_value_adjusted"] = self.gate.adjusted(self.comparisons, self.correction)[index]
-        return entry
+            return entries
+        gate_adjusted = None if self.gate is None else self.gate.adjusted(self.comparisons, self.correction)
+        for index, (entry, adjusted) in enumerate(zip(entries, self.adjusted, strict=True)):
+            entry["p_value_adjusted"] = adjusted
+            if self.gate is not None and gate_adjusted is not None:
+                entry["regression_p_value"] = self.gate.p_value(self.comparisons[index])
+                entry["regression_p_value_adjusted"] = gate_adjusted[index]
+        return entries
 
 
 def compare_runs(

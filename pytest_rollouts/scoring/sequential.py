@@ -40,14 +40,14 @@ class ConfidenceSequence:
 
     width: float
     alpha: float = ALPHA
-    tasks: int = 0
+    tasks: int = field(default=0, init=False)
     low: float = field(init=False)
     high: float = field(init=False)
-    _sum_x: float = 0.0
-    _sum_sq: float = 0.25  # the plug-in variance's prior term, 1/4
-    _sum_lambda: float = 0.0
-    _sum_lambda_x: float = 0.0
-    _sum_penalty: float = 0.0
+    _sum_x: float = field(default=0.0, init=False)
+    _sum_sq: float = field(default=0.25, init=False)  # the plug-in variance's prior term, 1/4
+    _sum_lambda: float = field(default=0.0, init=False)
+    _sum_lambda_x: float = field(default=0.0, init=False)
+    _sum_penalty: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         if not self.width > 0:
