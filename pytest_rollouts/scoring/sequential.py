@@ -73,6 +73,31 @@ class ConfidenceSequence:
         self.low = max(self.low, (centre - half) * 2 * self.width - self.width)
         self.high = min(self.high, (centre + half) * 2 * self.width - self.width)
 
+    def excludes(self, value: float = 0.0) -> bool:
+        """The sequence has ruled ``value`` out: a running eval may stop here and keep its error rate."""
+        return not self.low <= value <= self.high
+
+
+@dataclass
+class InTaskOrder:
+    """Feeds a confidence sequence the differences of tasks that finish in any order, in task order.
+
+    Results come back in completion order, and that order may depend on the outcome (a failure
+    returns sooner than a long success): a sequence fed in it would no longer hold its promise, which
+    needs each difference drawn before it is seen. Buffered and released by task index (0, 1, 2, ...),
+    the order is fixed before any reward is.
+    """
+
+    sequence: ConfidenceSequence
+    _waiting: dict[int, float] = field(default_factory=dict, init=False)
+    _next: int = field(default=0, init=False)
+
+    def add(self, task: int, difference: float) -> None:
+        self._waiting[task] = difference
+        while self._next in self._waiting:
+            self.sequence.add(self._waiting.pop(self._next))
+            self._next += 1
+
 
 @dataclass(frozen=True)
 class SequentialResult:
@@ -102,7 +127,7 @@ def sequential(differences: Sequence[float], width: float, max_regression: float
     clear_at = gate_clear_at = None
     for d in differences:
         sequence.add(d)
-        if clear_at is None and (sequence.low > 0 or sequence.high < 0):
+        if clear_at is None and sequence.excludes(0.0):
             clear_at = sequence.tasks
         if gate_clear_at is None and max_regression is not None and sequence.low > -max_regression:
             gate_clear_at = sequence.tasks

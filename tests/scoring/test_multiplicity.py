@@ -154,7 +154,9 @@ def test_compare_summary_and_report_show_raw_and_adjusted_p_values(
     assert '"p_value_adjusted"' in page and "Holm-adjusted over 2 groups" in page
 
 
-def test_a_correction_that_is_none_of_the_three_or_without_a_baseline_is_a_usage_error(pytester: pytest.Pytester) -> None:
+def test_a_correction_that_is_none_of_the_three_or_without_a_baseline_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
     write_rows(pytester.path / "data.jsonl", [{"responses_create_params": {"input": "q"}}])
     result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:9", "--rollouts-correction=sidak")
     assert result.ret == 4

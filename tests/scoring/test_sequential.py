@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from pytest_rollouts import preprocess_examples, run_examples
 from pytest_rollouts.cli import main
-from pytest_rollouts.scoring.sequential import ConfidenceSequence, sequential
+from pytest_rollouts.scoring.sequential import ConfidenceSequence, InTaskOrder, sequential
 
 from ..agents import Reply, ScriptedAgent
 from ..helpers import run_rollouts, write_rows
@@ -108,3 +109,24 @@ def test_compare_summary_and_report_say_when_the_difference_was_clear(
     assert group["sequential"]["clear_at_tasks"] == expected.clear_at
     assert main(["report", "cand/r.jsonl", "--baseline", "base/r.jsonl", "--sequential", "-o", "r.html"]) == 0
     assert said in (pytester.path / "r.html").read_text()
+
+
+@pytest.mark.asyncio
+async def test_a_running_eval_stops_once_the_difference_is_clear() -> None:
+    """The Python API's results fed in task order to the sequence; leaving the block when it excludes
+    0 cancels what is in flight, so far fewer rollouts than the dataset's are run."""
+    rows = preprocess_examples(
+        [{"n": n, "responses_create_params": {"input": "q"}} for n in range(400)], agent_map={"_default": "p"}
+    )
+    baseline = {n: 0.0 if n % 3 else 1.0 for n in range(400)}  # a third solved
+    sequence = ConfidenceSequence(1.0)
+    feed = InTaskOrder(sequence)
+    with ScriptedAgent(lambda row, seen: Reply(json={"reward": 1.0 if row["n"] % 4 else 0.0})) as agent:
+        async with run_examples(rows, {"p": agent.url}, parallel=4) as results:
+            async for row, result in results:
+                feed.add(row["_ng_task_index"], result["reward"] - baseline[row["n"]])
+                if sequence.excludes(0.0):
+                    break
+    assert sequence.low > 0, "the candidate solves three in four, the baseline one in three"
+    assert sequence.tasks < 200
+    assert len(agent.requests) < 250, "the rest of the 400 were never sent"
