@@ -63,6 +63,8 @@ STATISTICS_OPTIONS: dict[str, type] = {
     "baseline": str,
     "max_regression": float,
     "gate_scored_only": bool,
+    "correction": str,
+    "sequential": bool,
 }
 UNPROVEN = (
     "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "

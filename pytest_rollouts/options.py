@@ -292,6 +292,19 @@ OPTIONS: tuple[Option, ...] = (
         "the gate's line says how many tasks lack scores.",
     ),
     Option(
+        "correction",
+        "Adjust the p-values of the groups compared with --rollouts-baseline for their number: holm (family-wise) "
+        "or bh (false discovery rate); a --rollouts-max-regression gate then judges each group's adjusted p-value.",
+        "none|holm|bh",
+        default="none",
+    ),
+    Option(
+        "sequential",
+        "Add each group's anytime-valid 95% confidence sequence of the difference with --rollouts-baseline, and "
+        "after how many tasks it excluded 0 (a sequential run could stop there).",
+        flag=True,
+    ),
+    Option(
         "reward_range",
         "The lowest and highest reward: Manski's bounds score each failed or missing rollout at LO and at HI. "
         "A negative LO is given after =, as argparse reads -1,1 as an option (--rollouts-reward-range=-1,1).",
