@@ -192,6 +192,7 @@ async def dispatch_plan(
     header: PlanHeader,
     rollouts: Sequence[PlannedRollout],
     on_outcome: Callable[[PlannedRollout, RolloutOutcome], None],
+    watch: Callable[[dict[int, float]], None] | None = None,
 ) -> PlanResult:
     """Dispatch ``rollouts`` in the running event loop, writing their rows as the dispatcher process does.
 
@@ -214,11 +215,15 @@ async def dispatch_plan(
     - Any other exception is a bug: dispatch ends as on a cancel, and it propagates.
 
     Each outcome is handed to ``on_outcome`` as its rollout ends and none is kept: a run of a
-    million rollouts holds what is in flight, not an outcome for each.
+    million rollouts holds what is in flight, not an outcome for each. ``watch`` is handed the
+    requests in flight (each rollout's position in ``rollouts``, by the monotonic time it was sent,
+    oldest first) once, before any is sent: a live status reads it.
     """
     if header.shared_output:
         raise ValueError("shared_output is for xdist workers' dispatcher processes, not dispatch in process")
     async with LocalDispatch(header) as dispatch:
+        if watch is not None:
+            watch(dispatch.attempts.in_flight_since)
         await dispatch.check_health()
         bodies, rows = _open(header, dispatch.agents.redact)
         stream = dispatch.stream(_attempts(dispatch, bodies, rows, rollouts))

@@ -81,6 +81,8 @@ class PlanHeader:
     retry_invalid_judge: bool = False
     # Seconds between the engine's progress reports while no result comes (its heartbeat).
     progress_interval: float = 2.0
+    # The model agents' response cache, an absolute folder ("": none; ``model/cache.py``).
+    cache: str = ""
 
     @classmethod
     def of(
@@ -126,6 +128,7 @@ class PlanHeader:
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
             progress_interval=settings.progress_interval,
+            cache="" if settings.cache is None else str(settings.cache.absolute()),
         )
 
 

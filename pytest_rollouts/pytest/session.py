@@ -26,6 +26,7 @@ from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
+from pytest_rollouts.pytest.status import SessionStatus
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.task_numbers import TaskNumbers, tell_start
 from pytest_rollouts.pytest.workers import Workers
@@ -59,6 +60,8 @@ class RolloutRun:
         self.dispatched = False
         # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
         self.sent = 0
+        # Rollouts this process's dispatch was handed (for the status file, ``pytest/status.py``).
+        self.planned = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
         self._handed_over = False
         # Stops are this run's to handle until pytest unconfigures.
@@ -78,6 +81,8 @@ class RolloutRun:
         self.workers = Workers(config, lambda: self.paths)
         # The ``job`` span of this process's dispatch, when a tracer provider is set (export/tracing.py).
         self.trace: RunTrace | None = None
+        # The live status file (``pytest/status.py``): a session that holds a run takes its hooks.
+        config.pluginmanager.register(SessionStatus(config), "rollouts-status")
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -251,6 +256,7 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
+        self.planned = len(plan.rollouts)
         urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
         parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
         model_parallel = model_parallel and this.share(model_parallel)
