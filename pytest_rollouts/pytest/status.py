@@ -139,7 +139,7 @@ class SessionStatus:
         reported, which the live counts may not have caught up with."""
         sent = run.workers.sent if role(self.config).controller else run.sent
         tally = self.config.pluginmanager.get_plugin("rollouts-reporter").tally
-        failed = (tally.failures + Counter({NO_REWARD: tally.unrewarded})) | Counter(last.failed)
+        failed = (tally.counts.failed_by_class + Counter({NO_REWARD: tally.counts.unrewarded})) | Counter(last.failed)
         return Counts(last.total, max(last.done, sent or 0), dict(+failed))
 
 
