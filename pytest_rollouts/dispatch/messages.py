@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import orjson
 
+from pytest_rollouts.config.bounds import AdaptiveParallel
+from pytest_rollouts.dispatch.concurrency import LimitSeries
 from pytest_rollouts.dispatch.frames import frame
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
@@ -81,6 +83,10 @@ class PlanHeader:
     retry_invalid_judge: bool = False
     # Seconds between the engine's progress reports while no result comes (its heartbeat).
     progress_interval: float = 2.0
+    # ``parallel`` is a ceiling each agent's own limit adapts under (``--rollouts-parallel auto:MAX``).
+    adaptive: bool = False
+    # Retries at most this fraction of recent first tries, plus a floor (``retry_budget.py``).
+    retry_budget: float = 0.1
 
     @classmethod
     def of(
@@ -126,6 +132,8 @@ class PlanHeader:
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
             progress_interval=settings.progress_interval,
+            adaptive=isinstance(settings.parallel, AdaptiveParallel),
+            retry_budget=settings.retry_budget,
         )
 
 
@@ -210,12 +218,30 @@ class Fatal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DispatchRecord:
+    """How dispatch went, for the metrics file and the summary: each adaptive limit over time
+    (none unless ``--rollouts-parallel auto:MAX``), the retries sent and those the budget refused."""
+
+    limits: list[LimitSeries] = dataclasses.field(default_factory=list)
+    retries: int = 0
+    retries_refused: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Closed:
     """The engine's last message: every artifact is written, fsynced and closed. ``rollouts_sent``:
     all this dispatch sent, those no item reported (``-x``, Ctrl-C) included."""
 
     tag: ClassVar[str] = "closed"
     rollouts_sent: int
+    # ``DispatchRecord``'s fields, flat: a list of dataclasses goes as a table only at the top.
+    limits: list[LimitSeries] = dataclasses.field(default_factory=list)
+    retries: int = 0
+    retries_refused: int = 0
+
+    @property
+    def record(self) -> DispatchRecord:
+        return DispatchRecord(self.limits, self.retries, self.retries_refused)
 
 
 ToEngine = Claim | Freed | Close
