@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_rollouts.dispatch.agents import Sender
 from pytest_rollouts.dispatch.client import Attempt, Failure
 from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
-from pytest_rollouts.dispatch.messages import DispatchRecord, PlanHeader
+from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.dispatch.retry_budget import RetryBudget
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.retry import backoff_delay
@@ -97,14 +99,17 @@ class Attempts:
         began = time.monotonic()
         self._limits = [AdaptiveLimit(a, header.parallel, began) for a in header.agents] if header.adaptive else None
         self._budget = RetryBudget(header.retry_budget) if header.retries else None
+        # By agent (the plan's ``agent`` column): retries sent, and those the budget refused.
+        self._retried: Counter[int] = Counter()
+        self._refused: Counter[int] = Counter()
 
     def record(self) -> DispatchRecord:
-        """Each adaptive limit's history, and the retries sent and refused so far."""
-        budget = self._budget
+        """Each adaptive limit's history, and each agent's retries sent and refused so far."""
+        agents = self._h.agents
         return DispatchRecord(
             [limit.series() for limit in self._limits or ()],
-            budget.retries if budget is not None else 0,
-            budget.refused if budget is not None else 0,
+            {agents[i]: n for i, n in sorted(self._retried.items())},
+            {agents[i]: n for i, n in sorted(self._refused.items())},
         )
 
     async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
@@ -127,7 +132,7 @@ class Attempts:
             failure = attempt.failure
             if failure is None:
                 return await self._replied(rows, attempt, stamps, planned.rollout, tries, episode)
-            if not failure.retryable or number == self._h.retries or not self._retry_allowed(failure):
+            if not failure.retryable or number == self._h.retries or not self._retry_allowed(failure, planned.agent):
                 return self._record(rows, attempt, stamps, planned.rollout, tries)
             tries.append(attempt)
             await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
@@ -191,10 +196,12 @@ class Attempts:
                 limit.release(attempt.sent, attempt.elapsed, overloaded)
         return attempt
 
-    def _retry_allowed(self, failure: Failure) -> bool:
+    def _retry_allowed(self, failure: Failure, agent: int) -> bool:
         """Whether the run's retry budget has a retry left; if not, the failure says so."""
         if self._budget is None or self._budget.allow():
+            self._retried[agent] += 1
             return True
+        self._refused[agent] += 1
         failure.message += "; not retried: the run's retry budget is spent (--rollouts-retry-budget)"
         return False
 

@@ -25,7 +25,6 @@ from pytest_rollouts.dispatch.messages import (
     Claim,
     Close,
     Closed,
-    DispatchRecord,
     Done,
     Error,
     Fatal,
@@ -39,6 +38,7 @@ from pytest_rollouts.dispatch.messages import (
     encode,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.plan import PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome

@@ -22,6 +22,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from pytest_rollouts.dispatch.record import LimitSeries
+
 # Slow start begins here (or at MAX, if lower): one request finds nothing, a wave finds too much.
 START = 4
 OVERLOAD_CUT = 0.5
@@ -36,15 +38,6 @@ WINDOW = 250
 MIN_WINDOWS = 4
 # The history keeps every change of the limit until it has this many, then every other one.
 MAX_POINTS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class LimitSeries:
-    """One agent's limit over time: ``points`` are ``[seconds since dispatch began, limit]``."""
-
-    agent: str
-    ceiling: int
-    points: list[list[float]]
 
 
 @dataclass(slots=True)

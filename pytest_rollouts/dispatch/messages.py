@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 import orjson
 
 from pytest_rollouts.config.bounds import AdaptiveParallel
-from pytest_rollouts.dispatch.concurrency import LimitSeries
 from pytest_rollouts.dispatch.frames import frame
+from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.masking import MaskingCounts
@@ -218,16 +218,6 @@ class Fatal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class DispatchRecord:
-    """How dispatch went, for the metrics file and the summary: each adaptive limit over time
-    (none unless ``--rollouts-parallel auto:MAX``), the retries sent and those the budget refused."""
-
-    limits: list[LimitSeries] = dataclasses.field(default_factory=list)
-    retries: int = 0
-    retries_refused: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Closed:
     """The engine's last message: every artifact is written, fsynced and closed. ``rollouts_sent``:
     all this dispatch sent, those no item reported (``-x``, Ctrl-C) included."""
@@ -236,8 +226,8 @@ class Closed:
     rollouts_sent: int
     # ``DispatchRecord``'s fields, flat: a list of dataclasses goes as a table only at the top.
     limits: list[LimitSeries] = dataclasses.field(default_factory=list)
-    retries: int = 0
-    retries_refused: int = 0
+    retries: dict[str, int] = dataclasses.field(default_factory=dict)
+    retries_refused: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def record(self) -> DispatchRecord:

@@ -27,8 +27,6 @@ class RetryBudget:
         self._buckets: deque[list[int]] = deque()
         self._sent = 0
         self._retried = 0
-        self.retries = 0
-        self.refused = 0
 
     def sent(self) -> None:
         """A first try went out: it earns ``fraction`` of a retry."""
@@ -39,11 +37,9 @@ class RetryBudget:
         """Whether a retry may go out now; if so, it is spent."""
         bucket = self._bucket()
         if self._retried >= self._fraction * self._sent + FLOOR_PER_S * WINDOW_S:
-            self.refused += 1
             return False
         bucket[2] += 1
         self._retried += 1
-        self.retries += 1
         return True
 
     def _bucket(self) -> list[int]:

@@ -81,7 +81,12 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     if this.worker and workeroutput is not None and run is not None:
         start = run.life.start
         workeroutput[WORKER_REPORT] = run.workers.report(
-            run.dispatched, run.sent, start, run.planning.unmatched, run.planning.resuming
+            run.dispatched,
+            run.sent,
+            start,
+            run.planning.unmatched,
+            run.planning.resuming,
+            (str(this.workerinput.get("workerid", "")), run.dispatch_record),
         )
         if run.dispatch_failure:
             workeroutput[DISPATCH_FAILURE] = run.dispatch_failure

@@ -47,6 +47,7 @@ def score_session(
             outputs=None if run.read_ahead is None else run.read_ahead.scan,
             drained=drained,
             trace=run.trace,
+            dispatch=run.run_dispatch_record().by_agent(),
         )
     except Refusal as refusal:
         raise pytest.UsageError(str(refusal)) from None

@@ -18,7 +18,7 @@ from pytest_rollouts.dispatch.concurrency import START
 from pytest_rollouts.dispatch.messages import DispatchRecord
 
 from ..agents import Reply, ScriptedAgent
-from ..helpers import one_rollout_dispatcher, read_rows, run_rollouts, tasks, write_rows
+from ..helpers import embedded, one_rollout_dispatcher, read_rows, run_rollouts, subprocess_run, tasks, write_rows
 
 CAPACITY = 6
 
@@ -123,3 +123,35 @@ def test_a_bad_adaptive_parallel_in_ini_names_the_key(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "rollouts_parallel" in result.stdout.str() + result.stderr.str()
     assert agent.requests == []
+
+
+def test_the_limit_over_time_is_in_the_metrics_file_the_summary_and_the_report(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(200))
+    with ScriptedAgent(latency=0.005) as agent:
+        result = run_rollouts(
+            pytester,
+            "data.jsonl",
+            f"--rollouts-agent={agent.url}",
+            "--rollouts-parallel=auto:16",
+            "--rollouts-html=r.html",
+        )
+    assert result.ret == 0
+    assert "adaptive limit of default:" in result.stdout.str()
+    (entry,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    (series,) = entry["dispatch"]["concurrency_limit"]
+    assert series["ceiling"] == 16 and series["points"][0] == [0.0, START]
+    assert all(1 <= limit <= 16 for _, limit in series["points"])
+    chart = embedded((pytester.path / "r.html").read_bytes(), "report-data")["charts"]["concurrency"]
+    assert chart["series"] == [{"name": "default", "ceiling": 16, "points": series["points"]}]
+
+
+def test_under_xdist_each_worker_adapts_its_own_share(pytester: pytest.Pytester) -> None:
+    write_rows(pytester.path / "data.jsonl", tasks(60))
+    with ScriptedAgent(latency=0.005) as agent:
+        done = subprocess_run(pytester.path, agent.url, "-n", "2", "--rollouts-parallel=auto:9")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (entry,) = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    series = entry["dispatch"]["concurrency_limit"]
+    # Nine split over two workers: five and four, each its own limit's ceiling.
+    assert sorted((s["worker"], s["ceiling"]) for s in series) == [("gw0", 5), ("gw1", 4)]
+    assert agent.peak_in_flight <= 9
