@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.dispatch.concurrency import START
 from pytest_rollouts.dispatch.messages import DispatchRecord
 
@@ -155,3 +156,19 @@ def test_under_xdist_each_worker_adapts_its_own_share(pytester: pytest.Pytester)
     # Nine split over two workers: five and four, each its own limit's ceiling.
     assert sorted((s["worker"], s["ceiling"]) for s in series) == [("gw0", 5), ("gw1", 4)]
     assert agent.peak_in_flight <= 9
+
+
+def test_the_python_api_takes_auto_and_adapts_under_its_ceiling(
+    agent: ScriptedAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(12))
+    config = CollectionConfig(input=["data.jsonl"], out="out/r.jsonl", agents={"policy": agent.url}, parallel="auto:2")
+    assert config.model_dump()["parallel"] == "auto:2" and repr(config.parallel) == "auto:2"
+    result = run(config)
+    assert result.exit_status == 0 and len(read_rows(tmp_path / "out" / "r.jsonl")) == 12
+    assert 1 <= agent.peak_in_flight <= 2
+    for bad in ("auto:0", "auto:x"):
+        with pytest.raises(ValueError, match="parallel"):
+            run({"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, "parallel": bad})
+    assert len(agent.requests) == 12
