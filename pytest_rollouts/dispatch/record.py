@@ -72,7 +72,7 @@ class DispatchRecord:
             sent = sum(self.retries.values())
             lines.append(
                 f"retry budget: {refused} retries refused ({sent} sent); their failures are in the failures "
-                "sidecar, --rollouts-resume sends them again"
+                "sidecar, --rollouts-resume sends them again (up to --rollouts-max-attempts)"
             )
         for series in self.limits:
             limits = [int(limit) for _, limit in series.points]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 WINDOW_S = 10
 FLOOR_PER_S = 10
@@ -21,8 +22,9 @@ FLOOR_PER_S = 10
 class RetryBudget:
     """Counts first tries and retries in one-second buckets over the last ``WINDOW_S`` seconds."""
 
-    def __init__(self, fraction: float) -> None:
+    def __init__(self, fraction: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._fraction = fraction
+        self._clock = clock
         # [second, first tries, retries], oldest first; totals kept alongside.
         self._buckets: deque[list[int]] = deque()
         self._sent = 0
@@ -44,7 +46,7 @@ class RetryBudget:
 
     def _bucket(self) -> list[int]:
         """This second's bucket, once the buckets older than the window are dropped."""
-        now = int(time.monotonic())
+        now = int(self._clock())
         buckets = self._buckets
         while buckets and buckets[0][0] <= now - WINDOW_S:
             _, sent, retried = buckets.popleft()
