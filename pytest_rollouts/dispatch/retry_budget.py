@@ -30,23 +30,26 @@ class RetryBudget:
         self._sent = 0
         self._retried = 0
 
-    def sent(self) -> None:
-        """A first try went out: it earns ``fraction`` of a retry."""
-        self._bucket()[1] += 1
+    def sent(self, now: float) -> None:
+        """A first try went out at ``now`` (the clock's time, which the caller read already): it
+        earns ``fraction`` of a retry."""
+        second = int(now)
+        if not self._buckets or self._buckets[-1][0] != second:
+            self._bucket(second)
+        self._buckets[-1][1] += 1
         self._sent += 1
 
     def allow(self) -> bool:
         """Whether a retry may go out now; if so, it is spent."""
-        bucket = self._bucket()
+        bucket = self._bucket(int(self._clock()))
         if self._retried >= self._fraction * self._sent + FLOOR_PER_S * WINDOW_S:
             return False
         bucket[2] += 1
         self._retried += 1
         return True
 
-    def _bucket(self) -> list[int]:
-        """This second's bucket, once the buckets older than the window are dropped."""
-        now = int(self._clock())
+    def _bucket(self, now: int) -> list[int]:
+        """The bucket of second ``now``, once the buckets older than the window are dropped."""
         buckets = self._buckets
         while buckets and buckets[0][0] <= now - WINDOW_S:
             _, sent, retried = buckets.popleft()

@@ -26,7 +26,7 @@ def test_retries_are_a_fraction_of_recent_first_tries_plus_a_floor() -> None:
     clock = Clock()
     budget = RetryBudget(0.1, clock)
     for _ in range(1000):
-        budget.sent()
+        budget.sent(clock.now)
     assert allowed(budget, 1000) == 100 + FLOOR_PER_S * WINDOW_S
 
 
