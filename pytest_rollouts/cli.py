@@ -4,8 +4,8 @@ One unsharded run merges as itself, to be rescored. An earlier output is moved a
 moves its earlier results (``--overwrite`` deletes it). Shards without a manifest (NeMo Gym's)
 cannot be proven complete: ``--require-complete`` then fails unless ``--trust-shards``.
 
-The ``compare`` and ``power`` commands are ``cli_compare.py``'s, and ``report`` is
-``report/command.py``'s; this module adds them to its parser.
+The ``compare`` and ``power`` commands are ``cli_compare.py``'s, ``report`` is
+``report/command.py``'s and ``status`` is ``cli_status.py``'s; this module adds them to its parser.
 
 Also reachable as ``python -m pytest_rollouts aggregate``. Its options mirror the run's
 scoring options, and its exit codes are the run's: 4 for a bad option (checked by the run's
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pydantic import ValidationError
 
 from pytest_rollouts.cli_compare import add_comparison_commands, compare_command, power_command
+from pytest_rollouts.cli_status import add_status_command, status_command
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.layers import SettingsError, combine_layers
 from pytest_rollouts.config.settings import Settings
@@ -62,6 +63,8 @@ STATISTICS_OPTIONS: dict[str, type] = {
     "baseline": str,
     "max_regression": float,
     "gate_scored_only": bool,
+    "correction": str,
+    "sequential": bool,
 }
 UNPROVEN = (
     "the inputs have no run manifest (NeMo Gym shards): their materialized inputs are taken as the whole "
@@ -102,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         return power_command(parsed)
     if parsed.command == "report":
         return report_command(parsed)
+    if parsed.command == "status":
+        return status_command(parsed)
     return aggregate(parsed)
 
 
@@ -133,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scoring_options(merge)
     add_comparison_commands(commands)
     add_report_command(commands)
+    add_status_command(commands)
     COMMANDS.update(commands.choices)
     return parser
 

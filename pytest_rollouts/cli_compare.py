@@ -21,6 +21,8 @@ from pytest_rollouts.config.values import finite_number
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.scoring.compare_runs import compare_runs
 from pytest_rollouts.scoring.comparison_lines import power_lines
+from pytest_rollouts.scoring.comparison_options import comparison_arguments
+from pytest_rollouts.scoring.cost import run_costs
 from pytest_rollouts.scoring.intervals import RewardRange
 from pytest_rollouts.scoring.pairing import PairingError, read_run
 from pytest_rollouts.scoring.power import CORRELATION, variance_components
@@ -68,6 +70,7 @@ def add_comparison_commands(commands: argparse._SubParsersAction) -> None:  # ty
         "two runs of one agent each pair without it",
     )
     _reward_range_argument(compare)
+    comparison_arguments(compare)
     compare.add_argument("--json", metavar="PATH", help="also write the comparison to PATH as JSON")
     power = commands.add_parser(
         "power", help="the smallest difference a run of this size detects, and the tasks needed to detect --delta"
@@ -129,6 +132,8 @@ def compare_command(args: argparse.Namespace) -> int:
             reward_range=reward_range,
             gate=gate,
             agents=agents,
+            correction=args.correction,
+            sequential_test=args.sequential,
         )
     except JsonlError as exc:  # a line that is no JSON object: bad input, named by file and line
         return _usage("compare", exc)
@@ -173,7 +178,7 @@ def power_command(args: argparse.Namespace) -> int:
         run = read_run(Path(args.run))
     except (PairingError, JsonlError) as exc:
         return _usage("power", exc)
-    sized = 0
+    sized, costs = 0, run_costs(Path(args.run))
     for group, tasks in sorted(run.groups.items()):
         try:
             variance = variance_components([task.rewards for task in tasks.values()])
@@ -181,7 +186,7 @@ def power_command(args: argparse.Namespace) -> int:
             print(f"{group}: {exc} (it has {sum(1 for t in tasks.values() if t.rewards)})", file=sys.stderr)
             continue
         try:
-            lines = power_lines(group, variance, args.delta, args.correlation)
+            lines = power_lines(group, variance, args.delta, args.correlation, costs.get(group))
         except ValueError as exc:
             return _usage("power", ValueError(f"--delta {args.delta:g}: {group}: {exc}"))
         sized += 1

@@ -175,6 +175,24 @@ OPTIONS: tuple[Option, ...] = (
         "gets a line per tenth of the run, or every 5 minutes, whatever this says.",
     ),
     Option(
+        "cache",
+        "Keep model agents' replies in DIR, keyed by the request (model, messages, parameters, seed, tools) "
+        "and the repeat: a rerun of an unchanged row does not call the model.",
+        "DIR",
+        details="Only usable replies are kept (never a non-2xx, a body that is not JSON, a timeout); a damaged "
+        "entry is a miss, said on stderr. Safe under -n. Hits and misses are in the summary and the metrics file's "
+        "`usage_summary`; see docs/model-agents.md.",
+    ),
+    Option(
+        "status_interval",
+        "Seconds between rewrites of the live status file <out>.status.json (done, failed, in flight, rate, ETA); "
+        "`pytest-rollouts status OUT` prints it.",
+        "S",
+        default=5.0,
+        details="From 0.05 to 3600 s. The file is replaced whole each time, and once more when the run ends, "
+        "saying how (finished, stopped, failed); see docs/observability.md.",
+    ),
+    Option(
         "resume",
         "Continue the run recorded at --rollouts-out: run only the materialized rollouts that have no result yet.",
         flag=True,
@@ -290,6 +308,19 @@ OPTIONS: tuple[Option, ...] = (
         flag=True,
         details="Needs `--rollouts-max-regression`. A run that failed most of its tasks can pass this way: "
         "the gate's line says how many tasks lack scores.",
+    ),
+    Option(
+        "correction",
+        "Adjust the p-values of the groups compared with --rollouts-baseline for their number: holm (family-wise) "
+        "or bh (false discovery rate); a --rollouts-max-regression gate then judges each group's adjusted p-value.",
+        "none|holm|bh",
+        default="none",
+    ),
+    Option(
+        "sequential",
+        "Add each group's anytime-valid 95% confidence sequence of the difference with --rollouts-baseline, and "
+        "after how many tasks it excluded 0 (a sequential run could stop there).",
+        flag=True,
     ),
     Option(
         "reward_range",

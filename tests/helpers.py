@@ -26,6 +26,7 @@ from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.rows.plan import PlannedRollout
+from pytest_rollouts.store.status import RunStatus, StatusError, read_status
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
 
@@ -215,6 +216,19 @@ def _main_status(argv: list[str]) -> int:
     except Exception:
         traceback.print_exc()
         return 1
+
+
+def new_status(path: Path, seen: list[RunStatus]) -> RunStatus | None:
+    """The status file at ``path`` when it changed since the last of ``seen`` (appended to it), else
+    None. A reader never finds half a file: it is replaced whole."""
+    try:
+        status = read_status(path)
+    except StatusError:
+        return None
+    if seen and status.updated_at == seen[-1].updated_at:
+        return None
+    seen.append(status)
+    return status
 
 
 def port(url: str) -> int:

@@ -1,5 +1,5 @@
-"""The values of the options that say where a scored run goes besides its files:
-``--rollouts-html``, ``--rollouts-wandb``, ``--rollouts-mlflow``.
+"""The values of the options that say where a run writes besides its own files:
+``--rollouts-html``, ``--rollouts-wandb``, ``--rollouts-mlflow``, and ``--rollouts-cache``.
 
 Field types of the settings model (``Annotated`` with their checks, as ``dataset_values.py``), so
 what would only fail once the whole run is over is refused before anything is sent.
@@ -37,7 +37,17 @@ def _installed(package: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _cache_folder(value: Any) -> Any:
+    """A folder, there or not yet: an empty value or a file would leave the replies nowhere to go."""
+    if isinstance(value, str | Path) and not str(value).strip():
+        raise ValueError("must name the cache's folder")
+    if isinstance(value, str | Path) and Path(value).exists() and not Path(value).is_dir():
+        raise ValueError(f"{value} is a file, not a folder for the model cache")
+    return value
+
+
 ReportPath = Annotated[Path | None, BeforeValidator(_report_file)]
+CacheFolder = Annotated[Path | None, BeforeValidator(_cache_folder)]
 WandbProject = Annotated[str | None, Field(min_length=1), _installed("wandb")]
 MlflowExperiment = Annotated[str | None, Field(min_length=1), _installed("mlflow")]
 

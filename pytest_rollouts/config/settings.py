@@ -37,6 +37,7 @@ from pytest_rollouts.config.fields import (
     repeats_value,
 )
 from pytest_rollouts.config.output_values import (
+    CacheFolder,
     MlflowExperiment,
     ReportPath,
     WandbProject,
@@ -102,6 +103,8 @@ class Settings(BaseModel):
     retry_budget: float = option_field("retry_budget", ge=0, le=1000, allow_inf_nan=False)
     # The dispatcher's heartbeat: well under the 120 s of silence after which pytest calls it stuck.
     progress_interval: float = option_field("progress_interval", ge=0.05, le=60, allow_inf_nan=False)
+    cache: CacheFolder = option_field("cache")
+    status_interval: float = option_field("status_interval", ge=0.05, le=3600, allow_inf_nan=False)
     resume: bool = option_field("resume")
     overwrite: bool = option_field("overwrite")
     resume_recorded: bool = option_field("resume_recorded")
@@ -123,6 +126,8 @@ class Settings(BaseModel):
     baseline: Path | None = option_field("baseline")
     max_regression: float | None = option_field("max_regression", ge=0, allow_inf_nan=False)
     gate_scored_only: bool = option_field("gate_scored_only")
+    correction: Literal["none", "holm", "bh"] = option_field("correction")
+    sequential: bool = option_field("sequential")
     reward_range: RewardRangeValue = option_field("reward_range")
     gate_on: Literal["mean", "lower-bound"] = option_field("gate_on")
     pass_k: PassKs = option_field("pass_k")
@@ -282,13 +287,22 @@ class Settings(BaseModel):
             raise ValueError(f"{self.source_of('html')}: {clash}")
         return self
 
+    def _comparison_options(self) -> list[tuple[str, bool]]:
+        """The options that only a comparison with a baseline uses, and whether each was asked."""
+        return [
+            ("max_regression", self.max_regression is not None),
+            ("correction", self.correction != "none"),
+            ("sequential", self.sequential),
+        ]
+
     @model_validator(mode="after")
     def _regression_needs_baseline(self) -> Settings:
         same = self.baseline is not None and self.out is not None and self.baseline.resolve() == self.out.resolve()
         if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
             raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
-        if self.max_regression is not None and self.baseline is None:
-            gate, baseline = self.source_of("max_regression"), self.source_of("baseline")
+        asked = [name for name, on in self._comparison_options() if on]
+        if asked and self.baseline is None:
+            gate, baseline = self.source_of(asked[0]), self.source_of("baseline")
             raise ValueError(f"{gate} compares with a baseline run: give {baseline} PATH")
         need_gate(
             self.gate_scored_only,

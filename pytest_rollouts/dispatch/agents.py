@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.dispatch.model_runs import model_runs
+from pytest_rollouts.model.cache import ResponseCache
 from pytest_rollouts.model.calls import CallBounds
 from pytest_rollouts.model.spec import model_headers
 from pytest_rollouts.net.address import Address
@@ -51,7 +53,8 @@ class PlanAgents:
         posted, or a model agent's rollout run here (``model_runs``)."""
         h = self.header
         bounds = CallBounds(h.model_timeout, h.retries, h.retry_backoff)
-        runs = model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact)
+        cache = ResponseCache(Path(h.cache)) if h.cache and h.models else None
+        runs = model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact, cache)
         return [
             runs[name]
             if name in runs

@@ -196,6 +196,7 @@ async def dispatch_plan(
     header: PlanHeader,
     rollouts: Sequence[PlannedRollout],
     on_outcome: Callable[[PlannedRollout, RolloutOutcome], None] | None = None,
+    watch: Callable[[dict[int, float]], None] | None = None,
 ) -> PlanResult:
     """Dispatch ``rollouts`` in the running event loop, writing their rows as the dispatcher process does.
 
@@ -219,12 +220,16 @@ async def dispatch_plan(
 
     Returns every ended rollout's outcome by key, and the keys the budget drained. With
     ``on_outcome``, each outcome is handed to it as its rollout ends and none is kept: a run of
-    a million rollouts holds what is in flight, not an outcome for each.
+    a million rollouts holds what is in flight, not an outcome for each. ``watch`` is handed the
+    requests in flight (each rollout's position in ``rollouts``, by the monotonic time it was sent,
+    oldest first) once, before any is sent: a live status reads it.
     """
     if header.shared_output:
         raise ValueError("shared_output is for xdist workers' dispatcher processes, not dispatch in process")
     index = {name: position for position, name in enumerate(header.agents)}
     async with LocalDispatch(header) as dispatch:
+        if watch is not None:
+            watch(dispatch.attempts.in_flight_since)
         await dispatch.check_health()
         bodies = Bodies(Path(header.bodies))
         try:

@@ -87,6 +87,8 @@ class PlanHeader:
     adaptive: bool = False
     # Retries at most this fraction of recent first tries, plus a floor (``retry_budget.py``).
     retry_budget: float = 0.1
+    # The model agents' response cache, an absolute folder ("": none; ``model/cache.py``).
+    cache: str = ""
 
     @classmethod
     def of(
@@ -134,6 +136,7 @@ class PlanHeader:
             progress_interval=settings.progress_interval,
             adaptive=isinstance(settings.parallel, AdaptiveParallel),
             retry_budget=settings.retry_budget,
+            cache="" if settings.cache is None else str(settings.cache.absolute()),
         )
 
 

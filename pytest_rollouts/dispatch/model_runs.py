@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_rollouts.dispatch.client import Attempt, Failure
 from pytest_rollouts.model.agent import ModelAgent
+from pytest_rollouts.model.cache import ResponseCache
 from pytest_rollouts.model.calls import CallBounds, ModelClient
 from pytest_rollouts.model.loading import load_named
 from pytest_rollouts.model.spec import ModelPlan
@@ -59,14 +60,15 @@ def model_runs(
     parallel: int,
     rollout_timeout: float,
     redact: Redactor,
+    cache: ResponseCache | None = None,
 ) -> dict[str, Callable[[bytes], Any]]:
-    """Each model agent's rollouts by name, sharing ``parallel`` model calls in flight."""
+    """Each model agent's rollouts by name, sharing ``parallel`` model calls in flight (and ``cache``)."""
     in_flight = asyncio.Semaphore(parallel)
     runs: dict[str, Callable[[bytes], Any]] = {}
     for name, plan in plans.items():
         client = ModelClient(plan, pool, headers[name], bounds, in_flight, redact)
         tools = Toolbox(list(load_named(plan.tools))) if plan.tools else None  # type: ignore[call-overload]
         verifier = load_named(plan.verifier)
-        agent = ModelAgent(plan, client, verifier, tools, redact)  # type: ignore[arg-type]
+        agent = ModelAgent(plan, client, verifier, tools, redact, cache)  # type: ignore[arg-type]
         runs[name] = ModelRuns(agent, rollout_timeout)
     return runs

@@ -24,6 +24,7 @@ from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.export.tracing import RunTrace
 from pytest_rollouts.lifecycle.refusal import Refusal
 from pytest_rollouts.lifecycle.stages import Cleared, RunLifecycle
+from pytest_rollouts.lifecycle.status import Counts, StatusWriter, concurrency_limit, ended_by
 from pytest_rollouts.lifecycle.summary import RunSummary
 from pytest_rollouts.plan.build import PlanError, RowShaping
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
@@ -67,33 +68,16 @@ async def run_in_process(settings: CollectionConfig, tell: Tell) -> RunSummary:
             await life.clear(settings, agents, {r.agent for r in plan.rollouts})
         life.sent()  # what overwrite=True replaces goes as the first request does
         trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
-        ended = _Ended(trace)
-        started = time.perf_counter()
-        assert life.cleared is not None
-        dispatched = await _dispatch(settings, life, plan, ended)
-        perf = perf_summary(ended.durations, time.perf_counter() - started) if ended.durations else None
-        # Scored against the plan's own index of the materialized rows, as a pytest session is, not
-        # one read back from disk; the planned rollouts, all sent, are let go first.
-        outputs = OutputScan(paths.out, plan.expected)
-        plan.rollouts.clear()
+        ended = _Ended(trace, plan.rollouts)
+        limit = partial(concurrency_limit, settings)
+        status = StatusWriter(paths.out, settings.status_interval, limit, ended.counts, ended.total).start()
         try:
-            score = await in_thread(
-                life.score,
-                settings,
-                agent_url=partial(_metrics_url, agents),
-                perf_summary=perf,
-                outputs=outputs,
-                drained=frozenset(dispatched.drained),
-                trace=trace,
-            )
-            verdict = life.conclude(score, replace(end, dispatch_failure=dispatched.stopped), Gate.of(settings))
-            html = None if settings.html is None else root / settings.html
-            published = await in_thread(life.publish, settings, score, verdict, html, agents.secrets)
-        except asyncio.CancelledError:  # stopped while concluding: no metrics file, as the plugin leaves none
-            life.withdraw_conclusions()
+            summary, stopped = await _dispatch_and_score(settings, life, plan, ended, end, agents, root, tell)
+        except BaseException as exc:
+            status.stop(ended_by(exc), ended.counts())
             raise
-        tell(list(published.exports))
-        return RunSummary(score, verdict, paths, settings.count_as_zero, published.report, published.exports)
+        status.stop(ended_by(None, dispatch_stopped=bool(stopped)), ended.counts())
+        return summary
     except Refusal:
         lock.withdraw()  # before any request, and the files put back: the place as the run found it
         raise
@@ -102,6 +86,47 @@ async def run_in_process(settings: CollectionConfig, tell: Tell) -> RunSummary:
         lock.release()
         if trace is not None:
             trace.end()
+
+
+async def _dispatch_and_score(
+    settings: CollectionConfig,
+    life: RunLifecycle,
+    plan: Plan,
+    ended: _Ended,
+    end: RunEnd,
+    agents: Agents,
+    root: Path,
+    tell: Tell,
+) -> tuple[RunSummary, str]:
+    """Every rollout dispatched, then the run scored, concluded and published; and why dispatch
+    stopped before the end of the plan, or ""."""
+    paths, started = life.paths, time.perf_counter()
+    assert life.cleared is not None
+    dispatched = await _dispatch(settings, life, plan, ended)
+    perf = perf_summary(ended.durations, time.perf_counter() - started) if ended.durations else None
+    # Scored against the plan's own index of the materialized rows, as a pytest session is, not
+    # one read back from disk; the planned rollouts, all sent, are let go first.
+    outputs = OutputScan(paths.out, plan.expected)
+    plan.rollouts.clear()
+    try:
+        score = await in_thread(
+            life.score,
+            settings,
+            agent_url=partial(_metrics_url, agents),
+            perf_summary=perf,
+            outputs=outputs,
+            drained=frozenset(dispatched.drained),
+            trace=ended.trace,
+        )
+        verdict = life.conclude(score, replace(end, dispatch_failure=dispatched.stopped), Gate.of(settings))
+        html = None if settings.html is None else root / settings.html
+        published = await in_thread(life.publish, settings, score, verdict, html, agents.secrets)
+    except asyncio.CancelledError:  # stopped while concluding: no metrics file, as the plugin leaves none
+        life.withdraw_conclusions()
+        raise
+    tell(list(published.exports))
+    summary = RunSummary(score, verdict, paths, settings.count_as_zero, published.report, published.exports)
+    return summary, dispatched.stopped
 
 
 def _ask_head_server(agents: Agents) -> None:
@@ -170,18 +195,45 @@ def _prepare(
 
 
 class _Ended:
-    """What the run keeps of each rollout as it ends: its latency (8 bytes, for the perf summary)
-    and its tracing span, never the outcome itself (at a million rollouts, a gigabyte)."""
+    """What the run keeps of each rollout as it ends: its latency (8 bytes, for the perf summary),
+    its failure class counted, and its tracing span, never the outcome itself (at a million
+    rollouts, a gigabyte); and what the status file says while the run goes."""
 
-    def __init__(self, trace: RunTrace | None) -> None:
-        self._trace = trace
+    def __init__(self, trace: RunTrace | None, rollouts: list[PlannedRollout]) -> None:
+        self.trace = trace
         self.durations = array("d")
+        self._rollouts = rollouts
+        self.total = len(rollouts)
+        # Replaced whole at each failure: the status file's thread reads it while the loop counts.
+        self._failed: dict[str, int] = {}
+        # The requests in flight, by position in ``rollouts`` (``dispatch_plan``'s ``watch``).
+        self._in_flight: dict[int, float] = {}
 
     def __call__(self, rollout: PlannedRollout, outcome: RolloutOutcome) -> None:
         if outcome.attempts:
             self.durations.append(outcome.elapsed)
-        if self._trace is not None:
-            self._trace.rollouts(rollout.task_index, rollout.agent, (outcome,))
+        status = outcome.status
+        if status is not None:
+            self._failed = {**self._failed, status: self._failed.get(status, 0) + 1}
+        if self.trace is not None:
+            self.trace.rollouts(rollout.task_index, rollout.agent, (outcome,))
+
+    def watch(self, in_flight: dict[int, float]) -> None:
+        self._in_flight = in_flight
+
+    def counts(self) -> Counts | None:
+        """Now, from the status file's thread: None when the requests in flight changed while read
+        (or the plan was let go as dispatch ended)."""
+        since = self._in_flight
+        where = None
+        try:
+            oldest = next(iter(since.items()), None)
+            if oldest is not None:
+                rollout = self._rollouts[oldest[0]]
+                where = (time.monotonic() - oldest[1], rollout.task_index, rollout.rollout_index)
+        except (RuntimeError, IndexError):
+            return None
+        return Counts(self.total, len(self.durations), self._failed, len(since), where)
 
 
 async def _dispatch(settings: CollectionConfig, life: RunLifecycle, plan: Plan, ended: _Ended) -> PlanResult:
@@ -204,7 +256,7 @@ async def _dispatch(settings: CollectionConfig, life: RunLifecycle, plan: Plan, 
         models=cleared.models,
         model_parallel=settings.model_parallel,
     )
-    return await dispatch_plan(replace(header, health=None), plan.rollouts, ended)
+    return await dispatch_plan(replace(header, health=None), plan.rollouts, ended, ended.watch)
 
 
 def _sent_to(cleared: Cleared, plan: Plan) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from orjson import OPT_SERIALIZE_NUMPY
 
+from pytest_rollouts.model.cache import ResponseCache
 from pytest_rollouts.model.calls import ModelCallError, ModelClient
 from pytest_rollouts.model.convert import (
     chat_request,
@@ -34,6 +35,8 @@ from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.rows.records import Failure
 from pytest_rollouts.rows.schema import (
     AGENT_RUN_ERROR,
+    CACHE_HITS,
+    CACHE_MISSES,
     CREATE_PARAMS,
     MAX_BODY_CHARS,
     PERF,
@@ -65,13 +68,20 @@ class _Tokens:
 
 class ModelAgent:
     def __init__(
-        self, plan: ModelPlan, client: ModelClient, verifier: Verifier, tools: Toolbox | None, redact: Redactor
+        self,
+        plan: ModelPlan,
+        client: ModelClient,
+        verifier: Verifier,
+        tools: Toolbox | None,
+        redact: Redactor,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._plan = plan
         self._client = client
         self._verifier = verifier
         self._tools = tools
         self._redact = redact
+        self._cache = cache
 
     async def run(self, row: dict[str, Any]) -> dict[str, Any] | Failure:
         """One rollout of ``row``: its reply, or why it has none."""
@@ -89,17 +99,14 @@ class ModelAgent:
         tokens = _Tokens()
         turns = 0
         question: list[Any] = list(items)
+        cached = _CacheUse(row.get(ROLLOUT_INDEX)) if self._cache is not None else None
         while True:
             body = chat_request(params, items, schemas) if chat else responses_request(params, items, schemas)
             called = time.time()
             try:
-                reply = await self._client.create(body, rollout)
+                reply = await self._ask(body, rollout, cached)
             except ModelCallError as exc:
                 return Failure(exc.failure_class, exc.kind, str(exc), exc.status, exc.body)
-            missing = _missing_part(reply, chat)
-            if missing:  # a gateway's empty answer, scored as a wrong one, would drag the score down unseen
-                body = self._redact.cut(dumps(reply).decode(), MAX_BODY_CHARS)
-                return Failure(AGENT_RUN_ERROR, "InvalidModelReply", f"the model's reply has {missing}", 200, body)
             response = response_of_chat(reply) if chat else reply
             turns += 1
             tokens.add(response.get("usage"))
@@ -121,10 +128,34 @@ class ModelAgent:
                 question.append(result)
         usage = responses_usage(tokens.input, tokens.output, cached=tokens.cached, reasoning=tokens.reasoning)
         final = {**response, "output": outputs, "usage": usage}
-        return await self._verified(row, final, log, started)
+        return await self._verified(row, final, log, started, cached)
+
+    async def _ask(self, body: dict[str, Any], rollout: str, cached: _CacheUse | None) -> dict[str, Any]:
+        """The model's reply to ``body``: the cache's when it keeps one, else the model's, kept when usable."""
+        key = None
+        if self._cache is not None and cached is not None:
+            key = self._cache.key(self._plan.api, body, cached.repeat)
+            reply = self._cache.get(key)
+            if reply is not None:
+                cached.hits += 1
+                return reply
+            cached.misses += 1
+        reply = await self._client.create(body, rollout)
+        missing = _missing_part(reply, self._plan.api == CHAT)
+        if missing:  # a gateway's empty answer, scored as a wrong one, would drag the score down unseen
+            text = self._redact.cut(dumps(reply).decode(), MAX_BODY_CHARS)
+            raise ModelCallError(AGENT_RUN_ERROR, "InvalidModelReply", f"the model's reply has {missing}", 200, text)
+        if self._cache is not None and key is not None:
+            self._cache.put(key, reply)
+        return reply
 
     async def _verified(
-        self, row: dict[str, Any], final: dict[str, Any], log: TrajectoryLog, started: float
+        self,
+        row: dict[str, Any],
+        final: dict[str, Any],
+        log: TrajectoryLog,
+        started: float,
+        cached: _CacheUse | None = None,
     ) -> dict[str, Any] | Failure:
         """The reply: the final response scored by the suite's verifier. A verifier that raises (or
         returns neither a number nor a dict) is a rollout that ran and broke, its traceback kept."""
@@ -160,8 +191,20 @@ class ModelAgent:
         # its latency the whole rollout's, verifier included.
         trajectory = log.record()
         reply[TRAJECTORY] = trajectory
-        reply[PERF] = build_perf(trajectory, round(1000 * (time.monotonic() - started), 3))
+        perf = build_perf(trajectory, round(1000 * (time.monotonic() - started), 3))
+        if perf is not None and cached is not None:  # the run's summary counts them (``scoring/usage.py``)
+            perf.update({CACHE_HITS: cached.hits, CACHE_MISSES: cached.misses})
+        reply[PERF] = perf
         return reply
+
+
+@dataclass(slots=True)
+class _CacheUse:
+    """One rollout's model calls answered from the cache and sent to the model."""
+
+    repeat: object
+    hits: int = 0
+    misses: int = 0
 
 
 # Request fields that would make the model answer otherwise than with the whole reply at once: a

@@ -14,7 +14,7 @@ from pytest_rollouts.options import OPTIONS
 
 # Options naming a file whose relative path is read, on the command line, from where pytest
 # started, and elsewhere (ini, environment) from the rootdir.
-PLACED = ("out", "html", "materialized")
+PLACED = ("out", "html", "materialized", "cache")
 
 
 def resolve_settings(config: pytest.Config) -> Settings:

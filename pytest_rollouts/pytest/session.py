@@ -28,6 +28,7 @@ from pytest_rollouts.pytest.lock import HELD_KEY, hold
 from pytest_rollouts.pytest.planning import SessionPlan, tell_start
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY, Refused
+from pytest_rollouts.pytest.status import SessionStatus
 from pytest_rollouts.pytest.stopping import StopHandling
 from pytest_rollouts.pytest.workers import Workers
 from pytest_rollouts.rows.plan import Plan
@@ -62,6 +63,8 @@ class RolloutRun:
         self.sent = 0
         # Its dispatchers' account of adaptive limits and retries (``dispatch/record.py``).
         self.dispatch_record = DispatchRecord()
+        # Rollouts this process's dispatch was handed (for the status file, ``pytest/status.py``).
+        self.planned = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
         self._handed_over = False
         # Stops are this run's to handle until pytest unconfigures.
@@ -81,6 +84,8 @@ class RolloutRun:
         self.workers = Workers(config, lambda: self.paths)
         # The ``job`` span of this process's dispatch, when a tracer provider is set (export/tracing.py).
         self.trace: RunTrace | None = None
+        # The live status file (``pytest/status.py``): a session that holds a run takes its hooks.
+        config.pluginmanager.register(SessionStatus(config), "rollouts-status")
 
     @classmethod
     def get(cls, config: pytest.Config) -> RolloutRun:
@@ -254,6 +259,7 @@ class RolloutRun:
         # collector's reach saves its passes over them during the run.
         gc.freeze()
         paths = self.paths
+        self.planned = len(plan.rollouts)
         urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
         parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
         model_parallel = model_parallel and this.share(model_parallel)

@@ -17,6 +17,7 @@ from pytest_rollouts.report.page import render
 from pytest_rollouts.report.rollouts import TEXT_CAP
 from pytest_rollouts.report.summary import comparison, score_from_files, summary
 from pytest_rollouts.scoring.gate import Gate
+from pytest_rollouts.scoring.multiplicity import NONE
 from pytest_rollouts.store.jsonl import ArtifactError, replaced_atomically
 
 if TYPE_CHECKING:
@@ -35,20 +36,23 @@ def build_report(
     baseline: Path | None = None,
     gate: Gate | None = None,
     title: str | None = None,
+    correction: str = NONE,
+    sequential_test: bool = False,
 ) -> bytes:
     """The report of the run at ``out`` (its ``<stem>.jsonl``), as the bytes of one HTML file.
 
     ``score``, ``verdict``: the run's, when the caller scored it; else rebuilt from the files,
     judged by ``gate`` (default: the default gate). ``baseline``: a run to compare with, when
-    ``score`` holds no comparison already. Raises ``FileNotFoundError`` naming a missing file and
-    ``JsonlError`` for a bad line.
+    ``score`` holds no comparison already (its groups' p-values adjusted by ``correction``, with their
+    confidence sequences by ``sequential_test``). Raises
+    ``FileNotFoundError`` naming a missing file and ``JsonlError`` for a bad line.
     """
     out = Path(out)
     data = gather(out)
     if score is None or verdict is None:
-        score, verdict = score_from_files(out, gate or Gate(), baseline)
+        score, verdict = score_from_files(out, gate or Gate(), baseline, correction, sequential_test)
     elif baseline is not None and score.baseline is None:
-        score.baseline = comparison(baseline, out)
+        score.baseline = comparison(baseline, out, correction, sequential_test)
     page = {
         "title": title or f"Rollouts report: {out.name}",
         "out": str(out),

@@ -21,6 +21,7 @@ from pytest_rollouts.config.output_values import report_clash
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.options import OPTION
 from pytest_rollouts.report.build import write_report
+from pytest_rollouts.scoring.comparison_options import comparison_arguments
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
@@ -53,6 +54,7 @@ def add_report_command(commands: argparse._SubParsersAction) -> None:  # type: i
         "--max-failures", metavar=OPTION["max_failures"].metavar, help=OPTION["max_failures"].argparse_help
     )
     report.add_argument("--gate-on", metavar=OPTION["gate_on"].metavar, help=OPTION["gate_on"].argparse_help)
+    comparison_arguments(report)
     report.add_argument("--title", metavar="TEXT", help="the page's title (default: Rollouts report: <RUN's name>)")
 
 
@@ -79,7 +81,15 @@ def report_command(args: argparse.Namespace) -> int:
     if problems:
         return _usage(problems[0])
     try:
-        write_report(target, run, baseline=baseline, gate=gate, title=args.title)
+        write_report(
+            target,
+            run,
+            baseline=baseline,
+            gate=gate,
+            title=args.title,
+            correction=args.correction,
+            sequential_test=args.sequential,
+        )
     except (JsonlError, FileNotFoundError) as exc:
         return _usage(str(exc))
     except ArtifactError as exc:

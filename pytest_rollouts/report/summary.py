@@ -19,6 +19,7 @@ from pytest_rollouts.scoring.aggregate import GroupScore, RunScore, score_run
 from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.gate import Gate
 from pytest_rollouts.scoring.metrics_shape import COVERAGE, odd_coverage, without_odd_values
+from pytest_rollouts.scoring.multiplicity import NONE
 from pytest_rollouts.scoring.pairing import PairingError
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import RunEnd, Verdict, judge_run
@@ -32,7 +33,9 @@ LEFT_OUT = frozenset(
 )
 
 
-def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tuple[RunScore, Verdict]:
+def score_from_files(
+    out: Path, gate: Gate, baseline: Path | None = None, correction: str = NONE, sequential_test: bool = False
+) -> tuple[RunScore, Verdict]:
     """The run's score as its end had it: each group's coverage and metrics from its metrics file
     (the scoring policies it ran with included); else the coverage scored from the rows under the
     default policy, with the metrics of a file that records no coverage (NeMo Gym's) where it has
@@ -44,7 +47,7 @@ def score_from_files(out: Path, gate: Gate, baseline: Path | None = None) -> tup
         score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=False, timeout=1.0)
         _take_metrics(score, entries, paths)
     if baseline is not None:
-        score.baseline = comparison(baseline, out)
+        score.baseline = comparison(baseline, out, correction, sequential_test)
     return score, judge_run(score, RunEnd(), gate)
 
 
@@ -94,11 +97,11 @@ def _file_metrics(group: GroupScore, entry: dict[str, Any], note: str) -> None:
     group.note = note
 
 
-def comparison(baseline: Path, out: Path) -> RunComparison | str:
+def comparison(baseline: Path, out: Path, correction: str = NONE, sequential_test: bool = False) -> RunComparison | str:
     """The run against ``baseline`` as ``--rollouts-baseline`` compares them (tasks only one run has
     left out), or why they cannot be compared."""
     try:
-        return compare_runs(baseline, out, allow_partial=True)
+        return compare_runs(baseline, out, allow_partial=True, correction=correction, sequential_test=sequential_test)
     except (PairingError, JsonlError) as exc:
         return f"cannot compare with {baseline}: {exc}"
 

@@ -98,6 +98,10 @@ OBSERVABILITY_KEYS = frozenset({TRAJECTORY, "ng_model_call_capture", PERF})
 PERF_TURNS = "num_turns"
 PERF_TOOL_CALLS = "num_tool_calls"
 PERF_COVERAGE = "token_observability_coverage"
+# A model agent's calls answered from the response cache and sent to the model (``--rollouts-cache``),
+# in its ``ng_perf``, only when the cache is on.
+CACHE_HITS = "model_cache_hits"
+CACHE_MISSES = "model_cache_misses"
 PERF_TOKENS = {  # ng_perf key: the key of a trajectory model call's ``token_stats``
     "prompt_tokens": "prompt_tokens",
     "cached_prompt_tokens": "cached_tokens",

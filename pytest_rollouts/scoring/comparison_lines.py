@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_rollouts.scoring.cost import RolloutCost
 from pytest_rollouts.scoring.intervals import RewardRange, outside_words
 from pytest_rollouts.scoring.paired import NO_TASK_SCORED_IN_BOTH, Comparison, Flip
 from pytest_rollouts.scoring.power import REPEAT_CHOICES, Variance, minimum_detectable, tasks_needed
@@ -50,9 +51,10 @@ def comparison_lines(comparison: Comparison, reward_range: RewardRange) -> list[
     return lines
 
 
-def comparison_line(comparison: Comparison, reward_range: RewardRange) -> str:
+def comparison_line(comparison: Comparison, reward_range: RewardRange, adjusted: str = "") -> str:
     """``group: vs baseline 0.7000 -> 0.6000: -0.1000, 95% CI [...] (paired t, 40 tasks); mcnemar
-    p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group."""
+    p=...; Manski [...]; fixed 1: ...; broke 5: ...``: a run's summary line for one group
+    (``adjusted``: the words of its adjusted p-value, after the test's)."""
     c = comparison
     difference = c.difference
     if difference is None:
@@ -67,6 +69,7 @@ def comparison_line(comparison: Comparison, reward_range: RewardRange) -> str:
         line += f"; {c.test.method} p={c.test.p_value:.4f}"
         if c.test.discordant is not None:
             line += " (solved in one run only: {} the candidate, {} the baseline)".format(*c.test.discordant)
+        line += adjusted
     line += f"; {_no_bounds(c, reward_range) or f'Manski {_bounds(c)}'}"
     if c.unscored:
         line += f" ({c.unscored} paired tasks unscored in a run)"
@@ -103,7 +106,12 @@ def _label(label: str) -> str:
     return label if label.isascii() and label.isdigit() else repr(label)
 
 
-def power_lines(group: str, variance: Variance, delta: float | None, correlation: float) -> list[str]:
+def power_lines(
+    group: str, variance: Variance, delta: float | None, correlation: float, cost: RolloutCost | None = None
+) -> list[str]:
+    """``power``'s lines for one group: its variance components, the difference it detects, and with
+    ``delta`` the tasks (by repeats) that detect it, each with what one run of that size costs by
+    ``cost``, the run's own measurements."""
     within = "unknown (one rollout per task)" if variance.within is None else f"{variance.within:.4f}"
     lines = [
         f"{group}: {variance.tasks} tasks x {variance.repeats:g} repeats; between-task variance "
@@ -113,6 +121,10 @@ def power_lines(group: str, variance: Variance, delta: float | None, correlation
     ]
     if delta is not None:
         choices = (round(variance.repeats),) if variance.within is None else REPEAT_CHOICES
-        needed = ", ".join(f"{tasks_needed(variance, delta, k, correlation)} tasks x {k}" for k in choices)
-        lines.append(f"{group}: to detect {delta:g}: {needed}")
+        for k in choices:
+            n = tasks_needed(variance, delta, k, correlation)
+            spent = "" if cost is None else f" ({cost.words(n * k)})"
+            lines.append(f"{group}: to detect {delta:g}: {n} tasks x {k}{spent}")
+    if cost is not None:
+        lines.append(f"{group}: {cost.per_rollout()}; a baseline run of the same size costs as much again")
     return lines

@@ -78,6 +78,8 @@ def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
             allow_partial=True,
             reward_range=RewardRange(*settings.reward_range),
             gate=gate,
+            correction=settings.correction,
+            sequential_test=settings.sequential,
         )
     except (PairingError, JsonlError) as exc:
         return f"cannot compare with {settings.source_of('baseline')} {settings.baseline}: {exc}"

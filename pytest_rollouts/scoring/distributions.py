@@ -8,6 +8,7 @@ against scipy in ``tests/scoring/test_statistics.py`` to 1e-9.
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
@@ -60,8 +61,11 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+@functools.lru_cache(maxsize=1024)
 def t_ppf(q: float, df: float) -> float:
-    """The quantile of Student's t: bisection on ``t_cdf``, which is monotone, to float precision."""
+    """The quantile of Student's t: bisection on ``t_cdf``, which is monotone, to float precision.
+    Cached: every interval of a run asks for the same few (0.975 at its task count), and a
+    simulation of thousands of intervals asked for each anew (a bisection of ~60 incomplete betas)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"need 0 < q < 1, got {q}")
     if q == 0.5:
@@ -93,3 +97,27 @@ def binomial_two_sided_half(successes: int, n: int) -> float:
     low = min(successes, n - successes)
     # Integers throughout: Python divides them exactly rounded, however large 2**n grows.
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(low + 1)) / 2**n)
+
+
+def beta_ppf(q: float, a: float, b: float) -> float:
+    """The quantile of the Beta(a, b) distribution: Newton's steps on ``beta_inc`` (its derivative is
+    the density), kept inside a shrinking bracket so a step that overshoots falls back to bisection.
+    Converges in a handful of steps where bisection alone takes fifty; checked against scipy."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"need 0 < q < 1, got {q}")
+    low, high = 0.0, 1.0
+    x = a / (a + b)
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    for _ in range(100):
+        error = beta_inc(a, b, x) - q
+        if error > 0:
+            high = x
+        else:
+            low = x
+        density = math.exp(log_norm + (a - 1) * math.log(x) + (b - 1) * math.log1p(-x))
+        step = x - error / density if density > 0 else -1.0
+        x_next = step if low < step < high else (low + high) / 2
+        if abs(x_next - x) <= 1e-12 * x or high - low < 1e-15:  # Newton: the next step is ~1e-24
+            return x_next
+        x = x_next
+    return x

@@ -1,9 +1,10 @@
 """Intervals beside a mean reward: small-sample confidence intervals and Manski's bounds for the missing.
 
 The normal interval NeMo Gym reports (mean +/- 1.96 se) is too narrow on a few dozen tasks, and it
-runs past [0, 1] for a pass rate near 0 or 1. Here a binary reward with one rollout per task gets
-the Wilson score interval, anything else Student's t with (tasks - 1) degrees of freedom on the
-task-clustered standard error (Miller 2024, "Adding Error Bars to Evals").
+runs past [0, 1] for a pass rate near 0 or 1. Here a binary reward on fewer than
+``SMALL_SAMPLE_TASKS`` tasks gets an exact interval (``small_sample.py``), on more the Wilson score
+interval (one rollout per task); anything else Student's t with (tasks - 1) degrees of freedom on
+the task-clustered standard error (Miller 2024, "Adding Error Bars to Evals").
 
 Neither says anything about rollouts that never produced a reward. Manski's bounds do: score every
 one of them at the floor, then at the ceiling, of the reward range, and the true mean over the whole
@@ -18,6 +19,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
+from pytest_rollouts.scoring.small_sample import (
+    EXACT,
+    EXACT_CLUSTERED,
+    SMALL_SAMPLE_TASKS,
+    clopper_pearson,
+    effective_size,
+)
 from pytest_rollouts.scoring.stats import Flattened, clustered_sem, nan_mean
 
 LEVEL = 0.95
@@ -25,7 +33,7 @@ LEVEL = 0.95
 
 @dataclass(frozen=True)
 class Interval:
-    """A two-sided interval and how it was made (``wilson`` or ``t``)."""
+    """A two-sided interval and how it was made (``exact``, ``exact-clustered``, ``wilson`` or ``t``)."""
 
     low: float
     high: float
@@ -64,15 +72,27 @@ def is_binary(rewards: Sequence[float]) -> bool:
 def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEVEL) -> Interval | None:
     """The confidence interval of the mean reward over these tasks' scored rollouts.
 
-    Wilson when the rewards are binary with one rollout per task (independent trials); otherwise t
-    with (tasks - 1) df on the task-clustered standard error, as repeats of one task are correlated.
-    None with fewer than two tasks (no spread between tasks to measure) or an infinite reward.
+    Binary rewards on fewer than ``SMALL_SAMPLE_TASKS`` tasks: Clopper-Pearson's exact interval, on
+    Korn and Graubard's effective size when tasks have repeats. More tasks: Wilson when the rewards
+    are binary with one rollout per task (independent trials); otherwise t with (tasks - 1) df on the
+    task-clustered standard error, as repeats of one task are correlated. None with fewer than two
+    tasks (no spread between tasks to measure; one rollout is enough for the exact and Wilson
+    intervals) or an infinite reward.
     """
     tasks = [ys for ys in rewards_by_task if ys]
     flat = Flattened(tasks)
     if not tasks:
         return None
-    if is_binary(flat) and all(len(ys) == 1 for ys in tasks):
+    binary, single = is_binary(flat), all(len(ys) == 1 for ys in tasks)
+    if binary and len(tasks) < SMALL_SAMPLE_TASKS:
+        if single:
+            return Interval(*clopper_pearson(sum(flat), len(flat), level), EXACT)
+        se = clustered_sem(tasks)
+        if se is None:  # one task: its repeats say nothing of how tasks differ
+            return None
+        size = effective_size(tasks, se, level)
+        return Interval(*clopper_pearson(nan_mean(flat) * size, size, level), EXACT_CLUSTERED)
+    if binary and single:
         return wilson(int(sum(flat)), len(flat), level)
     se = clustered_sem(tasks)
     if se is None or not math.isfinite(se):

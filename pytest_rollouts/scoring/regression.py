@@ -12,6 +12,11 @@ run), the gate judges the pessimistic interval, each such rollout at its worst f
 (``Comparison.pessimistic``), unless the user asks for the scored tasks alone
 (``--gate-scored-only``). This is the one place the gate is decided, for ``compare``, a run's
 ``--rollouts-baseline`` and ``aggregate`` alike.
+
+Gating several groups (agents, suites) at once multiplies the chances of a false alarm; with a
+correction (``--correction holm|bh``, ``multiplicity.py``) each group's one-sided p-value of "the
+candidate is DELTA worse or more" is adjusted over the groups, and a group fails when its adjusted
+p-value is above 2.5%. Without one the rule is the interval's, which is the same test unadjusted.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
+
 if TYPE_CHECKING:  # the verdict imports this module in every session; the statistics behind it only when compared
     from pytest_rollouts.scoring.intervals import Interval
     from pytest_rollouts.scoring.paired import Comparison
 
 # Beside the gate's 6, 7 and 9 (gate.py) and the merge's 8: the candidate may be worse than allowed.
 EXIT_REGRESSION = 10
+# The one-sided level of the gate: the lower end of a two-sided 95% interval.
+ONE_SIDED_ALPHA = 0.025
 
 
 @dataclass(frozen=True)
@@ -36,22 +45,53 @@ class RegressionGate:
     scored_only: bool = False
     scored_only_option: str = "--gate-scored-only"
 
-    def measures(self, comparisons: Sequence[Comparison]) -> str:
+    def measures(self, comparisons: Sequence[Comparison], correction: str = NONE) -> str:
         """What the gate compared, passed or not, in one line for every group: the number it uses,
-        always printed."""
-        compared = "; ".join(self._compared(c) for c in comparisons) or "no group has a task in both runs"
-        return f"{self.option} {self.max_regression:g}: {compared}"
+        always printed (with a correction, each group's raw and adjusted p-value too)."""
+        adjusted = self.adjusted(comparisons, correction)
+        compared = "; ".join(self._compared(c, p, correction) for c, p in zip(comparisons, adjusted, strict=True))
+        return f"{self.option} {self.max_regression:g}: {compared or 'no group has a task in both runs'}"
 
-    def failure(self, comparisons: Sequence[Comparison]) -> str | None:
+    def failure(self, comparisons: Sequence[Comparison], correction: str = NONE) -> str | None:
         """``EVAL FAILED: ...`` naming every group that fails, or None."""
-        failed = [c for c in comparisons if (judged := self.judged(c)) is None or judged.low < -self.max_regression]
+        adjusted = self.adjusted(comparisons, correction)
+        failed = [(c, p) for c, p in zip(comparisons, adjusted, strict=True) if self._fails(c, p, correction)]
         if not failed:
             return None
-        why = "; ".join(self._compared(c) for c in failed)
+        why = "; ".join(self._compared(c, p, correction) for c, p in failed)
         return (
             f"EVAL FAILED: the candidate may be more than {self.max_regression:g} worse than the baseline "
             f"({self.option} {self.max_regression:g}): {why}."
         )
+
+    def p_value(self, comparison: Comparison) -> float | None:
+        """The one-sided p-value of "the candidate is at least DELTA worse" from the judged t interval
+        (Wellek 2010, ch. 2): below 2.5% exactly when the interval's lower end is above -DELTA."""
+        from pytest_rollouts.scoring.distributions import t_cdf, t_ppf
+
+        judged = self.judged(comparison)
+        if judged is None:
+            return None
+        df = (comparison.tasks if self._scored(comparison) else comparison.paired) - 1
+        centre, half = (judged.low + judged.high) / 2, (judged.high - judged.low) / 2
+        margin = centre + self.max_regression
+        if half <= 0:  # every task moved alike: no spread, the difference is what it is
+            return 0.0 if margin > 0 else 1.0
+        return 1.0 - t_cdf(margin / (half / t_ppf(1 - ONE_SIDED_ALPHA, df)), df)
+
+    def adjusted(self, comparisons: Sequence[Comparison], correction: str) -> list[float | None]:
+        """Each group's p-value adjusted over the groups by ``correction`` (all None without one)."""
+        if correction == NONE:
+            return [None] * len(comparisons)
+        return adjust([self.p_value(c) for c in comparisons], correction)
+
+    def _fails(self, comparison: Comparison, adjusted: float | None, correction: str) -> bool:
+        judged = self.judged(comparison)
+        if judged is None:
+            return True
+        if correction == NONE:
+            return judged.low < -self.max_regression
+        return adjusted is None or not adjusted <= ONE_SIDED_ALPHA
 
     def judged(self, comparison: Comparison) -> Interval | None:
         """The interval the gate judges: the scored tasks' when every paired rollout has a score (or
@@ -61,7 +101,14 @@ class RegressionGate:
     def _scored(self, comparison: Comparison) -> bool:
         return self.scored_only or not comparison.incomplete
 
-    def _compared(self, comparison: Comparison) -> str:
+    def _compared(self, comparison: Comparison, adjusted: float | None = None, correction: str = NONE) -> str:
+        said = self._interval_words(comparison)
+        if correction == NONE or adjusted is None:
+            return said
+        raw = self.p_value(comparison)
+        return f"{said}; p={raw:.4f} that it is {self.max_regression:g} worse, {NAMES[correction]} {adjusted:.4f}"
+
+    def _interval_words(self, comparison: Comparison) -> str:
         c = comparison
         judged = self.judged(c)
         if self._scored(c):

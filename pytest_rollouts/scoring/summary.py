@@ -11,6 +11,8 @@ from pytest_rollouts.rows.schema import (
     AGENT_REQUEST_FAILED,
     AGENT_RUN_ERROR,
     ALWAYS_TERMINAL,
+    CACHE_HITS,
+    CACHE_MISSES,
     CANCELLED,
     ENVIRONMENT_SERVER_FAILED,
     JUDGE_INVALID,
@@ -131,6 +133,8 @@ def usage_line(usage: dict[str, float | None], perf: dict[str, float | None]) ->
     ]
     if "num_turns" in usage:
         said.append(f"{_amount(usage['num_turns'])} turns (mean {_amount(usage.get('mean/num_turns'), '.2f')})")
+    if CACHE_HITS in usage:
+        said.append(f"model cache {_amount(usage[CACHE_HITS])} hits, {_amount(usage.get(CACHE_MISSES))} misses")
     if "total_tokens_per_second" in perf:
         total, out = perf["total_tokens_per_second"], perf.get("output_tokens_per_second", 0)
         said.append(f"{_amount(total)} tokens/s ({_amount(out)} out)")

@@ -1,4 +1,5 @@
-"""A group's ``usage_summary``: what its rollouts cost in tokens and turns, and how much of it was seen.
+"""A group's ``usage_summary``: what its rollouts cost in tokens and turns, and how much of it was seen
+(and, with the model agent's response cache, how many model calls it saved).
 
 A rollout's tokens come from its ``response.usage`` (what a Responses API reply reports), else from
 its ``ng_perf`` (``prompt_tokens``, ``completion_tokens``: the sums over the model calls its
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pytest_rollouts.rows.schema import PERF_COVERAGE, PERF_TOOL_CALLS, PERF_TURNS
+from pytest_rollouts.rows.schema import CACHE_HITS, CACHE_MISSES, PERF_COVERAGE, PERF_TOOL_CALLS, PERF_TURNS
 from pytest_rollouts.scoring.metrics import MetricRow
 
 # The summary's totals: ``numeric_fields`` gives a row's usage, else its ``ng_perf`` token sums, under
-# the usage names, and its ``ng_perf`` counts.
+# the usage names, and its ``ng_perf`` counts (a model agent's calls answered from the response cache
+# and sent to the model among them, with ``--rollouts-cache``).
 TOKENS = ("input_tokens", "output_tokens", "total_tokens")
-TOTALS = (*TOKENS, PERF_TURNS, PERF_TOOL_CALLS)
+TOTALS = (*TOKENS, PERF_TURNS, PERF_TOOL_CALLS, CACHE_HITS, CACHE_MISSES)
 
 
 def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:

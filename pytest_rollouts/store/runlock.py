@@ -45,7 +45,7 @@ class Holder:
         return f"pid {self.pid} on {self.host}, started {self.started}"
 
     def gone(self) -> bool:
-        return self.host == socket.gethostname() and not _alive(self.pid)
+        return self.host == socket.gethostname() and not alive(self.pid)
 
 
 class OutputBusy(Exception):
@@ -199,7 +199,8 @@ def _write(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one owned by another user, which we may not signal, does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

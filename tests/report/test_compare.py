@@ -184,7 +184,8 @@ def test_power_reports_the_minimum_detectable_difference_and_tasks_needed(
     variance = stats.tvar(means)
     assert f"minimum detectable difference {z * (variance / 12) ** 0.5:.4f} (80% power" in lines[1]
     needed = int(-(-((z / 0.05) ** 2 * variance) // 1))
-    assert lines[2].startswith(f"default: to detect 0.05: {needed} tasks x 1, {needed} tasks x 2")
+    assert lines[2].startswith(f"default: to detect 0.05: {needed} tasks x 1 ({needed:,} rollouts")
+    assert lines[3].startswith(f"default: to detect 0.05: {needed} tasks x 2 ({2 * needed:,} rollouts")
     assert cli(capsys, "power", "base/r.jsonl", "--delta", "0")[0] == 4
     assert cli(capsys, "power", "nowhere/r.jsonl")[0] == 4
 

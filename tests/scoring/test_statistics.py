@@ -53,11 +53,12 @@ def test_t_interval_is_scipys() -> None:
     assert t_interval(0.4, 0.05, 11).as_list() == pytest.approx(list(stats.t.interval(0.95, 11, loc=0.4, scale=0.05)))
 
 
-def test_mean_interval_wilson_for_binary_one_rollout_per_task_else_t_on_clustered_se() -> None:
+def test_mean_interval_exact_for_few_binary_tasks_else_t_on_clustered_se() -> None:
     binary = [[1.0], [0.0], [1.0], [1.0], [0.0], [1.0]]
     interval = mean_interval(binary)
-    assert interval is not None and interval.method == "wilson"
-    assert interval.as_list() == pytest.approx(wilson(4, 6).as_list())
+    assert interval is not None and interval.method == "exact"
+    exact = stats.binomtest(4, 6).proportion_ci(0.95, "exact")
+    assert interval.as_list() == pytest.approx([exact.low, exact.high])
     repeats = [[1.0, 0.5, 1.0], [0.0, 0.0], [0.25, 1.0, 0.75], [0.5]]
     flat = np.concatenate([np.array(ys) for ys in repeats])
     g, mean = len(repeats), flat.mean()

@@ -130,19 +130,16 @@ def test_gate_on_lower_bound_compares_the_manski_lower_bound(pytester: pytest.Py
     assert result.ret == 7
     result.stdout.fnmatch_lines(
         [
-            "default: 95% CI [[]*] (wilson); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)*",
+            "default: 95% CI [[]*] (exact); Manski bounds [[]0.7500, 0.9167] (2 unknown rollouts at 0,1)*",
             "--rollouts-fail-under 0.8: Manski lower bound of the mean reward 0.7500 over 12 rollouts",
             "EVAL FAILED: Manski lower bound of the mean reward 0.7500 is below --rollouts-fail-under 0.8.",
         ]
     )
     entry = statistics(pytester)["statistics"]
     assert entry["manski_bounds/reward"] == pytest.approx([0.75, 11 / 12])
-    z = stats.norm.ppf(0.975)
-    p, n = 0.9, 10
-    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
-    half = z * (p * (1 - p) / n + z**2 / (4 * n**2)) ** 0.5 / (1 + z**2 / n)
-    assert entry["ci_95/reward"] == pytest.approx([centre - half, centre + half])
-    assert (entry["ci_method"], entry["num_rollouts_unknown"], entry["reward_range"]) == ("wilson", 2, [0.0, 1.0])
+    exact = stats.binomtest(9, 10).proportion_ci(0.95, "exact")  # 10 tasks: below the size for Wilson
+    assert entry["ci_95/reward"] == pytest.approx([exact.low, exact.high])
+    assert (entry["ci_method"], entry["num_rollouts_unknown"], entry["reward_range"]) == ("exact", 2, [0.0, 1.0])
 
 
 def test_pass_k_takes_the_ks_asked_and_names_the_tasks_with_too_few(pytester: pytest.Pytester) -> None:
@@ -197,12 +194,12 @@ def test_group_by_splits_the_statistics_by_field_and_by_dataset(pytester: pytest
     assert by_field["hard"]["mean/reward"] == pytest.approx(sum(WORSE[1::2]) / 6)
     assert set(entry["by_dataset"]) == {"a.jsonl", "b.jsonl"}
     assert entry["by_dataset"]["b.jsonl"]["mean/reward"] == pytest.approx(sum(WORSE[6:]) / 6)
-    assert entry["by_dataset"]["a.jsonl"]["ci_method"] == "wilson"
+    assert entry["by_dataset"]["a.jsonl"]["ci_method"] == "exact"
     easy, hard = sum(WORSE[0::2]) / 6, sum(WORSE[1::2]) / 6
     result.stdout.fnmatch_lines(
         [
             f"default [[]dataset a.jsonl[]]: mean reward {sum(WORSE[:6]) / 6:.4f} over 6 rollouts;"
-            " 95% CI [[]*[]] (wilson)",
+            " 95% CI [[]*[]] (exact)",
             f"default [[]dataset b.jsonl[]]: mean reward {sum(WORSE[6:]) / 6:.4f} over 6 rollouts; *",
             f"default [[]difficulty=easy[]]: mean reward {easy:.4f} over 6 rollouts; *",
             f"default [[]difficulty=hard[]]: mean reward {hard:.4f} over 6 rollouts; *",
@@ -331,9 +328,9 @@ def test_statistics_options_that_cannot_work_are_refused_before_the_run(
 
 
 def test_the_interval_stays_inside_the_reward_range(pytester: pytest.Pytester) -> None:
-    """t on two tasks read 95% CI [-5.8531, 6.8531] for rewards in [0, 1]."""
+    """t on two tasks read 95% CI [-5.8531, 6.8531] for rewards in [0, 1] (rewards not 0 or 1: t)."""
     dataset(pytester, ns=range(2))
-    assert session(pytester, [1.0, 0.0], "--rollouts-repeats=2").ret == 0
+    assert session(pytester, [1.0, 0.25], "--rollouts-repeats=2").ret == 0
     entry = statistics(pytester)["statistics"]
     assert entry["ci_method"] == "t" and entry["ci_95/reward"] == [0.0, 1.0]
 

@@ -360,13 +360,14 @@
     if (b === null || b === undefined) return null;
     if (typeof b === "string") return el("section", { class: "card", id: "baseline" }, el("h2", {}, "Baseline"), el("p", { class: "problem" }, b));
     const rows = b.groups.map((g) => el("tr", {}, el("td", {}, g.group), el("td", { class: "num" }, String(g.num_tasks)), el("td", { class: "num" }, fmt(g["baseline_mean/reward"])), el("td", { class: "num" }, fmt(g["candidate_mean/reward"])),
-      el("td", { class: "num" }, fmt(g["difference/reward"])), el("td", { class: "num" }, g["ci_95/difference"] ? `[${fmt(g["ci_95/difference"][0])}, ${fmt(g["ci_95/difference"][1])}]` : "-"), el("td", {}, g.test ? `${g.test} p=${fmt(g.p_value)}` : "-")));
+      el("td", { class: "num" }, fmt(g["difference/reward"])), el("td", { class: "num" }, g["ci_95/difference"] ? `[${fmt(g["ci_95/difference"][0])}, ${fmt(g["ci_95/difference"][1])}]` : "-"), el("td", {}, g.test ? `${g.test} p=${fmt(g.p_value)}` : "-"),
+      el("td", { class: "num" }, g.p_value_adjusted == null ? "-" : `${b.correction} ${fmt(g.p_value_adjusted)}`)));
     const flips = b.groups.map((g) => el("div", {}, el("h3", {}, `${g.group}: ${g.fixed.length} fixed, ${g.broke.length} broke`),
       el("table", { class: "flips" }, el("thead", {}, el("tr", {}, el("th", {}, "task"), el("th", {}, "change"), el("th", { class: "num" }, "baseline"), el("th", { class: "num" }, "this run"))),
         el("tbody", {}, [...g.broke.map((f) => ["broke", f]), ...g.fixed.map((f) => ["fixed", f])].map(([how, [label, base, cand]]) =>
           el("tr", {}, el("td", {}, el("span", { class: "flip", onclick: () => showTask(label) }, label)), el("td", {}, el("span", { class: "status " + (how === "broke" ? "failed" : "scored") }, how)), el("td", { class: "num" }, fmt(base, 3)), el("td", { class: "num" }, fmt(cand, 3))))))));
     return el("section", { class: "card", id: "baseline" }, el("h2", {}, "Compared with the baseline"), el("p", { class: "muted mono" }, b.baseline, " (baseline), paired by ", b.paired_by),
-      el("table", {}, el("thead", {}, el("tr", {}, ["group", "tasks", "baseline", "this run", "difference", "95% CI", "test"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)),
+      el("table", {}, el("thead", {}, el("tr", {}, ["group", "tasks", "baseline", "this run", "difference", "95% CI", "test", "adjusted p"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)),
       el("pre", { class: "lines" }, b.lines.join("\n")), el("h3", {}, "Flipped tasks"), flips);
   }
   function showTask(label) {

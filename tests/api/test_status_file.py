@@ -1,0 +1,80 @@
+"""``run_from_config`` keeps the live status file ``<out>.status.json`` as a pytest session does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_rollouts import CollectionConfig, run_from_config
+from pytest_rollouts.store.status import RunStatus, read_status, status_path
+
+from ..agents import ScriptedAgent
+from ..helpers import new_status, read_rows, tasks, write_rows
+
+ROWS = 16
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "data.jsonl", tasks(ROWS))
+    yield tmp_path
+
+
+def config(agent: ScriptedAgent, **changes: Any) -> CollectionConfig:
+    given = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}, "parallel": 4}
+    return CollectionConfig(**{**given, "status_interval": 0.05, **changes})
+
+
+async def watched(run: asyncio.Task[Any], path: Path, stop_at: int | None = None) -> list[RunStatus]:
+    """Each distinct status read while ``run`` goes; with ``stop_at``, ``run`` is cancelled once that many are done."""
+    seen: list[RunStatus] = []
+    while not run.done():
+        status = new_status(path, seen)
+        if status is not None and stop_at is not None and status.done >= stop_at:
+            run.cancel()
+        await asyncio.sleep(0.02)
+    return seen
+
+
+def test_the_status_file_says_what_runs_and_how_the_run_ended(here: Path) -> None:
+    path = status_path(here / "out" / "r.jsonl")
+
+    async def main() -> list[RunStatus]:
+        with ScriptedAgent(latency=0.2) as agent:
+            run = asyncio.create_task(run_from_config(config(agent)))
+            seen = await watched(run, path)
+            assert (await run).exit_status == 0
+        return seen
+
+    seen = asyncio.run(main())
+    running = [s for s in seen if s.state == "running"]
+    assert any(s.in_flight > 0 and s.oldest_in_flight is not None for s in running), seen
+    done = [s.done for s in running]
+    assert done == sorted(done) and len(set(done)) >= 2, done
+    assert all(s.total == ROWS and s.limit == 4 and s.pid == os.getpid() for s in running)
+    final = read_status(path)
+    lines = len(read_rows(here / "out" / "r.jsonl")) + len(read_rows(here / "out" / "r_failures.jsonl"))
+    assert final.state == "finished" and final.done == lines == ROWS and final.in_flight == 0
+    assert final.failed == {} and final.eta_s is None
+
+
+def test_a_cancelled_run_says_it_stopped(here: Path) -> None:
+    path = status_path(here / "out" / "r.jsonl")
+
+    async def main() -> None:
+        with ScriptedAgent(latency=0.2) as agent:
+            run = asyncio.create_task(run_from_config(config(agent)))
+            await watched(run, path, stop_at=2)
+            with pytest.raises(asyncio.CancelledError):
+                await run
+
+    asyncio.run(main())
+    final = read_status(path)
+    assert final.state == "stopped" and 2 <= final.done < ROWS
+    assert final.in_flight == 0 and not final.writer_gone()
