@@ -97,7 +97,15 @@ OPTIONS: tuple[Option, ...] = (
         "JSON",
         default={},
     ),
-    Option("parallel", "Requests in flight at once (num_samples_in_parallel).", "N", default=64),
+    Option(
+        "parallel",
+        "Requests in flight at once (num_samples_in_parallel): N, or auto:MAX to let each agent's limit "
+        "adapt below MAX (down on 429/503, connection errors and rising latency, up while it keeps up).",
+        "N|auto:MAX",
+        default=64,
+        details="The limit over time is in the metrics file and the report; under `-n` each worker adapts "
+        "its own share of MAX. See docs/dispatch.md.",
+    ),
     Option(
         "max_resident",
         "Rollouts admitted but not yet reported, which bounds memory.",
@@ -147,6 +155,16 @@ OPTIONS: tuple[Option, ...] = (
         "S",
         default=1.0,
         details="Jittered and doubled each time, at most 60 s; a `Retry-After` header is honoured.",
+    ),
+    Option(
+        "retry_budget",
+        "Retries allowed, as a fraction of the requests sent over the last 10 s (plus 10 a second): past it, "
+        "a failure that would be retried is written to the failures sidecar instead.",
+        "FRACTION",
+        default=0.1,
+        details="One budget for the whole run (each xdist worker: its own), so an overloaded agent sees at most "
+        "this much extra load however many rollouts fail. 0 retries only within the floor. The summary says how "
+        "many retries it refused; `--rollouts-resume` sends those rollouts again. See docs/dispatch.md.",
     ),
     Option(
         "progress_interval",

@@ -179,9 +179,11 @@ class ScriptedAgent(AppServer):
                 assert request.transport is not None
                 request.transport.abort()
                 raise ConnectionResetError("scripted reset")
+            headers = dict(reply.headers)
             if reply.raw is not None:
-                return web.Response(status=reply.status, body=reply.raw)
-            return web.Response(status=reply.status, body=orjson.dumps(reply.json), content_type="application/json")
+                return web.Response(status=reply.status, body=reply.raw, headers=headers)
+            body = orjson.dumps(reply.json)
+            return web.Response(status=reply.status, body=body, content_type="application/json", headers=headers)
         finally:
             self.in_flight -= 1
             self.completed += 1

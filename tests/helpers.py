@@ -140,18 +140,24 @@ def one_rollout_plan(tmp_path: Path, rows: list[bytes]) -> tuple[Path, list[Plan
 
 
 def one_rollout_dispatcher(
-    tmp_path: Path, rows: list[bytes], agent_url: str, parallel: int, process: subprocess.Popen[bytes] | None = None
+    tmp_path: Path,
+    rows: list[bytes],
+    agent_url: str,
+    parallel: int | str,
+    process: subprocess.Popen[bytes] | None = None,
+    **settings: Any,
 ) -> Dispatcher:
     """A dispatcher for ``one_rollout_plan``'s plan, writing ``r.jsonl`` and ``f.jsonl``, health checks
-    off; not started."""
+    off, with ``settings`` (``retries=3``, ...); ``parallel`` as the option takes it; not started."""
     bodies, plan = one_rollout_plan(tmp_path, rows)
+    given = Settings.model_validate({"no_health_check": True, "parallel": parallel, **settings})
     return Dispatcher(
         plan,
         len(plan),
         {"a": agent_url},
         (bodies, tmp_path / "r.jsonl", tmp_path / "f.jsonl"),
-        Settings.model_validate({"no_health_check": True}),
-        parallel=parallel,
+        given,
+        parallel=int(given.parallel),
         process=process,
     )
 

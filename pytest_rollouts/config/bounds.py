@@ -12,3 +12,17 @@ MAX_SHARDS = 1_000_000
 MAX_SECONDS = 30 * 24 * 3600.0
 # A timeout or budget below a millisecond ends every rollout before its request is written.
 MIN_SECONDS = 0.001
+
+
+class AdaptiveParallel(int):
+    """``--rollouts-parallel auto:MAX``: at most MAX requests in flight, the dispatcher finding the
+    limit below it that each agent can take (``dispatch/concurrency.py``).
+
+    An ``int`` (MAX), so every bound sized by ``parallel`` (resident rollouts, a worker's share,
+    xdist's queues) reads it as it reads a fixed one; only the dispatcher asks whether it adapts.
+    """
+
+    def __repr__(self) -> str:
+        return f"auto:{int(self)}"
+
+    __str__ = __repr__

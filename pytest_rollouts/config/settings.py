@@ -13,9 +13,19 @@ from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from pytest_rollouts.config import bounds
+from pytest_rollouts.config.bounds import AdaptiveParallel
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
 from pytest_rollouts.config.fields import (
     agent_map_value,
@@ -90,6 +100,7 @@ class Settings(BaseModel):
     )
     retries: int = option_field("retries", ge=0, le=20)
     retry_backoff: float = option_field("retry_backoff", ge=0, le=600, allow_inf_nan=False)
+    retry_budget: float = option_field("retry_budget", ge=0, le=1000, allow_inf_nan=False)
     # The dispatcher's heartbeat: well under the 120 s of silence after which pytest calls it stuck.
     progress_interval: float = option_field("progress_interval", ge=0.05, le=60, allow_inf_nan=False)
     cache: CacheFolder = option_field("cache")
@@ -179,6 +190,24 @@ class Settings(BaseModel):
         if isinstance(value, tuple) and value[1] > bounds.MAX_SHARDS:
             raise ValueError(f"N must be at most {bounds.MAX_SHARDS}")
         return value
+
+    @field_validator("parallel", mode="wrap")
+    @classmethod
+    def _parse_parallel(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """``N``, or ``auto:MAX`` (``AdaptiveParallel``): MAX under the same bounds as ``N``."""
+        if isinstance(value, AdaptiveParallel):
+            return AdaptiveParallel(handler(int(value)))
+        if not (isinstance(value, str) and value.strip().lower().startswith("auto:")):
+            return handler(value)
+        ceiling = value.strip()[len("auto:") :].strip()
+        if not ceiling.lstrip("-").isdigit():
+            raise ValueError(f"must be N or auto:MAX with MAX a whole number (e.g. 64 or auto:128), got {value!r}")
+        return AdaptiveParallel(handler(int(ceiling)))
+
+    @field_serializer("parallel")
+    def _dump_parallel(self, value: int) -> int | str:
+        """``auto:MAX`` dumps as it was given, so a dumped config runs the same way."""
+        return str(value) if isinstance(value, AdaptiveParallel) else value
 
     @field_validator("repeats", mode="before")
     @classmethod

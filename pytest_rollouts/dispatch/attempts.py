@@ -12,17 +12,22 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_rollouts.dispatch.agents import Sender
 from pytest_rollouts.dispatch.client import Attempt, Failure
+from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.dispatch.record import DispatchRecord
+from pytest_rollouts.dispatch.retry_budget import RetryBudget
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.retry import backoff_delay
 from pytest_rollouts.rows.episodes import episode_body, episode_reply
 from pytest_rollouts.rows.records import RolloutOutcome, failure_class_of, marked_terminal
 from pytest_rollouts.rows.schema import (
+    AGENT_REQUEST_FAILED,
     ATTEMPT_INDEX,
     CANCELLED,
     ENVIRONMENT_SERVER,
@@ -75,7 +80,10 @@ class Rows(Protocol):
 
 
 class Attempts:
-    """Runs attempts at most ``parallel`` requests at a time and hands each one's row to ``Rows``."""
+    """Runs attempts at most ``parallel`` requests at a time and hands each one's row to ``Rows``.
+
+    With ``adaptive``, each agent's requests are held under its own limit as well (``concurrency.py``);
+    with retries, every retry is spent from the run's one budget (``retry_budget.py``)."""
 
     def __init__(self, header: PlanHeader, senders: list[Sender], redact: Redactor) -> None:
         self._h = header
@@ -88,14 +96,61 @@ class Attempts:
         # A try's send time is read off the monotonic clock (as ``in_flight_since`` needs it);
         # this turns it into wall-clock time for its outcome's ``started``.
         self._to_wall = time.time() - time.monotonic()
+        began = time.monotonic()
+        self._limits = [AdaptiveLimit(a, header.parallel, began) for a in header.agents] if header.adaptive else None
+        self._budget = RetryBudget(header.retry_budget) if header.retries else None
+        # By agent (the plan's ``agent`` column): retries sent, and those the budget refused.
+        self._retried: Counter[int] = Counter()
+        self._refused: Counter[int] = Counter()
+
+    def record(self) -> DispatchRecord:
+        """Each adaptive limit's history, and each agent's retries sent and refused so far."""
+        agents = self._h.agents
+        return DispatchRecord(
+            [limit.series() for limit in self._limits or ()],
+            {agents[i]: n for i, n in sorted(self._retried.items())},
+            {agents[i]: n for i, n in sorted(self._refused.items())},
+        )
 
     async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
         """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
-        or a 429/502/503/504, all carrying the attempt's index, and one row for the whole attempt.
+        or a 429/502/503/504 (while the retry budget lasts), all carrying the attempt's index, and
+        one row for the whole attempt.
 
         Resume caps attempts (runs that tried a rollout), so an outage that outlasts one run's
         retries costs that run one attempt, and the next ``--rollouts-resume`` sends it again.
         """
+        body, stamps, episode = self._prepared(planned)
+        # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
+        # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
+        # no row, so it spends none of the attempt cap and a resume sends it again.
+        tries: list[Attempt] = []
+        for number in range(self._h.retries + 1):
+            attempt = await (self._limited_try if self._limits is not None else self._try)(planned, body, number)
+            if isinstance(attempt, str):
+                return self._drained(rows, attempt, stamps, planned.rollout, tries)
+            failure = attempt.failure
+            if failure is None:
+                if episode is not None and attempt.reply is not None:
+                    attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
+                try:
+                    # Replies come in bursts (a wave of requests started together). Yielding once
+                    # lets the requests waiting on the semaphore go out before this one's row and
+                    # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
+                    await asyncio.sleep(0)
+                finally:
+                    # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
+                    outcome = self._record(rows, attempt, stamps, planned.rollout, tries)
+                return outcome
+            if not failure.retryable or number == self._h.retries or not self._retry_allowed(failure, planned.agent):
+                return self._record(rows, attempt, stamps, planned.rollout, tries)
+            tries.append(attempt)
+            await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
+        raise AssertionError("unreachable: the last try always returns")
+
+    def _prepared(self, planned: PlannedAttempt) -> tuple[bytes, dict[str, Any], dict[str, Any] | None]:
+        """The request body every try sends, the stamps the attempt's row carries, and the episode
+        row (an episode is sent as an episode request built from it)."""
         agent = self._h.agents[planned.agent]
         body = planned.body
         episode = loads(body) if planned.episode else None
@@ -107,7 +162,6 @@ class Attempts:
             stamps.update({ENVIRONMENT_SERVER: agent, **({"agent_ref": ref} if ref is not None else {})})
         else:
             stamps["agent_ref"] = {"name": agent}
-        send = self._senders[planned.agent]
         attempt_index = planned.first_attempt
         if attempt_index:
             stamps[ATTEMPT_INDEX] = attempt_index
@@ -115,49 +169,63 @@ class Attempts:
             body = episode_body(episode, planned.task, planned.rollout, attempt_index)
         elif attempt_index:
             body = _with_attempt_index(body, attempt_index)
-        # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
-        # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
-        # no row, so it spends none of the attempt cap and a resume sends it again.
-        tries: list[Attempt] = []
-        for number in range(self._h.retries + 1):
-            async with self._in_flight:
-                # Asked once a request may go out, not at admission: an admitted rollout can wait
-                # behind ``parallel`` others for longer than the whole budget.
-                drained = self._deadline.refuse() if self._deadline is not None else ""
-                if not drained:
-                    self.in_flight_since[planned.position] = sent = time.monotonic()
-                    try:
-                        attempt = await send(body)
-                    finally:
-                        del self.in_flight_since[planned.position]
-                    attempt.sent = sent
+        return body, stamps, episode
+
+    async def _try(self, planned: PlannedAttempt, body: bytes, number: int) -> Attempt | str:
+        """One try, once fewer than ``parallel`` are in flight; or why the dispatch budget drained it."""
+        async with self._in_flight:
+            # Asked once a request may go out, not at admission: an admitted rollout can wait
+            # behind ``parallel`` others for longer than the whole budget.
+            drained = self._deadline.refuse() if self._deadline is not None else ""
             if drained:
-                if not tries:
-                    rows.failure(drained_row({ATTEMPT_INDEX: 0, **stamps}, drained))
-                    return RolloutOutcome(planned.rollout, None, CANCELLED, drained, 0.0, 0, persisted=False)
-                # The try it would have retried stands for the attempt: its row makes resume retry it.
-                failed = self._record(rows, tries.pop(), stamps, planned.rollout, tries)
-                failed.detail += f"; not retried, {drained}"
-                return failed
-            failure = attempt.failure
-            if failure is not None:
-                if not failure.retryable or number == self._h.retries:
-                    return self._record(rows, attempt, stamps, planned.rollout, tries)
-                tries.append(attempt)
-                await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
-                continue
-            if episode is not None and attempt.reply is not None:
-                attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
+                return drained
+            self.in_flight_since[planned.position] = sent = time.monotonic()
+            if not number and self._budget is not None:
+                self._budget.sent(sent)
             try:
-                # Replies come in bursts (a wave of requests started together). Yielding once
-                # lets the requests waiting on the semaphore go out before this one's row and
-                # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
-                await asyncio.sleep(0)
+                attempt = await self._senders[planned.agent](body)
             finally:
-                # Even when cancelled there (Ctrl-C, -x, close): the reply came, so its row is kept.
-                outcome = self._record(rows, attempt, stamps, planned.rollout, tries)
-            return outcome
-        raise AssertionError("unreachable: the last try always returns")
+                del self.in_flight_since[planned.position]
+            attempt.sent = sent
+            return attempt
+
+    async def _limited_try(self, planned: PlannedAttempt, body: bytes, number: int) -> Attempt | str:
+        """``_try`` under its agent's adaptive limit, which then adapts to how the try went."""
+        assert self._limits is not None
+        limit = self._limits[planned.agent]
+        await limit.acquire()
+        attempt: Attempt | str = ""
+        try:
+            attempt = await self._try(planned, body, number)
+        finally:
+            if isinstance(attempt, str):  # drained or cancelled: it says nothing of the agent
+                limit.release(None, 0.0, overloaded=False)
+            else:
+                failure = attempt.failure
+                overloaded = failure is not None and failure.failure_class == AGENT_REQUEST_FAILED
+                limit.release(attempt.sent, attempt.elapsed, overloaded)
+        return attempt
+
+    def _retry_allowed(self, failure: Failure, agent: int) -> bool:
+        """Whether the run's retry budget has a retry left; if not, the failure says so."""
+        if self._budget is None or self._budget.allow():
+            self._retried[agent] += 1
+            return True
+        self._refused[agent] += 1
+        failure.message += "; not retried: the run's retry budget is spent (--rollouts-retry-budget)"
+        return False
+
+    def _drained(
+        self, rows: Rows, drained: str, stamps: dict[str, Any], rollout_index: int, tries: list[Attempt]
+    ) -> RolloutOutcome:
+        """The dispatch budget ran out before a try: a first one leaves a drained row (not persisted);
+        a retry's, the try it would have retried stands for the attempt, so resume retries it."""
+        if not tries:
+            rows.failure(drained_row({ATTEMPT_INDEX: 0, **stamps}, drained))
+            return RolloutOutcome(rollout_index, None, CANCELLED, drained, 0.0, 0, persisted=False)
+        failed = self._record(rows, tries.pop(), stamps, rollout_index, tries)
+        failed.detail += f"; not retried, {drained}"
+        return failed
 
     def _record(
         self, rows: Rows, attempt: Attempt, stamps: dict[str, Any], rollout_index: int, earlier: list[Attempt]

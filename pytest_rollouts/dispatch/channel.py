@@ -38,6 +38,7 @@ from pytest_rollouts.dispatch.messages import (
     encode,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.planned import PlannedRollout
 from pytest_rollouts.rows.records import RolloutOutcome
@@ -87,11 +88,7 @@ class Dispatcher:
         model_parallel: int | None = None,
     ) -> None:
         self._rollouts = rollouts
-        self._planned = [0] * slot_count
-        self._last_position = [0] * slot_count
-        for position, rollout in enumerate(rollouts):
-            self._planned[rollout.slot] += 1
-            self._last_position[rollout.slot] = position
+        self._planned, self._last_position = _per_slot(rollouts, slot_count)
         self._prior = prior or {}
         self._urls = urls
         self._bodies, self._out, self._failures = paths
@@ -119,11 +116,17 @@ class Dispatcher:
         self.finished: tuple[int, int, dict[str, int], list[float] | None, MaskingCounts] | None = None
         # Rollouts sent, as last reported; after ``close``, all of them (the engine's last word).
         self.sent = 0
+        # The engine's account of how dispatch went (adaptive limits, retries), once it closed.
+        self.record = DispatchRecord()
         # Called on each of the engine's progress reports, while pytest waits or reads results.
         self.on_progress: Callable[[], None] | None = None
         # Work for the moments pytest would otherwise block on the engine, called only while
         # no message is there to read, and again while it returns True (more work waiting).
         self.on_idle: Callable[[], bool] | None = None
+        self._init_pipe_state()
+
+    def _init_pipe_state(self) -> None:
+        """What reading and writing the pipes keeps: buffers, the poller, how far the start got."""
         # Messages received and not handled yet: the engine writes many per read.
         self._received = FrameBuffer()
         self._inbox: deque[bytes] = deque()
@@ -253,7 +256,7 @@ class Dispatcher:
                 while not self._stuck:
                     msg = self._read_from(proc)
                     if isinstance(msg, Closed):
-                        self.sent = msg.rollouts_sent
+                        self.sent, self.record = msg.rollouts_sent, msg.record
                         break
                     if isinstance(msg, Fatal):  # its last writes failed: the run must not pass as whole
                         self._stop(msg.why)
@@ -366,6 +369,15 @@ class Dispatcher:
             self._poller = select.poll()
             self._poller.register(fd, select.POLLIN)
         return not self._poller.poll(wait_s * 1000)
+
+
+def _per_slot(rollouts: list[PlannedRollout], slot_count: int) -> tuple[list[int], list[int]]:
+    """Each task slot's planned rollouts, and the plan position of its last one."""
+    planned, last_position = [0] * slot_count, [0] * slot_count
+    for position, rollout in enumerate(rollouts):
+        planned[rollout.slot] += 1
+        last_position[rollout.slot] = position
+    return planned, last_position
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:

@@ -132,7 +132,8 @@ class Engine:
             self._rows.close()
         except ArtifactError as exc:  # the last second's rows: pytest is told even now
             self.crash(exc)
-        self._send(encode(Closed(self._rollouts_sent)))
+        record = self._attempts.record()
+        self._send(encode(Closed(self._rollouts_sent, record.limits, record.retries, record.retries_refused)))
 
     async def _begin(self) -> None:
         """Start dispatching. The agents' health was checked before any file was moved, by the

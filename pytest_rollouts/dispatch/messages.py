@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 import orjson
 
+from pytest_rollouts.config.bounds import AdaptiveParallel
 from pytest_rollouts.dispatch.frames import frame
+from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.masking import MaskingCounts
@@ -81,6 +83,10 @@ class PlanHeader:
     retry_invalid_judge: bool = False
     # Seconds between the engine's progress reports while no result comes (its heartbeat).
     progress_interval: float = 2.0
+    # ``parallel`` is a ceiling each agent's own limit adapts under (``--rollouts-parallel auto:MAX``).
+    adaptive: bool = False
+    # Retries at most this fraction of recent first tries, plus a floor (``retry_budget.py``).
+    retry_budget: float = 0.1
     # The model agents' response cache, an absolute folder ("": none; ``model/cache.py``).
     cache: str = ""
 
@@ -128,6 +134,8 @@ class PlanHeader:
             model_parallel=model_parallel or parallel,
             retry_invalid_judge=settings.retry_invalid_judge_responses,
             progress_interval=settings.progress_interval,
+            adaptive=isinstance(settings.parallel, AdaptiveParallel),
+            retry_budget=settings.retry_budget,
             cache="" if settings.cache is None else str(settings.cache.absolute()),
         )
 
@@ -219,6 +227,14 @@ class Closed:
 
     tag: ClassVar[str] = "closed"
     rollouts_sent: int
+    # ``DispatchRecord``'s fields, flat: a list of dataclasses goes as a table only at the top.
+    limits: list[LimitSeries] = dataclasses.field(default_factory=list)
+    retries: dict[str, int] = dataclasses.field(default_factory=dict)
+    retries_refused: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def record(self) -> DispatchRecord:
+        return DispatchRecord(self.limits, self.retries, self.retries_refused)
 
 
 ToEngine = Claim | Freed | Close

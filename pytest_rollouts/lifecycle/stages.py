@@ -10,7 +10,7 @@ began), which would otherwise contradict the rows a resume goes on from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,9 +235,11 @@ class RunLifecycle:
         outputs: OutputScan | None = None,
         drained: frozenset[Key] = frozenset(),
         trace: RunTrace | None = None,
+        dispatch: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> RunScore:
         """The run scored from its files on disk (``coverage_only``: a stopped run says what it
-        covered); a row that cannot be read refuses the score."""
+        covered); a row that cannot be read refuses the score. ``dispatch``: each agent's entry
+        of how dispatch went (``dispatch/record.py``), for the metrics file."""
         try:
             score = score_configured(
                 self.paths,
@@ -247,6 +249,7 @@ class RunLifecycle:
                 perf_summary=perf_summary,
                 outputs=outputs,
                 drained=drained,
+                dispatch=dispatch,
             )
         except JsonlError as exc:
             raise Refusal(f"cannot score the run: {exc}", where="score") from None

@@ -95,7 +95,12 @@ def _worker_news(run: RolloutRun) -> dict[str, Any]:
     why it refused the run."""
     news: dict[str, Any] = {
         WORKER_REPORT: run.workers.report(
-            run.dispatched, run.sent, run.life.start, run.numbering.unmatched, run.numbering.resuming
+            run.dispatched,
+            run.sent,
+            run.life.start,
+            run.numbering.unmatched,
+            run.numbering.resuming,
+            (role(run.config).worker_id, run.dispatch_record),
         )
     }
     if run.dispatch_failure:
@@ -160,6 +165,7 @@ def score_session(
             outputs=None if run.read_ahead is None else run.read_ahead.scan,
             drained=drained,
             trace=run.trace,
+            dispatch=run.run_dispatch_record().by_agent(),
         )
     except Refusal as refusal:
         raise pytest.UsageError(str(refusal)) from None

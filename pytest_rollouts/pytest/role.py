@@ -89,6 +89,11 @@ class Role:
         """A worker's ``--dist`` mode, which its own options no longer show."""
         return str(self.workerinput.get(DIST, "no"))
 
+    @property
+    def worker_id(self) -> str:
+        """A worker's xdist id (``gw0``...), which labels its dispatchers' account; empty elsewhere."""
+        return str(self.workerinput.get("workerid", ""))
+
     def share(self, parallel: int) -> int:
         """This process's part of a run-wide concurrency: a worker's exact split, remainder first."""
         if not self.worker:

@@ -22,6 +22,7 @@ import pytest
 from pytest_rollouts.dispatch.channel import Dispatcher, DispatcherGone
 from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.role import role
@@ -60,6 +61,8 @@ class RolloutRun:
         self.dispatched = False
         # Rollouts this process's dispatch sent, those no item reported (``-x``, Ctrl-C) included.
         self.sent = 0
+        # Its dispatchers' account of adaptive limits and retries (``dispatch/record.py``).
+        self.dispatch_record = DispatchRecord()
         # Rollouts this process's dispatch was handed (for the status file, ``pytest/status.py``).
         self.planned = 0
         # The plan went to the dispatcher: a session stopped from here on says what it covered.
@@ -376,12 +379,17 @@ class RolloutRun:
         process dispatches."""
         return self._dispatcher.finished if self._dispatcher is not None else None
 
+    def run_dispatch_record(self) -> DispatchRecord:
+        """The whole run's: this process's dispatchers', or on a controller its workers'."""
+        return self.workers.dispatch_record if role(self.config).controller else self.dispatch_record
+
     def finish(self) -> None:
         """Stop dispatch: every artifact is flushed and fsynced after this."""
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.close()
             self.sent += dispatcher.sent
+            self.dispatch_record = self.dispatch_record.merged(dispatcher.record)
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
     def close(self) -> None:

@@ -241,6 +241,7 @@ class RolloutReporter:
                 names.append(run.shown(score.metrics_path))
         if score is not None and settings.no_aggregate and not verdict.stopped:
             lines += self.tally.mean_line(as_zero)
+        lines += run.run_dispatch_record().summary_lines()
         unmatched = run.numbering.unmatched or run.workers.unmatched
         if unmatched:
             lines.append(unmatched)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.stash import RUN_ID_KEY
@@ -41,6 +42,8 @@ class Workers:
         # On a controller: workers that collected, and the rollouts those that reported said they sent.
         self.collected = 0
         self._sent = 0
+        # On a controller: its workers' dispatchers' account of adaptive limits and retries.
+        self.dispatch_record = DispatchRecord()
 
     def started(self) -> bool:
         """On a controller: its workers prepared the files under its run id."""
@@ -48,13 +51,20 @@ class Workers:
         return run_id is not None and self._paths().started_by(run_id)
 
     @staticmethod
-    def report(dispatched: bool, sent: int, start: RunStart, unmatched: str, resuming: bool) -> dict[str, Any]:
+    def report(
+        dispatched: bool,
+        sent: int,
+        start: RunStart,
+        unmatched: str,
+        resuming: bool,
+        record: tuple[str, DispatchRecord],
+    ) -> dict[str, Any]:
         """What a worker tells its controller: whether it sent anything and how many rollouts (its
         items may have reported fewer), what preparing the files did (only the worker that prepared
         them did anything), the routing keys no row matched (the controller collects no row to
         tell), and whether the run resumes (the controller, which collects nothing, cannot know).
         Why it refused the run goes apart (``role.REFUSAL``): a run may be refused before the
-        controller holds one."""
+        controller holds one. ``record``: the worker's id and its dispatchers' account (``dispatch/record.py``)."""
         moved = start.moved_to
         return {
             "resuming": resuming,
@@ -65,6 +75,8 @@ class Workers:
             "kept": start.kept,
             "replaced": start.replaced,
             "repaired": {str(path): size for path, size in (start.repaired or {}).items()},
+            "worker": record[0],
+            "dispatch": record[1].as_report(),
         }
 
     def hear(self, report: dict[str, Any] | None) -> None:
@@ -76,6 +88,8 @@ class Workers:
         if report is not None:
             self.unmatched = self.unmatched or report["unmatched"]
             self._sent += report["sent"]
+            worker = str(report.get("worker", ""))
+            self.dispatch_record = self.dispatch_record.merged(DispatchRecord.from_report(report["dispatch"]), worker)
             moved = report["moved_to"]
             start = RunStart(
                 moved_to=None if moved is None else Path(moved),

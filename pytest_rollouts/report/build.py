@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.report.charts import charts
+from pytest_rollouts.report.charts import charts, concurrency_limits
 from pytest_rollouts.report.gather import RunData, gather
 from pytest_rollouts.report.page import render
 from pytest_rollouts.report.rollouts import TEXT_CAP
@@ -59,7 +59,7 @@ def build_report(
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "text_cap": TEXT_CAP,
         "summary": summary(score, verdict, out),
-        "charts": charts(data),
+        "charts": {**charts(data), "concurrency": concurrency_limits([(g.agent, g.metrics) for g in score.groups])},
         # A flipped task's label (its id, when the comparison paired by id) to its index in the table.
         "task_labels": {task.label: t for t, task in data.tasks.items()} if score.baseline is not None else {},
         **_table(data),

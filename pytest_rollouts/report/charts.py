@@ -34,6 +34,24 @@ def charts(data: RunData) -> dict[str, Any]:
     }
 
 
+def concurrency_limits(groups: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Each adaptive limit over time (``--rollouts-parallel auto:MAX``), from each group's ``dispatch``
+    entry in the metrics: a series per agent and dispatching process, with the retries refused."""
+    series, refused = [], 0
+    for group, metrics in groups:
+        entry = metrics.get("dispatch") if isinstance(metrics.get("dispatch"), dict) else {}
+        refused += int(entry.get("retries_refused_by_budget") or 0)
+        for limit in entry.get("concurrency_limit") or ():
+            name = f"{group} ({limit['worker']})" if limit.get("worker") else group
+            series.append({"name": name, "ceiling": limit["ceiling"], "points": limit["points"]})
+    return {
+        "series": series,
+        "seconds": max((s["points"][-1][0] for s in series if s["points"]), default=0),
+        "ceiling": max((s["ceiling"] for s in series), default=0),
+        "retries_refused": refused,
+    }
+
+
 def reward_distribution(data: RunData) -> dict[str, dict[str, list[Any]]]:
     """Each group's scored rewards: a bar per value when there are few distinct ones, else bins
     over the run's whole reward span (so the groups' bars line up)."""

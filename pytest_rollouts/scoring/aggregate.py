@@ -102,6 +102,7 @@ def score_run(
     perf_summary: dict[str, Any] | None = None,
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
+    dispatch: Mapping[str, Mapping[str, Any]] | None = None,
     statistics: StatisticsOptions = DEFAULT_STATISTICS,
     baseline: RunComparison | str | None = None,
 ) -> RunScore:
@@ -112,6 +113,7 @@ def score_run(
     ``drained``: the keys this session's dispatch budget did not start (see ``account``).
     ``statistics``: the reward range, pass@k's k and the grouping field of each group's ``statistics``.
     ``baseline``: the comparison with ``--rollouts-baseline``, written into each group's ``statistics``.
+    ``dispatch``: by group, how its dispatch went (adaptive limits, retries), written as its ``dispatch``.
     """
     scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
@@ -131,6 +133,8 @@ def score_run(
         scores.append(score)
         if write_metrics:
             metrics.fill(score, group, accounting, baseline, perf_summary)
+            if dispatch and name in dispatch:
+                score.metrics["dispatch"] = dispatch[name]
     result = RunScore(scores, total, baseline=baseline)
     if write_metrics:
         try:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_rollouts.config.settings import Settings
@@ -31,6 +31,7 @@ def score_configured(
     perf_summary: dict[str, Any] | None = None,
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
+    dispatch: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunScore:
     """``coverage_only``: a run stopped by the user is not scored, but says what it covered.
     Raises ``JsonlError`` for a row that cannot be read."""
@@ -46,6 +47,7 @@ def score_configured(
             perf_summary=perf_summary,
             outputs=outputs,
             drained=drained,
+            dispatch=dispatch,
             statistics=statistics_options(settings),
             baseline=None if coverage_only else compare_with_baseline(settings),
         )

@@ -212,6 +212,13 @@
       const colors = oc.statuses.map(outcomeColor);
       cards.push(chartCard("Outcomes and failures by class over the run", `Rollouts in dispatch order (the materialized inputs'), in buckets of ${count(oc.size)}.`, bars("chart-outcomes", labels, series, "rollout (dispatch order)", "rollouts", true, colors, oc.statuses), oc.statuses, colors));
     }
+    const cl = c.concurrency;
+    if (cl && cl.series.length) {
+      const refused = cl.retries_refused ? ` The retry budget refused ${count(cl.retries_refused)} retries.` : "";
+      cards.push(chartCard("Concurrency limit over the run", `Each agent's adaptive limit on requests in flight (at most ${cl.ceiling}), from the start of its dispatch.${refused}`,
+        lines("chart-concurrency", cl.series.map((s) => s.points.map((p) => [p[0] + 1, p[1]])), cl.seconds + 1, cl.ceiling, "seconds", "limit",
+          [[1, "0"], [cl.seconds + 1, secs(cl.seconds)]]), cl.series.map((s) => s.name)));
+    }
     return el("div", { class: "grid", id: "charts" }, cards);
   }
 
