@@ -9,7 +9,7 @@ and bounds are here. The Python API takes the same model, plus its datasets, as 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,14 +49,14 @@ from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
 from pytest_rollouts.config.values import (
     AgentAddress,
     AgentHeader,
-    Keyed,
     MaxFailures,
     Url,
     check_recorded_path,
     check_url,
     each_parsed,
-    not_utf8_in,
+    once_per_key,
     parse_agent_headers,
+    utf8_text,
 )
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION
@@ -278,10 +278,6 @@ class Settings(BaseModel):
                 f"{self.source_of('fail_under')} needs the metrics that {skip} skips: gate the merge instead "
                 f"(pytest-rollouts aggregate ... --fail-under X) or drop {skip}"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _report_apart(self) -> Settings:
         clash = report_clash(self.html, {"this run": self.paths if self.out else None, "the baseline": self.baseline})
         if clash:
             raise ValueError(f"{self.source_of('html')}: {clash}")
@@ -363,34 +359,15 @@ class Settings(BaseModel):
             value = [f"{name}={url}" for name, url in value.items()]
         return each_parsed(value, AgentAddress.parse)
 
-    @field_validator("agent", "agent_header")
-    @classmethod
-    def _once_per_key(cls, entries: tuple[Keyed, ...]) -> tuple[Keyed, ...]:
-        """Two values for one key in one place is a mistake to point out, not a silent last-wins,
-        as a key mapped twice is (a stronger source overriding a weaker one is by design)."""
-        chosen: dict[Hashable, Keyed] = {}
-        for entry in entries:
-            earlier = chosen.setdefault(entry.key, entry)
-            if earlier != entry and (why := entry.clash(earlier)):
-                raise ValueError(why)
-        return tuple(chosen.values())
+    _once_per_key = field_validator("agent", "agent_header")(once_per_key)
 
     @field_validator("responses_create_params", mode="before")
     @classmethod
     def _parse_json(cls, value: Any) -> Any:
         return json_object(value) if isinstance(value, str) else value
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _text(cls, value: Any) -> Any:
-        """Every name and path given is text (defined last, checked first): the run writes them
-        into its files, which cannot hold what is not UTF-8 (``not_utf8``)."""
-        bad = not_utf8_in(value)
-        if bad:
-            raise ValueError(
-                f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
-            )
-        return value
+    # Every name and path given is text (defined last, checked first).
+    _text = field_validator("*", mode="before")(utf8_text)
 
     @property
     def paths(self) -> ArtifactPaths:
@@ -414,8 +391,7 @@ class Settings(BaseModel):
 
     @property
     def fallback_agent(self) -> str | None:
-        """The agent of rows that name none where no suite and no unnamed agent decides: none in a
-        pytest session, which says so (the Python API's one agent, see ``CollectionConfig``)."""
+        """Of rows naming no agent where nothing else decides: none here (the API's one, ``CollectionConfig``)."""
         return None
 
     @property

@@ -41,6 +41,28 @@ def not_utf8_in(value: Any) -> str:
     return ""
 
 
+def utf8_text(value: Any) -> Any:
+    """Every name and path given is text: the run writes them into its files, which cannot hold
+    what is not UTF-8 (``not_utf8``)."""
+    bad = not_utf8_in(value)
+    if bad:
+        raise ValueError(
+            f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
+        )
+    return value
+
+
+def once_per_key(entries: tuple[Keyed, ...]) -> tuple[Keyed, ...]:
+    """Two values for one key in one place is a mistake to point out, not a silent last-wins,
+    as a key mapped twice is (a stronger source overriding a weaker one is by design)."""
+    chosen: dict[Hashable, Keyed] = {}
+    for entry in entries:
+        earlier = chosen.setdefault(entry.key, entry)
+        if earlier != entry and (why := entry.clash(earlier)):
+            raise ValueError(why)
+    return tuple(chosen.values())
+
+
 def check_recorded_path(value: Any) -> None:
     """A file whose absolute path the run records (its output, the materialized inputs: the
     dispatcher's plan, the manifest) must be text there too: a relative path given in UTF-8 is

@@ -14,15 +14,13 @@ order (``frames.py``): at 100k rollouts a column is one frame, not 100k values i
 from __future__ import annotations
 
 import dataclasses
-import operator
-import types
-import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from pytest_rollouts.config.bounds import AdaptiveParallel
+from pytest_rollouts.dispatch.dataclass_codec import Builder, Mismatch, builder, encoder
 from pytest_rollouts.dispatch.frames import frame
 from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.model.spec import ModelPlan
@@ -256,161 +254,10 @@ def decode(raw: bytes) -> Message:
         raise MessageError(f"not a dispatcher message: {raw[:200]!r}") from exc
     try:
         return build(fields)
-    except _Mismatch as exc:
+    except Mismatch as exc:
         raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
 
 
-class _Mismatch(Exception):
-    """Raised where fields differ; each level it passes on the way out prepends its place to ``path``,
-    so a message that decodes cleanly spends nothing on naming places."""
-
-    def __init__(self, said: str) -> None:
-        super().__init__(said)
-        self.said = said
-        self.path = ""
-
-
-Builder = Callable[[Any], Any]
-
-
-def _encoder(cls: type) -> Callable[[Any], Any]:
-    """What ``cls`` goes over the pipe as: itself (orjson writes a dataclass by field name), except
-    that a list of flat dataclasses goes as a table, its field names once and a list of values
-    per element (a task's outcomes: their names written and read once, not once per rollout)."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    hints = typing.get_type_hints(cls)
-    tables = [(name, _table_columns(element)) for name in names if (element := _flat_element(hints[name])) is not None]
-    if not tables:
-        return lambda msg: msg
-
-    def fields_of(msg: Any) -> dict[str, Any]:
-        fields = {name: getattr(msg, name) for name in names}
-        for name, (columns, values) in tables:
-            fields[name] = {"fields": columns, "rows": [values(element) for element in fields[name]]}
-        return fields
-
-    return fields_of
-
-
-def _flat_element(hint: Any) -> type | None:
-    """The element type of a list of dataclasses none of whose fields holds another dataclass."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is not list or not args or not dataclasses.is_dataclass(args[0]):
-        return None
-    element: type = args[0]  # type: ignore[assignment]
-    inner = typing.get_type_hints(element).values()
-    return None if any(_nested(hint) is not None for hint in inner) else element
-
-
-def _table_columns(cls: type) -> tuple[list[str], Callable[[Any], tuple[Any, ...]]]:
-    """``cls``'s field names, and a getter of an instance's values in that order (one C call)."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    if len(names) == 1:
-        return names, lambda element: (getattr(element, names[0]),)
-    return names, operator.attrgetter(*names)
-
-
-def _builder(cls: type) -> Builder:
-    """Check a JSON object's keys against ``cls``'s fields, then build it (nested dataclasses too).
-
-    Resolved once per type, at import: the per-message cost is a key comparison and a constructor.
-    """
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    expected = frozenset(names)
-    nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)
-
-    def build(fields: Any) -> Any:
-        if type(fields) is not dict or fields.keys() != expected:
-            raise _Mismatch(_differences(fields, expected))
-        for name, sub in nested:
-            try:
-                fields[name] = sub(fields[name])
-            except _Mismatch as exc:
-                exc.path = f".{name}{exc.path}"
-                raise
-        return cls(**fields)
-
-    return build
-
-
-def _differences(fields: Any, expected: frozenset[str]) -> str:
-    if type(fields) is not dict:
-        return f"a JSON {type(fields).__name__} where its fields belong"
-    said = [f"field {name!r} its type does not define" for name in sorted(fields.keys() - expected)]
-    said += [f"no field {name!r}" for name in sorted(expected - fields.keys())]
-    return " and ".join(said)
-
-
-def _nested(hint: Any) -> Builder | None:
-    """A builder for a field that holds dataclasses (one, a list or a dict of them, or one or None)."""
-    if dataclasses.is_dataclass(hint):
-        return _builder(hint)  # type: ignore[arg-type]
-    args = typing.get_args(hint)
-    origin = typing.get_origin(hint)
-    if origin is list and args and dataclasses.is_dataclass(args[0]):
-        flat = _flat_element(hint)
-        return _list_builder(_builder(args[0])) if flat is None else _table_builder(flat)  # type: ignore[arg-type]
-    if origin is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
-        return _dict_builder(_builder(args[1]))  # type: ignore[arg-type]
-    if origin in (Union, types.UnionType) and type(None) in args:
-        inner = [arg for arg in args if arg is not type(None)]
-        if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
-            one = _builder(inner[0])  # type: ignore[arg-type]
-            return lambda value: None if value is None else one(value)
-    return None
-
-
-def _dict_builder(item: Builder) -> Builder:
-    def build(values: Any) -> dict[str, Any]:
-        if type(values) is not dict:
-            raise _Mismatch(f"a JSON {type(values).__name__} where an object belongs")
-        return {key: item(value) for key, value in values.items()}
-
-    return build
-
-
-def _table_builder(cls: type) -> Builder:
-    """A table's rows back into ``cls``: its columns checked once against ``cls``'s fields, by name,
-    then each row's values passed in that order."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    expected = frozenset(names)
-
-    def build(table: Any) -> list[Any]:
-        if type(table) is not dict or table.keys() != _TABLE_KEYS:
-            raise _Mismatch(_differences(table, _TABLE_KEYS))
-        if table["fields"] != names:
-            columns = table["fields"]
-            if type(columns) is list and set(columns) == expected:
-                raise _Mismatch(f"its fields in the order {columns}")
-            raise _Mismatch(_differences(dict.fromkeys(columns) if type(columns) is list else columns, expected))
-        try:
-            return [cls(*row) for row in table["rows"]]
-        except TypeError:
-            raise _Mismatch(f"a row that is not {len(names)} values") from None
-
-    return build
-
-
-_TABLE_KEYS = frozenset(("fields", "rows"))
-
-
-def _list_builder(item: Builder) -> Builder:
-    def build(values: Any) -> list[Any]:
-        if type(values) is not list:
-            raise _Mismatch(f"a JSON {type(values).__name__} where a list belongs")
-        built = []
-        for index, value in enumerate(values):
-            try:
-                built.append(item(value))
-            except _Mismatch as exc:
-                exc.path = f"[{index}]{exc.path}"
-                raise
-        return built
-
-    return build
-
-
 _TYPES = (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)
-_BUILDERS: dict[str, Builder] = {cls.tag: _builder(cls) for cls in _TYPES}
-_ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: _encoder(cls) for cls in _TYPES}
+_BUILDERS: dict[str, Builder] = {cls.tag: builder(cls) for cls in _TYPES}
+_ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: encoder(cls) for cls in _TYPES}

@@ -172,12 +172,15 @@ def score_session(
 
 
 def _metrics_url(run: RolloutRun, name: str) -> str | None:
-    """Where a group's ``/aggregate_metrics`` lives; None (local metrics) for an agent not configured now."""
+    """Where a group's ``/aggregate_metrics`` lives (an embedded agent not running yet is started);
+    None (local metrics) for an agent not configured now. An xdist controller collects nothing, so
+    it learns suite agents from the datasets the manifest records."""
+    from pytest_rollouts.config.agents import AgentsError
+
     try:
-        if run.agents.is_model(name, run.numbering.recorded_datasets):
-            return None
-        return run.agent_urls({name})[name]
-    except pytest.UsageError:
+        recorded = run.numbering.recorded_datasets
+        return None if run.agents.is_model(name, recorded) else run.agents.urls({name}, recorded)[name]
+    except (AgentsError, pytest.UsageError):
         return None
 
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 # The dispatcher's view of a run (``dispatch.channel.Dispatcher.finished``): tasks finished, rollouts
 # sent, failures by class, [p50, p90] latency (None before the first), what was masked and dropped.
 Finished = tuple[int, int, dict[str, int], list[float] | None, MaskingCounts]
+# (requests in flight, the oldest's age, its task and rollout), as a dispatcher reports them.
+InFlight = tuple[int, float | None, list[int] | None]
 
 CLEAR_TO_END = "\x1b[K"
 
@@ -62,7 +64,7 @@ class Progress:
     def line(
         self,
         tally: Tally,
-        in_flight: tuple[int, float | None, list[int] | None] | None,
+        in_flight: InFlight | None,
         finished: Finished | None,
     ) -> str | None:
         """The line now due, or None when in a log it would only repeat the last one's count.
@@ -110,7 +112,7 @@ def line_start(terminal: Any) -> str:
 def progress_line(
     tally: Tally,
     total: int,
-    in_flight: tuple[int, float | None, list[int] | None] | None,
+    in_flight: InFlight | None,
     finished: Finished | None = None,
 ) -> str:
     """``finished``: the dispatcher's (tasks finished, rollouts sent, failures by class, latency, masking).

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.lifecycle.refusal import Refusal
     from pytest_rollouts.lifecycle.stages import RunLifecycle
     from pytest_rollouts.plan.declared import Declarations
-    from pytest_rollouts.pytest.progress import Finished
+    from pytest_rollouts.pytest.progress import Finished, InFlight
     from pytest_rollouts.scoring.output_scan import ReadAhead
 
 
@@ -325,19 +325,6 @@ class RolloutRun:
         self._stopped = why
         raise Refused(why, returncode=refusal.exit_status)
 
-    def agent_urls(self, names: set[str]) -> dict[str, str]:
-        """Addresses of ``names``, starting embedded agents that are not running yet.
-
-        An xdist controller collects nothing, so it learns suite agents from the datasets
-        the manifest records.
-        """
-        from pytest_rollouts.config.agents import AgentsError
-
-        try:
-            return self.agents.urls(names, self.numbering.recorded_datasets)
-        except AgentsError as exc:
-            raise pytest.UsageError(str(exc)) from None
-
     def wait(self, item: RolloutItem) -> list[RolloutOutcome]:
         if not self._stopped:
             if self._dispatcher is None:
@@ -370,14 +357,12 @@ class RolloutRun:
         if self.on_heartbeat is not None:
             self.on_heartbeat()
 
-    def in_flight(self) -> tuple[int, float | None, list[int] | None] | None:
-        """(requests in flight, age of the oldest, its task and rollout), when this process dispatches."""
-        return self._dispatcher.in_flight if self._dispatcher is not None else None
-
-    def finished(self) -> Finished | None:
-        """(tasks finished, rollouts sent, failures by class, [p50, p90] latency, masking counts), when this
-        process dispatches."""
-        return self._dispatcher.finished if self._dispatcher is not None else None
+    def live(self) -> tuple[InFlight | None, Finished | None]:
+        """What this process's dispatcher last reported, (None, None) when it does not dispatch: (requests
+        in flight, the oldest's age, its task and rollout) and (tasks finished, rollouts sent, failures
+        by class, [p50, p90] latency, masking counts)."""
+        dispatcher = self._dispatcher
+        return (None, None) if dispatcher is None else (dispatcher.in_flight, dispatcher.finished)
 
     def run_dispatch_record(self) -> DispatchRecord:
         """The whole run's: this process's dispatchers', or on a controller its workers'."""

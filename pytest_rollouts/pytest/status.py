@@ -145,7 +145,7 @@ class SessionStatus:
 
 def _from_dispatcher(run: RolloutRun) -> Counts | None:
     """This process's dispatcher's last report; None before its first and after it closed."""
-    finished, in_flight = run.finished(), run.in_flight()
+    in_flight, finished = run.live()
     if finished is None or in_flight is None:
         return None
     count, age, where = in_flight

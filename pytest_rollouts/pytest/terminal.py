@@ -180,7 +180,7 @@ class RolloutReporter:
         if terminal is None:
             return
         run = self.config.stash.get(RUN_KEY, None)
-        line = "" if final else self.progress.line(self.tally, run and run.in_flight(), run and run.finished())
+        line = "" if final else self.progress.line(self.tally, *(run.live() if run else (None, None)))
         if line is None:
             return
         if self.progress.tty:  # whole lines too (-v, an xdist controller): a wrapped one is two rows
