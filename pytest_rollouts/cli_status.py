@@ -66,7 +66,9 @@ def status_lines(status: RunStatus, stale: bool, now: float) -> list[str]:
     if status.failed:
         classes = ", ".join(f"{n} {name}" for name, n in sorted(status.failed.items()))
         counts.append(f"failed {sum(status.failed.values())} ({classes})")
-    counts.append(f"in flight {status.in_flight} (limit {status.limit})")
+    # Under auto:MAX, each agent's adaptive limit now, which the limit sums.
+    each = ", ".join(f"{name} {n}" for name, n in sorted(status.limits.items()))
+    counts.append(f"in flight {status.in_flight} (limit {status.limit}{f': {each}' if each else ''})")
     lines.append("  " + ", ".join(counts))
     if status.rate_per_s is not None:
         eta = f", ETA {duration(status.eta_s)}" if status.eta_s is not None else ""

@@ -190,3 +190,18 @@ class ScriptedAgent(AppServer):
 
     def keys(self) -> list[tuple[int, int]]:
         return [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in self.requests]
+
+
+class ThrottlingAgent(ScriptedAgent):
+    """Past ``capacity`` requests at once, a 429 that asks for a retry at once (a gateway takes time
+    too: held, it counts as in flight); else a reward after ``delay``. What an adaptive limit adapts to."""
+
+    def __init__(self, capacity: int, delay: float = 0.02) -> None:
+        super().__init__(self._throttled)
+        self.capacity = capacity
+        self.delay = delay
+
+    def _throttled(self, row: dict[str, Any], seen: int) -> Reply:
+        if self.in_flight > self.capacity:
+            return Reply(status=429, json={"detail": "slow down"}, headers=(("Retry-After", "0"),), delay=0.01)
+        return Reply(json={"reward": 1.0}, delay=self.delay)

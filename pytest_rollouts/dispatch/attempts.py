@@ -112,6 +112,11 @@ class Attempts:
             {agents[i]: n for i, n in sorted(self._refused.items())},
         )
 
+    def live_limits(self) -> dict[str, int]:
+        """Each agent's adaptive limit now, for the live status ({} under a fixed ``parallel``, which
+        is the limit then). A dict built anew, so another thread may read it."""
+        return {limit.agent: int(limit.limit) for limit in self._limits or ()}
+
     async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
         """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
         or a 429/502/503/504 (while the retry budget lasts), all carrying the attempt's index, and

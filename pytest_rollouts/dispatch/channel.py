@@ -233,6 +233,11 @@ class Dispatcher:
         age = progress.oldest_age
         return progress.in_flight, None if age is None else age + time.monotonic() - read_at, progress.oldest
 
+    @property
+    def limits(self) -> dict[str, int]:
+        """Each agent's adaptive limit, as the engine last reported ({} under a fixed ``parallel``)."""
+        return {} if self._in_flight is None else self._in_flight[0].limits
+
     def _surely_admitted(self, slot: int) -> bool:
         """Whether the engine's look-ahead has certainly started ``slot``, so no claim is needed.
 

@@ -274,7 +274,7 @@ class Engine:
 
     def _progress(self) -> bytes:
         """What only this process knows: requests in flight, the oldest one's age and key, and the
-        tasks finished, rollouts sent and failures by class so far.
+        tasks finished, rollouts sent and failures by class so far, and each agent's adaptive limit.
 
         Requests enter ``in_flight_since`` as they start and leave as they end, so the first
         entry is the oldest.
@@ -282,12 +282,12 @@ class Engine:
         since = self._attempts.in_flight_since
         oldest = next(iter(since), None)
         done, sent, failures, masking = self._tasks_done, self._rollouts_sent, self._failure_counts, self._masking
-        latency = self._latency.p50_p90()
+        latency, limits = self._latency.p50_p90(), self._attempts.live_limits()
         if oldest is None:
-            return encode(Progress(0, None, None, done, sent, failures, latency, masking))
+            return encode(Progress(0, None, None, done, sent, failures, latency, masking, limits))
         where = [self._col["task"][oldest], self._col["rollout"][oldest]]
         age = time.monotonic() - since[oldest]
-        return encode(Progress(len(since), age, where, done, sent, failures, latency, masking))
+        return encode(Progress(len(since), age, where, done, sent, failures, latency, masking, limits))
 
     def _sync(self) -> None:
         self._rows.sync()

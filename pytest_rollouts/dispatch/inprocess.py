@@ -29,6 +29,7 @@ from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
 from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.rows.planned import Key, PlannedRollout
@@ -186,13 +187,15 @@ class PlanResult:
     drained: list[Key] = field(default_factory=list)
     # Why dispatch stopped before the end of the plan (an ``ArtifactError``'s message), or "".
     stopped: str = ""
+    # Each adaptive limit over time and the retries sent and refused, for the metrics file.
+    record: DispatchRecord = field(default_factory=DispatchRecord)
 
 
 async def dispatch_plan(
     header: PlanHeader,
     rollouts: Sequence[PlannedRollout],
     on_outcome: Callable[[PlannedRollout, RolloutOutcome], None],
-    watch: Callable[[dict[int, float]], None] | None = None,
+    watch: Callable[[Attempts], None] | None = None,
 ) -> PlanResult:
     """Dispatch ``rollouts`` in the running event loop, writing their rows as the dispatcher process does.
 
@@ -216,14 +219,16 @@ async def dispatch_plan(
 
     Each outcome is handed to ``on_outcome`` as its rollout ends and none is kept: a run of a
     million rollouts holds what is in flight, not an outcome for each. ``watch`` is handed the
-    requests in flight (each rollout's position in ``rollouts``, by the monotonic time it was sent,
-    oldest first) once, before any is sent: a live status reads it.
+    attempts once, before any is sent: a live status reads their requests in flight
+    (``in_flight_since``: each rollout's position in ``rollouts``, by the monotonic time it was
+    sent, oldest first) and each agent's adaptive limit (``live_limits``). The result's ``record``
+    says how dispatch went (adaptive limits over time, retries).
     """
     if header.shared_output:
         raise ValueError("shared_output is for xdist workers' dispatcher processes, not dispatch in process")
     async with LocalDispatch(header) as dispatch:
         if watch is not None:
-            watch(dispatch.attempts.in_flight_since)
+            watch(dispatch.attempts)
         await dispatch.check_health()
         bodies, rows = _open(header, dispatch.agents.redact)
         stream = dispatch.stream(_attempts(dispatch, bodies, rows, rollouts))
@@ -237,6 +242,7 @@ async def dispatch_plan(
         finally:
             syncing.cancel()
             await dispatch.aclose()  # before the files close: a reply that came still writes its row
+            result.record = dispatch.attempts.record()
             await asyncio.gather(syncing, return_exceptions=True)
             bodies.close()
             try:

@@ -178,8 +178,9 @@ class Ready:
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
     the tasks finished, rollouts sent and failures by class so far, the p50 and p90 latency
-    of every rollout finished (None before the first), and what the run lost to masking and
-    dropped rollouts (``rows/masking.py``)."""
+    of every rollout finished (None before the first), what the run lost to masking and
+    dropped rollouts (``rows/masking.py``), and each agent's adaptive limit now (none under a
+    fixed ``parallel``), for the live status file."""
 
     tag: ClassVar[str] = "progress"
     in_flight: int
@@ -190,6 +191,7 @@ class Progress:
     failures: dict[str, int]
     latency: list[float] | None
     masking: MaskingCounts
+    limits: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

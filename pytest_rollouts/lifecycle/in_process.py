@@ -19,6 +19,7 @@ from pathlib import Path
 from pytest_rollouts.config.agents import Agents, AgentsError
 from pytest_rollouts.config.collection import CollectionConfig
 from pytest_rollouts.config.routing import RoutingError
+from pytest_rollouts.dispatch.attempts import Attempts
 from pytest_rollouts.dispatch.inprocess import PlanResult, dispatch_plan
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.export.tracing import RunTrace
@@ -117,6 +118,7 @@ async def _dispatch_and_score(
             outputs=outputs,
             drained=frozenset(dispatched.drained),
             trace=ended.trace,
+            dispatch=dispatched.record.by_agent(),
         )
         verdict = life.conclude(score, replace(end, dispatch_failure=dispatched.stopped), Gate.of(settings))
         html = None if settings.html is None else root / settings.html
@@ -207,8 +209,10 @@ class _Ended:
         self.total = len(rollouts)
         # Replaced whole at each failure: the status file's thread reads it while the loop counts.
         self._failed: dict[str, int] = {}
-        # The requests in flight, by position in ``rollouts`` (``dispatch_plan``'s ``watch``).
+        # The requests in flight, by position in ``rollouts``, and each agent's adaptive limit now
+        # (``dispatch_plan``'s ``watch``).
         self._in_flight: dict[int, float] = {}
+        self._limits: Callable[[], dict[str, int]] = dict
 
     def __call__(self, rollout: PlannedRollout, outcome: RolloutOutcome) -> None:
         if outcome.attempts:
@@ -219,8 +223,9 @@ class _Ended:
         if self.trace is not None:
             self.trace.rollouts(rollout.task_index, rollout.agent, (outcome,))
 
-    def watch(self, in_flight: dict[int, float]) -> None:
-        self._in_flight = in_flight
+    def watch(self, attempts: Attempts) -> None:
+        self._in_flight = attempts.in_flight_since
+        self._limits = attempts.live_limits
 
     def counts(self) -> Counts | None:
         """Now, from the status file's thread: None when the requests in flight changed while read
@@ -234,7 +239,7 @@ class _Ended:
                 where = (time.monotonic() - oldest[1], rollout.task_index, rollout.rollout_index)
         except (RuntimeError, IndexError):
             return None
-        return Counts(self.total, len(self.durations), self._failed, len(since), where)
+        return Counts(self.total, len(self.durations), self._failed, len(since), where, limits=self._limits())
 
 
 async def _dispatch(settings: CollectionConfig, life: RunLifecycle, plan: Plan, ended: _Ended) -> PlanResult:

@@ -49,6 +49,8 @@ class Counts:
     # The oldest request's age at ``at``, its task and rollout.
     oldest: tuple[float, int, int] | None = None
     at: float = field(default_factory=time.monotonic)
+    # Each agent's adaptive limit now; none under a fixed ``parallel`` (``concurrency_limit`` then).
+    limits: dict[str, int] = field(default_factory=dict)
 
     def oldest_now(self, now: float) -> OldestInFlight | None:
         if self.oldest is None:
@@ -66,8 +68,9 @@ def ended_by(error: BaseException | None, *, dispatch_stopped: bool = False) -> 
 
 
 def concurrency_limit(settings: Settings) -> int:
-    """The concurrency limit dispatch keeps: the one place the status reads it (today the configured
-    ``parallel``, for the whole run however many xdist workers share it)."""
+    """The concurrency limit a fixed ``parallel`` keeps, for the whole run however many xdist workers
+    share it; under ``auto:MAX`` the ceiling, said only until the first count brings the agents'
+    live limits (``Counts.limits``, which the status sums)."""
     return settings.parallel
 
 
@@ -111,10 +114,12 @@ class StatusWriter:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join()
+        # The limits dispatch ended with: the final counts' or, when they do not say them, the last seen.
+        limits = (final.limits if final is not None else {}) or self._last.limits
         if final is not None:
             self._last = final
         last = self._last
-        self._last = Counts(last.total, last.done, last.failed)
+        self._last = Counts(last.total, last.done, last.failed, limits=limits)
         self._try(state)
 
     def _run(self) -> None:
@@ -149,7 +154,8 @@ class StatusWriter:
             failed=dict(counts.failed),
             in_flight=counts.in_flight,
             oldest_in_flight=counts.oldest_now(now),
-            limit=self._limit(),
+            limit=sum(counts.limits.values()) if counts.limits else self._limit(),
+            limits=dict(counts.limits),
             rate_per_s=rate,
             eta_s=None if not rate or state != RUNNING else round(remaining / rate, 1),
         )

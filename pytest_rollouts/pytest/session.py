@@ -364,6 +364,10 @@ class RolloutRun:
         dispatcher = self._dispatcher
         return (None, None) if dispatcher is None else (dispatcher.in_flight, dispatcher.finished)
 
+    def live_limits(self) -> dict[str, int]:
+        """Each agent's adaptive limit as this process's dispatcher last reported ({} under a fixed parallel)."""
+        return {} if self._dispatcher is None else self._dispatcher.limits
+
     def run_dispatch_record(self) -> DispatchRecord:
         """The whole run's: this process's dispatchers', or on a controller its workers'."""
         return self.workers.dispatch_record if role(self.config).controller else self.dispatch_record

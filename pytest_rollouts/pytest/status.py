@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.pytest.session import RolloutRun
 
 # The report property a worker's counts travel in: [total, done, failed by class, in flight,
-# the oldest request's age, task and rollout (or None)].
+# the oldest request's age, task and rollout (or None), each agent's adaptive limit].
 STATUS = "rollouts_status"
 
 
@@ -78,7 +78,7 @@ class SessionStatus:
         if counts is not None:
             self._told_at = now
             oldest = list(counts.oldest) if counts.oldest else None
-            said = [counts.total, counts.done, counts.failed, counts.in_flight, oldest]
+            said = [counts.total, counts.done, counts.failed, counts.in_flight, oldest, counts.limits]
             report.user_properties.append((STATUS, said))
 
     def _hear(self, report: pytest.TestReport) -> None:
@@ -86,23 +86,26 @@ class SessionStatus:
         if said is None:
             return
         report.user_properties[:] = [(name, value) for name, value in report.user_properties if name != STATUS]
-        total, done, failed, in_flight, oldest = said
+        total, done, failed, in_flight, oldest, limits = said
         self._workers[getattr(report, "node", None)] = Counts(
-            total, done, failed, in_flight, None if oldest is None else tuple(oldest)
+            total, done, failed, in_flight, None if oldest is None else tuple(oldest), limits=limits
         )
         run = self.config.stash.get(RUN_KEY, None)
         if self.writer is None and run is not None:
             self._start(run, self._from_workers)
 
     def _from_workers(self) -> Counts | None:
-        """The workers' latest counts summed: the oldest request is the oldest of theirs."""
+        """The workers' latest counts summed (each agent's limits too: each worker has its own
+        dispatcher): the oldest request is the oldest of theirs."""
         said = list(self._workers.values())
         if not said:
             return None
         now = time.monotonic()
         failed: Counter[str] = Counter()
+        limits: Counter[str] = Counter()
         for counts in said:
             failed.update(counts.failed)
+            limits.update(counts.limits)
         oldest = [(c.oldest[0] + now - c.at, c.oldest[1], c.oldest[2]) for c in said if c.oldest is not None]
         return Counts(
             max(c.total for c in said),
@@ -111,6 +114,7 @@ class SessionStatus:
             sum(c.in_flight for c in said),
             max(oldest, default=None),
             now,
+            dict(limits),
         )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -150,4 +154,4 @@ def _from_dispatcher(run: RolloutRun) -> Counts | None:
         return None
     count, age, where = in_flight
     oldest = None if age is None or where is None else (age, where[0], where[1])
-    return Counts(run.planned, finished[1], finished[2], count, oldest)
+    return Counts(run.planned, finished[1], finished[2], count, oldest, limits=run.live_limits())

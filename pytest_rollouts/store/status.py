@@ -47,7 +47,9 @@ class RunStatus:
     """What the file says. ``total`` and ``done`` count the rollouts this session dispatches (a resume's
     settled ones are not among them); ``failed`` counts those of them that failed, by class (a result
     without a reward is ``no_reward``, as the live line counts it); ``limit`` is the concurrency limit
-    dispatch keeps now. ``rate_per_s`` is over the last minute; ``eta_s`` is None while no rate is known."""
+    dispatch keeps now: a fixed ``parallel``, or under ``auto:MAX`` the sum of ``limits``, each agent's
+    adaptive limit now (summed over xdist workers; empty under a fixed ``parallel``). ``rate_per_s``
+    is over the last minute; ``eta_s`` is None while no rate is known."""
 
     state: str
     out: str
@@ -62,6 +64,7 @@ class RunStatus:
     in_flight: int = 0
     oldest_in_flight: OldestInFlight | None = None
     limit: int = 0
+    limits: dict[str, int] = field(default_factory=dict)
     rate_per_s: float | None = None
     eta_s: float | None = None
 

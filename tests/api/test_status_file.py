@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from pytest_rollouts import CollectionConfig, run_from_config
 from pytest_rollouts.store.status import RunStatus, read_status, status_path
 
-from ..agents import ScriptedAgent
-from ..helpers import new_status, read_rows, tasks, write_rows
+from ..agents import ScriptedAgent, ThrottlingAgent
+from ..helpers import embedded, new_status, read_rows, tasks, write_rows
 
 ROWS = 16
 
@@ -57,7 +58,7 @@ def test_the_status_file_says_what_runs_and_how_the_run_ended(here: Path) -> Non
     assert any(s.in_flight > 0 and s.oldest_in_flight is not None for s in running), seen
     done = [s.done for s in running]
     assert done == sorted(done) and len(set(done)) >= 2, done
-    assert all(s.total == ROWS and s.limit == 4 and s.pid == os.getpid() for s in running)
+    assert all(s.total == ROWS and s.limit == 4 and s.limits == {} and s.pid == os.getpid() for s in running)
     final = read_status(path)
     lines = len(read_rows(here / "out" / "r.jsonl")) + len(read_rows(here / "out" / "r_failures.jsonl"))
     assert final.state == "finished" and final.done == lines == ROWS and final.in_flight == 0
@@ -78,3 +79,29 @@ def test_a_cancelled_run_says_it_stopped(here: Path) -> None:
     final = read_status(path)
     assert final.state == "stopped" and 2 <= final.done < ROWS
     assert final.in_flight == 0 and not final.writer_gone()
+
+
+def test_under_auto_the_status_and_the_metrics_file_say_how_dispatch_adapted(here: Path) -> None:
+    """A throttling agent keeps the adaptive limit far under MAX: the status file says that limit
+    while the run goes, and the metrics file (and the report's chart) the limit over time and the retries."""
+    write_rows(here / "data.jsonl", tasks(200))
+    path = status_path(here / "out" / "r.jsonl")
+
+    async def main() -> list[RunStatus]:
+        with ThrottlingAgent(capacity=6) as agent:
+            given = config(agent, parallel="auto:64", retries=10, retry_backoff=0.01, html="r.html")
+            run = asyncio.create_task(run_from_config(given))
+            seen = await watched(run, path)
+            assert (await run).exit_status == 0
+        return seen
+
+    # Before dispatch begins the file can only say the ceiling; from then on, the live limit.
+    live = [s for s in asyncio.run(main()) if s.state == "running" and s.limits]
+    assert live and all(set(s.limits) == {"policy"} and s.limit == s.limits["policy"] < 64 for s in live), live
+    (entry,) = orjson.loads((here / "out" / "r_aggregate_metrics.json").read_bytes())
+    dispatch = entry["dispatch"]
+    (series,) = dispatch["concurrency_limit"]
+    assert series["ceiling"] == 64 and all(1 <= limit < 64 for _, limit in series["points"]), series
+    assert dispatch["retries"] > 0 and dispatch["retries_refused_by_budget"] >= 0, dispatch
+    chart = embedded((here / "r.html").read_bytes(), "report-data")["charts"]["concurrency"]
+    assert chart["series"] == [{"name": "policy", "ceiling": 64, "points": series["points"]}]

@@ -18,7 +18,7 @@ from pytest_rollouts import CollectionConfig, run
 from pytest_rollouts.dispatch.concurrency import START
 from pytest_rollouts.dispatch.messages import DispatchRecord
 
-from ..agents import Reply, ScriptedAgent
+from ..agents import Reply, ScriptedAgent, ThrottlingAgent
 from ..helpers import embedded, one_rollout_dispatcher, read_rows, run_rollouts, subprocess_run, tasks, write_rows
 
 CAPACITY = 6
@@ -47,21 +47,8 @@ def limits(record: DispatchRecord) -> list[int]:
     return [int(limit) for _, limit in series.points]
 
 
-def throttling(agent: list[ScriptedAgent]) -> Any:
-    """Past ``CAPACITY`` requests at once, a 429 that asks for a retry at once."""
-
-    def behaviour(row: dict[str, Any], seen: int) -> Reply:
-        if agent[0].in_flight > CAPACITY:  # a gateway takes time too: held, it counts as in flight
-            return Reply(status=429, json={"detail": "slow down"}, headers=(("Retry-After", "0"),), delay=0.01)
-        return Reply(json={"reward": 1.0}, delay=0.02)
-
-    return behaviour
-
-
 def test_a_throttling_agent_brings_the_limit_down(tmp_path: Path) -> None:
-    holder: list[ScriptedAgent] = []
-    with ScriptedAgent(throttling(holder)) as agent:
-        holder.append(agent)
+    with ThrottlingAgent(CAPACITY) as agent:
         record = dispatch(tmp_path, agent, 300, "auto:64", retries=10, retry_backoff=0.01)
     seen = limits(record)
     # It grew until the agent pushed back, then fell: a later point below an earlier one.
@@ -71,9 +58,7 @@ def test_a_throttling_agent_brings_the_limit_down(tmp_path: Path) -> None:
 
 def test_a_fixed_parallel_against_the_same_agent_holds_it_at_parallel(tmp_path: Path) -> None:
     """The same agent with ``parallel`` fixed: what the adaptive limit spares it."""
-    holder: list[ScriptedAgent] = []
-    with ScriptedAgent(throttling(holder)) as agent:
-        holder.append(agent)
+    with ThrottlingAgent(CAPACITY) as agent:
         dispatcher = one_rollout_dispatcher(tmp_path, bodies(200), agent.url, 64, retries=0)
         dispatcher.start()
         try:

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_rollouts.store.status import RunStatus, read_status, status_path
 
-from ..agents import Reply, ScriptedAgent, verifier
+from ..agents import Reply, ScriptedAgent, ThrottlingAgent, verifier
 from ..helpers import (
     Artifacts,
     new_status,
@@ -71,7 +71,7 @@ def test_status_file_while_running_and_after(tmp_path: Path, workers: tuple[str,
     assert any(s.in_flight > 0 and s.oldest_in_flight is not None for s in running), seen
     done = [s.done for s in running]
     assert done == sorted(done) and len(set(done)) >= 2, done  # it grows while the run goes
-    assert all(s.pid == proc.pid and s.limit == 4 for s in running), running
+    assert all(s.pid == proc.pid and s.limit == 4 and s.limits == {} for s in running), running
     assert all(s.total == ROWS for s in running if s.done), running
     final = read_status(path)
     files = Artifacts(tmp_path)
@@ -86,6 +86,34 @@ def test_status_file_while_running_and_after(tmp_path: Path, workers: tuple[str,
     assert f"done {ROWS}/{ROWS} (100%), failed 1 (1 agent_run_error), in flight 0 (limit 4)" in shown.stdout
     as_json = json.loads(status_command(tmp_path, "out/r.jsonl", "--json").stdout)
     assert as_json["state"] == "finished" and as_json["done"] == ROWS and as_json["stale"] is False
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_under_auto_the_status_says_the_live_limit_not_the_ceiling(tmp_path: Path, workers: tuple[str, ...]) -> None:
+    """A throttling agent keeps the adaptive limit far under MAX: the file says that limit (under
+    ``-n``, the workers' summed), each agent's, and ``pytest-rollouts status`` prints it."""
+    write_rows(tmp_path / "data.jsonl", tasks(200))
+    with ThrottlingAgent(capacity=6) as agent:
+        command = pytest_command(
+            agent.url,
+            "--rollouts-parallel=auto:64",
+            "--rollouts-retries=10",
+            "--rollouts-status-interval=0.05",
+            "--rollouts-progress-interval=0.05",
+            *workers,
+        )
+        proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        path = status_path(tmp_path / "out" / "r.jsonl")
+        seen = watch(proc, path)
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output.decode()
+    live = [s for s in seen if s.state == "running" and s.limits]
+    assert live, seen
+    assert all(set(s.limits) == {"default"} and s.limit == s.limits["default"] < 64 for s in live), live
+    final = read_status(path)
+    assert final.state == "finished" and final.limit == final.limits["default"] < 64, final
+    shown = status_command(tmp_path, "out/r.jsonl")
+    assert f"in flight 0 (limit {final.limit}: default {final.limit})" in shown.stdout, shown.stdout
 
 
 def test_a_killed_run_leaves_a_status_said_to_be_stale(tmp_path: Path) -> None:
