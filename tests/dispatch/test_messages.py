@@ -102,7 +102,7 @@ def outcome_table(**changes: object) -> dict[str, object]:
             "progress",
             {"in_flight": 0, "oldest_age": None, "oldest": None, "tasks_done": 0, "rollouts_sent": 0, "sent": 1},
             "message 'progress' has field 'sent' its type does not define and no field 'failures' and no field "
-            "'latency' and no field 'masking'",
+            "'latency' and no field 'limits' and no field 'masking'",
         ),
     ],
 )
