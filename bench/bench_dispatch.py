@@ -56,6 +56,8 @@ class Case:
     front: str = "pytest"
     latency: float = 0.0
     pairs: int = 5
+    # More options of this checkout's run (an older tree may not know them: compared with plain only).
+    options: tuple[str, ...] = ()
 
     @property
     def lines(self) -> int:
@@ -65,6 +67,7 @@ class Case:
 CASES = (
     Case("1", 1),
     Case("10k", 10_000),
+    Case("10k-auto", 10_000, options=("--rollouts-parallel=auto:64",)),
     Case("100k", 100_000),
     Case("6250x16", 6_250, repeats=16),
     Case("2000@50ms", 2_000, latency=0.05, pairs=3),
@@ -77,7 +80,7 @@ def front_command(case: Case, data: Path, url: str, out: Path) -> list[str]:
     """The command that runs ``case`` through its front door, in whichever tree ``PYTHONPATH`` puts first."""
     if case.front == "pytest":
         repeats = [f"--rollouts-repeats={case.repeats}"] if case.repeats > 1 else []
-        return plugin_command(data, out, PARALLEL, f"--rollouts-agent={url}", *repeats)
+        return plugin_command(data, out, PARALLEL, f"--rollouts-agent={url}", *repeats, *case.options)
     client = {"examples": ["api_client.py"], "config": ["config_client.py", "--repeats", str(case.repeats)]}
     script, *extra = client[case.front]
     tail = ["1024"] if case.front == "examples" else []  # api_client's max_resident
@@ -164,6 +167,7 @@ def targets(results: dict[str, Result], work: Path) -> list[Target]:
             found.append(Target(f"{what}: head / plain (median of {pairs} pairs)", results[case].ratio(), limit, "x"))
 
     ratio("10k", "pytest, 10k rows", 1.2)
+    ratio("10k-auto", "pytest, 10k rows, --rollouts-parallel=auto:64 (adaptive)", 1.2)
     ratio("100k", "pytest, 100k rows", 1.1)
     if "100k" in results:
         found.append(Target("pytest, 100k rows: peak RSS (largest run)", results["100k"].peak_mb(), 300, "MB"))
@@ -205,6 +209,9 @@ def chosen_cases(args: argparse.Namespace) -> list[Case]:
 def _ref_for(case: Case, ref: Tree | None) -> Tree | None:
     """``ref``, unless it lacks what ``case`` runs through (then the case is compared with plain only)."""
     needs = API_NEEDS.get(case.front)
+    if ref is not None and case.options:
+        print(f"case {case.name}: {ref.name} may not know {' '.join(case.options)}; compared with the plain loop only")
+        return None
     if ref is None or needs is None or ref.offers(needs):
         return ref
     print(f"case {case.name}: {ref.name} has no {needs}; compared with the plain loop only")
