@@ -98,6 +98,12 @@ class Agents:
             return {settings.environment_server: runs_on.get(settings.environment_server)}
         return runs_on
 
+    def result_types(self, names: Iterable[str]) -> dict[str, str]:
+        """The type of each environment server among ``names`` as the head server's config declares it
+        (none without a config): what the rows sent through it are stamped ``_ng_result_type``."""
+        declared = self.discovered.result_types if self.discovered is not None else {}
+        return {name: declared[name] for name in names if name in declared}
+
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""
         from pytest_rollouts.config.suite import find_declaration, load_suite

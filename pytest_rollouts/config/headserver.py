@@ -10,7 +10,8 @@ Keys read, all at the top level of that config:
 - ``<name>.responses_api_agents.<type>.{host, port}``: agent ``<name>`` at ``http://host:port``;
   ``...<type>.resources_server.name`` says which resources server it fronts.
 - ``<name>.environment_servers.<type>.{host, port}``: an environment server, where
-  episode (taskset) rows can be routed (``[tasksets]`` or ``--rollouts-agent-map``).
+  episode (taskset) rows can be routed (``[tasksets]`` or ``--rollouts-agent-map``); ``<type>``
+  is stamped ``_ng_result_type`` on every row that goes through it, as NeMo Gym stamps it.
 - ``<name>.resources_servers.<type>.datasets[].agent``: the agent a resources server's
   datasets are pinned to, which is how ``task_source: <name>`` resolves. Without a pin,
   the one agent that fronts that resources server; an agent's own name resolves to it.
@@ -112,7 +113,8 @@ def config_datasets(config: Mapping[str, Any]) -> tuple[HeadDataset, ...]:
 
 
 def config_agents(config: Mapping[str, Any]) -> Discovered:
-    """Agents (name to URL) and task sources (name to agent) in a NeMo Gym global config."""
+    """Agents (name to URL) and task sources (name to agent) in a NeMo Gym global config, and each
+    environment server's type (NeMo Gym's ``server_types`` in ``_run_examples_with_metadata``)."""
     agents: dict[str, str] = {}
     fronts: dict[str, list[str]] = {}
     for name, entry in config.items():
@@ -125,10 +127,12 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
             fronts.setdefault(str(resources["name"]), []).append(str(name))
     sources: dict[str, str] = {name: name for name in agents}
     runs_on: dict[str, str] = {}
+    types: dict[str, str] = {}
     for name, entry in config.items():
         server = _only_server(entry, "environment_servers")
         if server is not None and "port" in server:
             agents[str(name)] = _address(config, server, str(name))
+            types[str(name)] = str(next(iter(entry["environment_servers"])))
             agent = _name_of(server.get("agent_server"))
             if agent is not None:
                 runs_on[str(name)] = agent
@@ -149,7 +153,7 @@ def config_agents(config: Mapping[str, Any]) -> Discovered:
         runs_on,
     )
     options = {option: config[key] for key, option in RUN_KEYS.items() if config.get(key) is not None}
-    return Discovered(agents, sources, config_datasets(config), pairings, options, _taskset_routes(config))
+    return Discovered(agents, sources, config_datasets(config), pairings, options, _taskset_routes(config), types)
 
 
 def _taskset_routes(config: Mapping[str, Any]) -> dict[str, str]:

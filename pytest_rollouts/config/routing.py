@@ -42,6 +42,8 @@ class Discovered:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Its ``environment_server_routes``: the environment server of each taskset.
     tasksets: Mapping[str, str] = field(default_factory=dict)
+    # Each environment server's type (its key under ``environment_servers:``), by server name.
+    result_types: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pytest_rollouts.rows.schema import (
     FAILURE_CLASS,
     FAILURE_MESSAGE,
     JUDGE_INVALID,
+    RESULT_TYPE,
     ROLLOUT_INDEX,
     TASK_INDEX,
     agent_failure_row,
@@ -160,11 +161,15 @@ class Attempts:
         body = planned.body
         episode = loads(body) if planned.episode else None
         stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
+        # Through an environment server: it, and its type when the head server's config gives one.
+        server: dict[str, Any] = {ENVIRONMENT_SERVER: agent}
+        if agent in self._h.result_types:
+            server[RESULT_TYPE] = self._h.result_types[agent]
         if episode is not None:
-            stamps[ENVIRONMENT_SERVER] = agent
-        elif planned.via_server:  # through an environment server: it, and the agent the row names, if any
+            stamps.update(server)
+        elif planned.via_server:  # and the agent the row names, if any
             ref = loads(body).get("agent_ref")
-            stamps.update({ENVIRONMENT_SERVER: agent, **({"agent_ref": ref} if ref is not None else {})})
+            stamps.update({**server, **({"agent_ref": ref} if ref is not None else {})})
         else:
             stamps["agent_ref"] = {"name": agent}
         attempt_index = planned.first_attempt

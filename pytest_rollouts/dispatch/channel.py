@@ -86,6 +86,7 @@ class Dispatcher:
         process: subprocess.Popen[bytes] | None = None,
         models: dict[str, ModelPlan] | None = None,
         model_parallel: int | None = None,
+        result_types: dict[str, str] | None = None,
     ) -> None:
         self._rollouts = rollouts
         self._planned, self._last_position = _per_slot(rollouts, slot_count)
@@ -96,6 +97,7 @@ class Dispatcher:
         self._parallel = parallel
         self._models = models or {}
         self._model_parallel = model_parallel
+        self._result_types = result_types
         # An xdist worker dispatches only what xdist queued for it (``claim``): looking
         # ahead over the whole plan would run other workers' items.
         self._limit = 0 if worker else settings.resident_limit
@@ -153,6 +155,7 @@ class Dispatcher:
             shared_output=self._worker,
             models=self._models,
             model_parallel=self._model_parallel,
+            result_types=self._result_types,
         )
         values: dict[str, Callable[[PlannedRollout], int]] = {
             "slot": lambda r: r.slot,

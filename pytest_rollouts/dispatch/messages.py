@@ -87,6 +87,9 @@ class PlanHeader:
     retry_budget: float = 0.1
     # The model agents' response cache, an absolute folder ("": none; ``model/cache.py``).
     cache: str = ""
+    # The type of each environment server among ``agents`` (its key under ``environment_servers:`` in
+    # the head server's config), stamped ``_ng_result_type`` on the rows it runs, as NeMo Gym does.
+    result_types: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(
@@ -100,12 +103,14 @@ class PlanHeader:
         shared_output: bool = False,
         models: Mapping[str, ModelPlan] | None = None,
         model_parallel: int | None = None,
+        result_types: Mapping[str, str] | None = None,
     ) -> PlanHeader:
         """The header of a plan for ``urls``' agents (sorted by name: the ``agent`` column's order),
         with the run's bounds, retries, budget, headers and health checks from ``settings``.
         ``paths``: the materialized inputs, the outputs and the failures sidecar (none in memory).
         ``models``: the model agents among them; ``model_parallel``: their calls in flight (``parallel``
-        unless given: this process's share of ``--rollouts-model-parallel``)."""
+        unless given: this process's share of ``--rollouts-model-parallel``); ``result_types``: the
+        environment servers' types (``Cleared.result_types``)."""
         agents = sorted(urls)
         bodies, out, failures = paths
         return cls(
@@ -135,6 +140,7 @@ class PlanHeader:
             adaptive=isinstance(settings.parallel, AdaptiveParallel),
             retry_budget=settings.retry_budget,
             cache="" if settings.cache is None else str(settings.cache.absolute()),
+            result_types={name: kind for name, kind in (result_types or {}).items() if name in agents},
         )
 
 

@@ -261,6 +261,7 @@ async def _dispatch(settings: CollectionConfig, life: RunLifecycle, plan: Plan, 
         paths=(str(paths.materialized), str(paths.out), str(paths.failures)),
         models=cleared.models,
         model_parallel=settings.model_parallel,
+        result_types=cleared.result_types,
     )
     return await dispatch_plan(replace(header, health=None), plan.rollouts, ended, ended.watch)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +42,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Cleared:
     """The agents a plan sends to, cleared before anything is moved: where each answers (embedded
-    ones started), and the model agents the driver runs."""
+    ones started), the model agents the driver runs, and the environment servers' types."""
 
     urls: dict[str, str]
     models: dict[str, ModelPlan]
+    # Each environment server's type among ``urls`` (``Agents.result_types``), for the rows it runs.
+    result_types: dict[str, str] = field(default_factory=dict)
 
 
 class PublishStopped(KeyboardInterrupt):
@@ -97,34 +99,35 @@ class RunLifecycle:
         health (``/health`` on every agent not a model), or a ``Refusal``: for a fresh run, before
         any file is moved; for a resume, once the plan says which agents it still sends to.
         ``recorded``: the dataset paths of the run resumed, for a process that collected none."""
-        urls, models, checked = self._addresses(agents, names, recorded)
-        return self._cleared(urls, models, await unhealthy(settings, checked))
+        cleared, checked = self._addresses(agents, names, recorded)
+        return self._cleared(cleared, await unhealthy(settings, checked))
 
     def clear_blocking(
         self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
     ) -> Cleared:
         """``clear`` from synchronous code (a pytest session)."""
-        urls, models, checked = self._addresses(agents, names, recorded)
-        return self._cleared(urls, models, unhealthy_blocking(settings, checked))
+        cleared, checked = self._addresses(agents, names, recorded)
+        return self._cleared(cleared, unhealthy_blocking(settings, checked))
 
     def _addresses(
         self, agents: Agents, names: set[str], recorded: Callable[[], Any]
-    ) -> tuple[dict[str, str], dict[str, ModelPlan], dict[str, str]]:
-        """Where each agent answers, its model agents, and the agents whose health to check."""
+    ) -> tuple[Cleared, dict[str, str]]:
+        """Where each agent answers, its model agents and server types, and the agents whose health to check."""
         self._clearing = True
         try:
             urls = agents.urls(names, recorded)
             models = agents.models(urls)
         except AgentsError as exc:
             raise self.refuse(str(exc), where="agents") from None
-        return urls, models, {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
+        checked = {name: url for name, url in urls.items() if not agents.is_model(name, recorded)}
+        return Cleared(urls, models, agents.result_types(urls)), checked
 
-    def _cleared(self, urls: dict[str, str], models: dict[str, ModelPlan], unhealthy: list[str]) -> Cleared:
+    def _cleared(self, cleared: Cleared, unhealthy: list[str]) -> Cleared:
         if unhealthy:
             why = "agents failed their health check; nothing was sent"
             raise self.refuse(why, exit_status=INTERRUPTED, where="health", lines=unhealthy)
-        self.cleared = Cleared(urls, models)
-        return self.cleared
+        self.cleared = cleared
+        return cleared
 
     # -- prepare ---------------------------------------------------------------------------
 

@@ -260,7 +260,8 @@ class RolloutRun:
         gc.freeze()
         paths = self.paths
         self.planned = len(plan.rollouts)
-        urls, models = (self.life.cleared.urls, self.life.cleared.models) if self.life.cleared else ({}, {})
+        cleared = self.life.cleared
+        urls, models, types = (cleared.urls, cleared.models, cleared.result_types) if cleared else ({}, {}, {})
         parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
         model_parallel = model_parallel and this.share(model_parallel)
         self._dispatcher = Dispatcher(
@@ -276,6 +277,7 @@ class RolloutRun:
             process=self._engine,
             models=models,
             model_parallel=model_parallel,
+            result_types=types,
         )
         self._engine = None
         self._dispatcher.on_progress = self._heartbeat

@@ -33,6 +33,10 @@ ATTEMPT_INDEX = "_ng_attempt_index"
 # An episode row's task id as its environment server named it, and the server it ran on.
 TASK_ID = "_ng_task_id"
 ENVIRONMENT_SERVER = "_ng_environment_server"
+# On every row stamped with its environment server: that server's type, its key under
+# ``environment_servers:`` in the head server's config, so a reader knows which kind of result it
+# holds (NeMo Gym's ``NG_RESULT_TYPE_KEY``). Nothing reads it back; a row sent to an agent has none.
+RESULT_TYPE = "_ng_result_type"
 
 # A failure row: why the attempt produced no score.
 FAILURE_CLASS = "_ng_failure_class"

@@ -42,8 +42,6 @@ MODES = {"agent": (), "legacy": LEGACY}
 # and on a failure row its attempt index, terminal flag and the in-run tries before it (docs/resume.md).
 OURS_ONLY = {"elapsed_seconds"}
 OURS_ONLY_ON_FAILURES = OURS_ONLY | {"_ng_attempt_index", "_ng_failure_terminal", "_ng_earlier_tries"}
-# NeMo Gym's rows name the environment server's type; ours do not (yet).
-NEMO_GYM_ONLY = {"_ng_result_type"}
 # A failure's type and message are each collector's own words about the same 422 (aiohttp's
 # ClientResponseError text there, ours here); class, status and body are compared.
 WORDED_APART = {"_ng_failure_type", "_ng_failure_message"}
@@ -69,7 +67,8 @@ def test_our_rows_of_the_same_data_and_config_are_nemo_gyms_field_by_field(
     unstamped and naming the agent (NeMo Gym stamps ``_ng_environment_server`` at preprocessing only in
     legacy and taskset modes, ``_environment_server_for_config_row``; 1f82d1a stamped them), under legacy
     routing stamped and given the server's agent (``_stamp_environment_server_agent_refs``). Results
-    and failures match but for the fields listed above; the metrics entry is labelled alike."""
+    and failures match but for the fields listed above, each stamped with the environment server's type
+    (``_ng_result_type``: ``legacy_agent``) as NeMo Gym's are; the metrics entry is labelled alike."""
     _, state = head_server
     with ScriptedAgent(replaying(mode)) as replay:
         result = _run(pytester, state, replay, *MODES[mode])
@@ -79,12 +78,12 @@ def test_our_rows_of_the_same_data_and_config_are_nemo_gyms_field_by_field(
     assert rewards(ours[""]) == rewards(theirs[""])
     by_key = {key(row): row for row in theirs[""]}
     for row in ours[""]:
-        assert _without(row, OURS_ONLY) == _without(by_key[key(row)], NEMO_GYM_ONLY)
+        assert _without(row, OURS_ONLY) == by_key[key(row)]
     failures = {key(row): row for row in theirs["_failures"]}
     assert sorted(failures) == sorted(key(row) for row in ours["_failures"])
     for row in ours["_failures"]:
         skip = OURS_ONLY_ON_FAILURES | WORDED_APART
-        assert _without(row, skip) == _without(failures[key(row)], NEMO_GYM_ONLY | WORDED_APART)
+        assert _without(row, skip) == _without(failures[key(row)], WORDED_APART)
     [entry] = orjson.loads((pytester.path / "out" / "rollouts_aggregate_metrics.json").read_bytes())
     [their_entry] = orjson.loads((GOLDEN / mode / "rollouts_aggregate_metrics.json").read_bytes())
     label = ("agent_ref", "_ng_environment_server")

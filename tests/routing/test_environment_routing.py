@@ -369,4 +369,7 @@ def test_an_agent_given_its_address_on_the_command_line_takes_its_rows_itself(
         args = (head, "--rollouts-agent-map=_default=math_agent", f"--rollouts-agent=math_agent={local.url}")
         run_rollouts(pytester, "data.jsonl", *args).assert_outcomes(passed=2)
         assert len(local.requests) == 2 and server.requests == [] and agent.requests == []
-    assert all("_ng_environment_server" not in row for row in Artifacts(pytester.path).rows)
+    # Sent to the agent, not through a server: no server's stamp, and no server type (``_ng_result_type``).
+    assert all(
+        "_ng_environment_server" not in row and "_ng_result_type" not in row for row in Artifacts(pytester.path).rows
+    )
