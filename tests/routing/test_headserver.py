@@ -132,3 +132,13 @@ def test_interpolated_addresses_are_resolved(monkeypatch: pytest.MonkeyPatch) ->
     config["b"]["responses_api_agents"]["s"]["port"] = "${nowhere.port}"
     with pytest.raises(HeadServerError, match=r"b: port: cannot resolve \$\{nowhere.port\}"):
         config_agents(config)
+
+
+def test_each_environment_servers_type_is_its_key_under_environment_servers() -> None:
+    """NeMo Gym's ``server_types``: the first key of a server's ``environment_servers`` block, the value
+    its rows are stamped ``_ng_result_type``; agents and resources servers have none."""
+    config = {
+        "env": {"environment_servers": {"legacy_agent": {"host": "127.0.0.1", "port": 1}}},
+        "agent": {"responses_api_agents": {"simple_agent": {"host": "127.0.0.1", "port": 2}}},
+    }
+    assert config_agents(config).result_types == {"env": "legacy_agent"}
