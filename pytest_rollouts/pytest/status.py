@@ -42,6 +42,10 @@ class SessionStatus:
         # On a worker: when it last added its counts to a report.
         self._told_at = 0.0
         self._cut_short = False
+        this = role(config)
+        if this.name != SINGLE:  # one process reads its own dispatcher: no report carries anything
+            relay = _Relay(self._tell if this.worker else self._hear)
+            config.pluginmanager.register(relay, "rollouts-status-relay")
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -57,17 +61,6 @@ class SessionStatus:
         limit = partial(concurrency_limit, settings)
         writer = StatusWriter(run.paths.out, settings.status_interval, limit, source, total=run.planned)
         self.writer = writer.start()
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """A worker adds its counts to a call report before xdist sends it; the controller takes them out."""
-        if report.when != "call" or not report.user_properties:
-            return
-        this = role(self.config)
-        if this.worker:
-            self._tell(report)
-        elif this.controller:
-            self._hear(report)
 
     def _tell(self, report: pytest.TestReport) -> None:
         run = self.config.stash.get(RUN_KEY, None)
@@ -145,6 +138,19 @@ class SessionStatus:
         tally = self.config.pluginmanager.get_plugin("rollouts-reporter").tally
         failed = (tally.counts.failed_by_class + Counter({NO_REWARD: tally.counts.unrewarded})) | Counter(last.failed)
         return Counts(last.total, max(last.done, sent or 0), dict(+failed))
+
+
+class _Relay:
+    """Under ``-n`` only: a worker adds its counts to a call report before xdist sends it, the
+    controller takes them out (``on_report``: the one side this process is)."""
+
+    def __init__(self, on_report: Callable[[pytest.TestReport], None]) -> None:
+        self._on_report = on_report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and report.user_properties:
+            self._on_report(report)
 
 
 def _from_dispatcher(run: RolloutRun) -> Counts | None:
