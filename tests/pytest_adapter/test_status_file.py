@@ -50,22 +50,23 @@ def watch(proc: subprocess.Popen[bytes], path: Path) -> list[RunStatus]:
     return seen
 
 
+def watched_run(cwd: Path, agent_url: str, *options: str) -> tuple[subprocess.Popen[bytes], bytes, list[RunStatus]]:
+    """A session writing its status every 50 ms, watched to its end: the process, its output, what was read."""
+    command = pytest_command(
+        agent_url, "--rollouts-status-interval=0.05", "--rollouts-progress-interval=0.05", *options
+    )
+    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = watch(proc, status_path(cwd / "out" / "r.jsonl"))
+    output, _ = proc.communicate(timeout=120)
+    return proc, output, seen
+
+
 @pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
 def test_status_file_while_running_and_after(tmp_path: Path, workers: tuple[str, ...]) -> None:
     write_rows(tmp_path / "data.jsonl", tasks(ROWS))
     with ScriptedAgent(failing_task_5, latency=0.25) as agent:
-        command = pytest_command(
-            agent.url,
-            "--rollouts-parallel=4",
-            "--rollouts-retries=0",
-            "--rollouts-status-interval=0.05",
-            "--rollouts-progress-interval=0.05",
-            *workers,
-        )
-        proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        path = status_path(tmp_path / "out" / "r.jsonl")
-        seen = watch(proc, path)
-        output, _ = proc.communicate(timeout=120)
+        proc, output, seen = watched_run(tmp_path, agent.url, "--rollouts-parallel=4", "--rollouts-retries=0", *workers)
+    path = status_path(tmp_path / "out" / "r.jsonl")
     assert proc.returncode == 0, output.decode()
     running = [s for s in seen if s.state == "running"]
     assert any(s.in_flight > 0 and s.oldest_in_flight is not None for s in running), seen
@@ -94,18 +95,10 @@ def test_under_auto_the_status_says_the_live_limit_not_the_ceiling(tmp_path: Pat
     ``-n``, the workers' summed), each agent's, and ``pytest-rollouts status`` prints it."""
     write_rows(tmp_path / "data.jsonl", tasks(200))
     with ThrottlingAgent(capacity=6) as agent:
-        command = pytest_command(
-            agent.url,
-            "--rollouts-parallel=auto:64",
-            "--rollouts-retries=10",
-            "--rollouts-status-interval=0.05",
-            "--rollouts-progress-interval=0.05",
-            *workers,
+        proc, output, seen = watched_run(
+            tmp_path, agent.url, "--rollouts-parallel=auto:64", "--rollouts-retries=10", *workers
         )
-        proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        path = status_path(tmp_path / "out" / "r.jsonl")
-        seen = watch(proc, path)
-        output, _ = proc.communicate(timeout=120)
+    path = status_path(tmp_path / "out" / "r.jsonl")
     assert proc.returncode == 0, output.decode()
     live = [s for s in seen if s.state == "running" and s.limits]
     assert live, seen
