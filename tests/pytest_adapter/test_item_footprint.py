@@ -3,7 +3,11 @@ keeps of its own (not shared with its file's other items) is paid 100k times."""
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
+
+from pytest_rollouts.pytest.tally import Tally
 
 from ..agents import ScriptedAgent
 from ..helpers import QUIET, write_rows
@@ -16,11 +20,13 @@ class Items:
     def __init__(self) -> None:
         self.items: list[pytest.Item] = []
         self.passed: list[pytest.TestReport] = []
+        self.tally: Tally | None = None
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.items = list(session.items)
         self.passed = list(session.config.pluginmanager.get_plugin("terminalreporter").stats["passed"])
+        self.tally = session.config.pluginmanager.get_plugin("rollouts-reporter").tally
 
 
 def run(
@@ -72,3 +78,12 @@ def test_junitxml_still_gets_each_items_properties_at_teardown(pytester: pytest.
     kept = run_kept(pytester, agent, [{"responses_create_params": {"input": "q"}}], "--junitxml=out/j.xml")
     assert [name for name, _ in kept.items[0].user_properties][:2] == ["rollouts_rewards", "rollouts_elapsed"]
     assert "rollouts_rewards" in (pytester.path / "out/j.xml").read_text()
+
+
+def test_the_sessions_latencies_are_kept_as_raw_doubles(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """One float object and its pointer a rollout, 3.2 MB at 100k rollouts, to the session's end."""
+    kept = run_kept(pytester, agent, [{"responses_create_params": {"input": f"q{n}"}} for n in range(3)])
+    assert kept.tally is not None
+    durations = kept.tally.durations
+    assert isinstance(durations, array) and durations.typecode == "d", type(durations)
+    assert len(durations) == 3
