@@ -87,3 +87,10 @@ def test_the_sessions_latencies_are_kept_as_raw_doubles(pytester: pytest.Pyteste
     durations = kept.tally.durations
     assert isinstance(durations, array) and durations.typecode == "d", type(durations)
     assert len(durations) == 3
+
+
+def test_an_item_keeps_nothing_in_a_dict_of_its_own(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """pytest's per-node attributes kept in a ``__dict__`` are slots of a rollout item: 120 bytes an item."""
+    items = run(pytester, agent, [{"responses_create_params": {"input": f"q{n}"}} for n in range(3)])
+    assert [vars(item) for item in items] == [{}, {}, {}]
+    assert "task[0]" in items[0].keywords and items[0].extra_keyword_matches == {"default"}
