@@ -38,7 +38,6 @@ from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
 from pytest_rollouts.dispatch.latency import LatencySketch
 from pytest_rollouts.dispatch.messages import (
     COLUMN_TYPES,
-    COLUMNS,
     Claim,
     Close,
     Closed,
@@ -58,6 +57,7 @@ from pytest_rollouts.dispatch.shared_output import SharedOutput
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.pacing import pace_process
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.rows.planned import COLUMNS
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError

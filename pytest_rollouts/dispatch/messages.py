@@ -7,8 +7,9 @@ fields travel by name, never by position. A field one side adds and the other do
 shifted every later value into the wrong place without a word. orjson writes dataclasses
 natively; a list of them (a task's outcomes) goes as a table whose columns are named once.
 
-The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in ``COLUMNS``
-order (``frames.py``): at 100k rollouts a column is one frame, not 100k values in JSON.
+The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in
+``rows.planned.COLUMNS`` order (``frames.py``): at 100k rollouts a column is one frame, not 100k
+values in JSON.
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from pytest_rollouts.rows.records import RolloutOutcome
 if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for pydantic
     from pytest_rollouts.config.settings import Settings
 
-# The plan's columns, one value per rollout in plan order, and their array type codes ("q" unless given).
-COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode", "via_server")
+# The plan's columns (one value per rollout in plan order) go as these array type codes ("q" unless given).
 COLUMN_TYPES = {"agent": "H", "episode": "B", "via_server": "B"}
 
 
