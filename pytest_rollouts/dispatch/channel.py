@@ -14,13 +14,12 @@ import subprocess
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, write_all
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
 from pytest_rollouts.dispatch.messages import (
-    COLUMN_TYPES,
     Claim,
     Close,
     Closed,
@@ -35,6 +34,7 @@ from pytest_rollouts.dispatch.messages import (
     Ready,
     decode,
     encode,
+    encode_column,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
 from pytest_rollouts.dispatch.record import DispatchRecord
@@ -155,11 +155,11 @@ class Dispatcher:
             model_parallel=self._model_parallel,
             result_types=self._result_types,
         )
-        columns = [array(COLUMN_TYPES.get(name, "q"), _column(rollouts, name, agents)) for name in COLUMNS]
+        columns = [_column(rollouts, name, agents) for name in COLUMNS]
         del rollouts
         if self._proc is None:
             self._proc = spawn_engine()
-        self._write(encode(header) + b"".join(frame(c.tobytes()) for c in columns))
+        self._write(encode(header) + b"".join(map(encode_column, columns)))
         self._plan_sent = True
         while isinstance(reply := self._read(), Progress):
             pass
@@ -374,14 +374,14 @@ def _per_slot(rollouts: PlannedRollouts, slot_count: int) -> tuple[list[int], li
     return planned, last_position
 
 
-def _column(rollouts: PlannedRollouts, name: str, agents: list[str]) -> Iterable[int]:
+def _column(rollouts: PlannedRollouts, name: str, agents: list[str]) -> array:
     """One of the plan's columns as the engine takes it: an agent as its position in ``agents``
     (the header's), not in the plan's own list of names."""
     column = rollouts.column(name)
     if name != "agent":
         return column
     codes = [agents.index(agent) for agent in rollouts.agent_names]
-    return map(codes.__getitem__, column)
+    return array(column.typecode, map(codes.__getitem__, column))
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:

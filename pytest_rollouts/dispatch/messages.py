@@ -7,14 +7,15 @@ fields travel by name, never by position. A field one side adds and the other do
 shifted every later value into the wrong place without a word. orjson writes dataclasses
 natively; a list of them (a task's outcomes) goes as a table whose columns are named once.
 
-The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in
-``rows.planned.COLUMNS`` order (``frames.py``): at 100k rollouts a column is one frame, not 100k
-values in JSON.
+The plan goes as a ``PlanHeader`` and then the plan's columns in ``rows.planned.COLUMNS`` order,
+each one frame (``frames.py``) of its array's type code and raw values, as narrow as the plan holds
+them: at 100k rollouts a column is one frame, not 100k values in JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,13 +28,11 @@ from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.rows.planned import WIDTHS
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for pydantic
     from pytest_rollouts.config.settings import Settings
-
-# The plan's columns (one value per rollout in plan order) go as these array type codes ("q" unless given).
-COLUMN_TYPES = {"agent": "H", "episode": "B", "via_server": "B"}
 
 
 class MessageError(ValueError):
@@ -251,6 +250,21 @@ Message = PlanHeader | ToEngine | FromEngine
 def encode(msg: Message) -> bytes:
     """One framed message, ready to write."""
     return frame(orjson.dumps([msg.tag, _ENCODERS[msg.tag](msg)]))
+
+
+def encode_column(column: array) -> bytes:
+    """One of the plan's columns framed: its type code, then its values."""
+    return frame(column.typecode.encode() + column.tobytes())
+
+
+def decode_column(raw: bytes) -> array:
+    """A plan's column from its frame's payload; ``MessageError`` for one no plan holds."""
+    code = raw[:1].decode("ascii", "replace")
+    if code not in WIDTHS or (len(raw) - 1) % array(code).itemsize:
+        raise MessageError(f"not a plan column: {raw[:20]!r} ({len(raw)} bytes)")
+    column = array(code)
+    column.frombytes(memoryview(raw)[1:])
+    return column
 
 
 def decode(raw: bytes) -> Message:

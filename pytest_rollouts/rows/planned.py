@@ -34,7 +34,7 @@ class PlannedRollout:
 
 # A column's array type codes, narrowest first: each starts at a byte a value and widens when a
 # value does not fit (task numbers past 255, offsets past 4 GB).
-_WIDTHS = ("B", "H", "I", "q")
+WIDTHS = ("B", "H", "I", "q")
 # The columns, named as the dispatcher process's plan names them (``dispatch.messages.COLUMNS``);
 # ``agent`` holds each rollout's agent as its position in ``PlannedRollouts.agent_names``.
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode", "via_server")
@@ -51,7 +51,7 @@ class PlannedRollouts:
     __slots__ = ("_agent_codes", "_columns", "agent_names")
 
     def __init__(self, rollouts: Iterable[PlannedRollout] = ()) -> None:
-        self._columns = [array(_WIDTHS[0]) for _ in COLUMNS]
+        self._columns = [array(WIDTHS[0]) for _ in COLUMNS]
         self.agent_names: list[str] = []
         self._agent_codes: dict[str, int] = {}
         for rollout in rollouts:
@@ -127,14 +127,14 @@ class PlannedRollouts:
         self._columns = [array(column.typecode, map(column.__getitem__, order)) for column in self._columns]
 
     def clear(self) -> None:
-        self._columns = [array(_WIDTHS[0]) for _ in COLUMNS]
+        self._columns = [array(WIDTHS[0]) for _ in COLUMNS]
         self.agent_names.clear()
         self._agent_codes.clear()
 
 
 def _widened(column: array, value: int) -> array:
     """``column`` in the narrowest wider type that holds ``value`` too, with ``value`` appended."""
-    for code in _WIDTHS[_WIDTHS.index(column.typecode) + 1 :]:
+    for code in WIDTHS[WIDTHS.index(column.typecode) + 1 :]:
         try:
             wider = array(code, (value,))
         except OverflowError:
