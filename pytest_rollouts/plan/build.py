@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.rows.episodes import taskset_of
+from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import RunManifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
 from pytest_rollouts.rows.planned import Key, Plan, PlannedRollout, PlannedRollouts
@@ -148,7 +149,7 @@ def materialize(
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts = PlannedRollouts()
     row: dict[str, Any] = {}
-    expected: dict[str, dict[Key, int]] = {}
+    expected: dict[str, KeyIndex] = {}
     last_position = -1
     offset = 0
     with LineReader() as reader, replaced_atomically(path) as out:
@@ -176,7 +177,7 @@ def materialize(
             )
             line = dumps(materialized)
             out.write(line + b"\n")
-            expected.setdefault(task.agent, {})[(task.task_index, rollout_index)] = offset
+            expected.setdefault(task.agent, KeyIndex())[(task.task_index, rollout_index)] = offset
             rollouts.append(
                 PlannedRollout(
                     task.slot,
@@ -234,7 +235,7 @@ def plan_resume(
     only = {task.task_index: task for task in tasks if items[task.task_index] == 1}
     plan = Plan(PlannedRollouts(), len(tasks))
     for entry, key, agent in _recorded(paths, shown, settings, front, recorded):
-        plan.expected.setdefault(agent, {})[key] = entry.offset
+        plan.expected.setdefault(agent, KeyIndex())[key] = entry.offset
         task = slots.get((key[0], agent))
         if task is None and settings.resume_recorded:
             task = only.get(key[0])

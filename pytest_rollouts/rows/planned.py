@@ -7,7 +7,7 @@ Planning makes these from dataset rows; dispatch reads them.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pytest_rollouts.rows.records import RolloutOutcome
@@ -152,4 +152,4 @@ class Plan:
     prior: dict[int, list[RolloutOutcome]] = field(default_factory=dict)
     # Every materialized row by its group (``records.metrics_group``) and key, and its offset:
     # what scoring counts against.
-    expected: dict[str, dict[Key, int]] = field(default_factory=dict)
+    expected: dict[str, Mapping[Key, int]] = field(default_factory=dict)

@@ -21,6 +21,8 @@ MASKED = "mask_sample"
 # input (its tokens are real), but it is not a score, so the mean and pass@k leave it out.
 # Results the score misses that are kept in the output file, not in the failures sidecar.
 IN_OUTPUT = frozenset({MASKED, NO_REWARD})
+# What the output file said of a materialized rollout, as bits of one byte (0: it holds no row of it).
+ROW_READ, ROW_MASKED, ROW_UNREWARDED = 1, 2, 4
 # Reasons a rollout is missing that leave nothing in the failures sidecar.
 OUTSIDE_SIDECAR = frozenset({NO_ROW, CANCELLED}) | IN_OUTPUT
 
@@ -196,30 +198,28 @@ class Accounting:
 
 
 def account(
-    expected: Iterable[Key],
-    completed: set[Key],
-    masked: set[Key],
+    states: Iterable[tuple[Key, int]],
     latest_failure_class: Mapping[Key, str],
     policy: ScoringPolicy,
     drained: frozenset[Key] = frozenset(),
-    unrewarded: set[Key] | frozenset[Key] = frozenset(),
 ) -> Accounting:
     """Sort every expected key into scored, counted as zero, imputed as zero, or missing (by class).
 
+    ``states``: each expected key with what the output file said of it (``ROW_*`` bits).
     ``drained``: keys this session's dispatch budget did not start. They leave no row, so
     only the session can tell them (class ``cancelled``) from rows that went missing.
     """
     coverage = Coverage()
     counted: list[Key] = []
     imputed: list[Key] = []
-    for key in expected:
+    for key, state in states:
         coverage.expected += 1
-        if key in completed:
+        if state:
             coverage.completed += 1
-            if key in masked:
+            if state & ROW_MASKED:
                 coverage.masked += 1
                 coverage.missing_by_class[MASKED] += 1
-            elif key in unrewarded:
+            elif state & ROW_UNREWARDED:
                 coverage.unrewarded += 1
                 coverage.missing_by_class[NO_REWARD] += 1
             continue

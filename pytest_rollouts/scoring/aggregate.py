@@ -8,8 +8,8 @@ metrics come from its server (``server_metrics.py``), else are computed here (``
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -19,12 +19,9 @@ from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.scoring.accounting import Accounting, Coverage, Key, ScoringPolicy, account
+from pytest_rollouts.scoring.columns import RolloutColumns
 from pytest_rollouts.scoring.masking import MASKING, masking_metrics
-from pytest_rollouts.scoring.metrics import (
-    MetricRow,
-    compute_default_metrics,
-    numeric_fields,
-)
+from pytest_rollouts.scoring.metrics import compute_default_metrics
 from pytest_rollouts.scoring.metrics_file import group_label, write_metrics_file
 from pytest_rollouts.scoring.output_scan import GroupRows, OutputScan
 from pytest_rollouts.scoring.perf import token_rates
@@ -127,7 +124,7 @@ def score_run(
     metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, samples, statistics, labels, latest)
     failed = {k: c for k, (c, _) in latest.items()}
     for name, group in sorted(scan.groups.items()):
-        accounting = account(group.expected, group.completed, group.masked, failed, policy, drained, group.unrewarded)
+        accounting = account(group.states(), failed, policy, drained)
         total += accounting.coverage
         score = GroupScore(name, accounting.coverage)
         scores.append(score)
@@ -171,6 +168,7 @@ class _GroupMetrics:
         name = score.agent
         score.label = self.samples.label(name, group.expected)
         added = _added_rows(self.paths, group, accounting.counted, accounting.imputed, self.latest)
+        rollouts = group.rollouts(added)
         url = self.agent_url(name)
         if url is not None:
             try:
@@ -182,45 +180,35 @@ class _GroupMetrics:
             if server is not None:
                 score.metrics, score.source = server, "server"
         if score.source != "server":
-            score.metrics, score.source = _local_metrics(group, added, self.samples, self.statistics.pass_ks), "local"
-        score.metrics[STATISTICS] = _statistics(group, added, self.statistics, self.labels)
+            expected = Counter(group.expected.tasks)
+            sample = self.samples.of(group.expected)
+            metrics = compute_default_metrics(
+                rollouts, expected=expected, sample=sample, pass_ks=self.statistics.pass_ks
+            )
+            score.metrics, score.source = metrics, "local"
+        score.metrics[STATISTICS] = _statistics(group, rollouts, self.statistics, self.labels)
         if not isinstance(baseline, str) and baseline is not None:
             score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
-        usage = usage_summary(group.rows)
+        real = group.rollouts()
+        usage = usage_summary(real)
         if usage is not None and "usage_summary" not in score.metrics:
             score.metrics["usage_summary"] = usage
-        if masking := masking_metrics(name, accounting.coverage, group.rows):
+        if masking := masking_metrics(name, accounting.coverage, real):
             score.metrics.setdefault(MASKING, masking)
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
 
 
 def _statistics(
-    group: GroupRows, added: list[dict[str, Any]], options: StatisticsOptions, labels: TaskLabels | None
+    group: GroupRows, rollouts: RolloutColumns, options: StatisticsOptions, labels: TaskLabels | None
 ) -> dict[str, Any]:
     """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
-    rewards: defaultdict[int, list[float]] = defaultdict(list)
-    scored: set[Key] = set()
-    for task, rollout, reward in [(r.task, r.rollout, r.values.get("reward")) for r in group.rows] + [
-        (*key_of(row), reward_of(row)) for row in added
-    ]:
-        if reward is not None:
-            rewards[task].append(reward)
-            scored.add((task, rollout))
-    unknown = Counter(key[0] for key in group.expected if key not in scored and key not in group.masked)
-    return group_statistics(rewards, unknown, options, labels)
-
-
-def _local_metrics(
-    group: GroupRows, added: list[dict[str, Any]], samples: _Samples, pass_ks: tuple[int, ...] | None = None
-) -> dict[str, Any]:
-    """NeMo Gym's default metrics over the group's real rows and the zeros the policies added."""
-    rows = group.rows + [MetricRow(*key_of(row), numeric_fields(row)) for row in added]
-    ranks = _repeat_ranks(group.expected)
-    if ranks is not None:
-        rows = [MetricRow(r.task, r.rollout, r.values, ranks.get((r.task, r.rollout))) for r in rows]
-    expected = Counter(task for task, _ in group.expected)
-    return compute_default_metrics(rows, expected=expected, sample=samples.of(group.expected), pass_ks=pass_ks)
+    rewards: dict[int, Sequence[float]] = {}
+    for part in rollouts.by_task():
+        ys = rollouts.field("reward", range(part.start, part.stop))
+        if ys:
+            rewards[part.task] = ys
+    return group_statistics(rewards, group.unknown_by_task(rewards), options, labels)
 
 
 class _Samples:
@@ -269,21 +257,6 @@ class _Samples:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
-
-
-def _repeat_ranks(keys: Iterable[Key]) -> dict[Key, int] | None:
-    """Each rollout's place among its task's rollouts in one group, when that is not its index.
-
-    A fanned-out row continues one task's rollout indices across agents (b runs 2 after a's
-    0 and 1), so within b's group its first rollout of a task is repeat 0, not repeat 2:
-    per-repeat statistics compare like with like. None when every index already is its place.
-    """
-    by_task: defaultdict[int, list[int]] = defaultdict(list)
-    for task, rollout in keys:
-        by_task[task].append(rollout)
-    if all(max(rollouts) == len(rollouts) - 1 for rollouts in by_task.values()):
-        return None
-    return {(task, r): place for task, rollouts in by_task.items() for place, r in enumerate(sorted(rollouts))}
 
 
 def _latest_failures(failures: Path) -> dict[Key, tuple[str, int]]:

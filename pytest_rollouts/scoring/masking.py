@@ -8,20 +8,18 @@ is every rollout that left no row at all: drained, written nowhere by the agent,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.accounting import Coverage
-from pytest_rollouts.scoring.metrics import MetricRow
+from pytest_rollouts.scoring.columns import RolloutColumns
 
 MASKING = "masking"
 
 
-def masking_metrics(name: str, coverage: Coverage, rows: Sequence[MetricRow]) -> dict[str, float]:
+def masking_metrics(name: str, coverage: Coverage, rows: RolloutColumns) -> dict[str, float]:
     """The group's masking metrics, {} when nothing was masked or dropped. ``rows``: its real result
     rows (not the zeros the policies add), the unrewarded ones without a ``reward``."""
-    rewards = [row.values["reward"] for row in rows if "reward" in row.values]
+    rewards = rows.field("reward")
     failed = sum(n for cls, n in coverage.failed_by_class.items() if cls != CANCELLED)
     omitted = coverage.failed_by_class[CANCELLED] + coverage.outcomes().no_row
     return MaskingCounts(len(rewards), sum(rewards), coverage.masked, failed, omitted).step_metrics(name)

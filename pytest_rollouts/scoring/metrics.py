@@ -30,6 +30,7 @@ from pytest_rollouts.rows.schema import (
     ROLLOUT_INDEX,
     TASK_INDEX,
 )
+from pytest_rollouts.scoring.columns import RolloutColumns, TaskRows
 from pytest_rollouts.scoring.stats import (
     across_repeats,
     clustered_sem,
@@ -56,11 +57,6 @@ class MetricRow:
     # Its place among its task's rollouts when that is not ``rollout``: a fanned-out agent's indices
     # continue another agent's, but its first rollout of a task is still its repeat 0.
     repeat: int | None = None
-
-
-def _repeat_of(row: MetricRow) -> int:
-    """Which repeat a row is, for the per-repeat statistics."""
-    return row.rollout if row.repeat is None else row.repeat
 
 
 def _no_sample(task: int) -> None:
@@ -170,7 +166,7 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 
 def compute_default_metrics(
-    rows: Sequence[MetricRow],
+    rows: Sequence[MetricRow] | RolloutColumns,
     *,
     expected: Mapping[int, int],
     sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
@@ -179,36 +175,37 @@ def compute_default_metrics(
     """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
 
     ``rows`` are the metric input (the caller has already dropped masked rows and added rows
-    counted as zero), in any order. ``expected`` maps every materialized task of the group to its
-    expected number of rollouts, so tasks and rollouts that never arrived show up as missing
-    instead of silently shrinking the denominator. A row outside ``expected`` (a task it lacks, a
-    rollout index beyond its count) is still counted, with nothing expected of it: no row is lost.
-    ``sample`` gives a task's ``sample`` (None when unknown); it is called as each task's entry
-    is built, so the caller can read it from disk then instead of holding every task's row.
-    ``pass_ks``: the k of pass@k and pass^k (``--rollouts-pass-k``); None for 1, 2, 4, ...
+    counted as zero), in any order, or a group's columns of them (``columns.py``). ``expected``
+    maps every materialized task of the group to its expected number of rollouts, so tasks and
+    rollouts that never arrived show up as missing instead of silently shrinking the denominator.
+    A row outside ``expected`` (a task it lacks, a rollout index beyond its count) is still
+    counted, with nothing expected of it: no row is lost. ``sample`` gives a task's ``sample``
+    (None when unknown); it is called as each task's entry is built, so the caller can read it
+    from disk then instead of holding every task's row. ``pass_ks``: the k of pass@k and pass^k
+    (``--rollouts-pass-k``); None for 1, 2, 4, ...
     """
-    rows = sorted(rows, key=lambda r: (r.task, r.rollout))
+    if not isinstance(rows, RolloutColumns):
+        rows = RolloutColumns.of_rows((r.task, r.rollout, r.values, r.repeat) for r in rows)
     # group_level_metrics is a lazy sequence: each task's entry is built when it is read
     # (written to the file), never all at once; list() it to hold it.
-    fields = list(dict.fromkeys(field for row in rows for field in row.values))
-    tasks = sorted(expected.keys() | {row.task for row in rows})
-    by_task = _group_by(rows, lambda r: r.task)
-    groups = TaskEntries(tasks, by_task, fields, expected, sample)
-    if not rows:
+    fields = rows.field_names()
+    by_task = {part.task: part for part in rows.by_task()}
+    tasks = sorted(expected.keys() | by_task.keys())
+    groups = TaskEntries(tasks, rows, by_task, fields, expected, sample)
+    if not len(rows):
         return {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": groups, "repeat_level_metrics": []}
 
     num_repeats = max(expected.values(), default=0)
-    by_rollout = _group_by(rows, _repeat_of)
-    columns = _columns(rows)
+    by_rollout = rows.by_repeat()
     agent: dict[str, Any] = {}
     for field in fields:
-        agent.update(field_summary(field, columns[field]))
+        agent.update(field_summary(field, rows.field(field)))
     if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
-        per_repeat = [_columns(group) for group in by_rollout.values()]
         for field in fields:
-            agent.update(across_repeats(field, [nan_mean(c[field]) for c in per_repeat if field in c]))
+            means = [nan_mean(xs) for ones in by_rollout.values() if (xs := rows.field(field, ones))]
+            agent.update(across_repeats(field, means))
         agent["num_repeats"] = num_repeats
-    rewards = [ys for group in by_task.values() if (ys := [r.values["reward"] for r in group if "reward" in r.values])]
+    rewards = [ys for part in by_task.values() if (ys := rows.field("reward", range(part.start, part.stop)))]
     if rewards:
         agent["sem_clustered/reward"] = clustered_sem(rewards)
         agent.update(_pass_at_ks(rewards, len(tasks), pass_ks))
@@ -218,7 +215,7 @@ def compute_default_metrics(
         if name.startswith("mean/") or name == "sem_clustered/reward" or _is_pass_at_k_reward(name)
     }
     repeats = [
-        _repeat_entry(r, by_rollout.get(r, []), fields, sum(expected.get(t, 0) > r for t in tasks))
+        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(expected.get(t, 0) > r for t in tasks))
         for r in sorted(set(range(num_repeats)) | by_rollout.keys())
     ]
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
@@ -234,12 +231,13 @@ class TaskEntries(Sequence[dict[str, Any]]):
     def __init__(
         self,
         tasks: Sequence[int],
-        by_task: Mapping[int, Sequence[MetricRow]],
+        rows: RolloutColumns,
+        by_task: Mapping[int, TaskRows],
         fields: Sequence[str],
         expected: Mapping[int, int],
         sample: Callable[[int], Mapping[str, Any] | None],
     ) -> None:
-        self._tasks, self._by_task, self._fields, self._expected = tasks, by_task, fields, expected
+        self._tasks, self._rows, self._by_task, self._fields, self._expected = tasks, rows, by_task, fields, expected
         self._sample = sample
 
     def __len__(self) -> int:
@@ -259,20 +257,20 @@ class TaskEntries(Sequence[dict[str, Any]]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         task = self._tasks[index]
-        entry = _task_entry(task, self._by_task.get(task, []), self._fields, self._expected.get(task, 0))
+        part = self._by_task.get(task)
+        rows = self._rows
+        mine = (
+            []
+            if part is None
+            else [MetricRow(task, rows.rollout(i), rows.values(i)) for i in range(part.start, part.stop)]
+        )
+        entry = _task_entry(task, mine, self._fields, self._expected.get(task, 0))
         entry["sample"] = self._sample(task)
         return entry
 
 
 def _is_pass_at_k_reward(name: str) -> bool:
     return name.startswith("pass@") and name.endswith("/reward")
-
-
-def _group_by(rows: Sequence[MetricRow], key: Callable[[MetricRow], int]) -> dict[int, list[MetricRow]]:
-    groups: defaultdict[int, list[MetricRow]] = defaultdict(list)
-    for row in rows:
-        groups[key(row)].append(row)
-    return groups
 
 
 def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
@@ -347,16 +345,19 @@ def _rollout_info(row: MetricRow) -> dict[str, Any]:
     }
 
 
-def _repeat_entry(rollout: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
+def _repeat_entry(
+    rollout: int, rows: RolloutColumns, ones: Sequence[int], fields: Sequence[str], expected: int
+) -> dict[str, Any]:
     """One rollout index across tasks: does the score drift between the first and later repeats?"""
     entry: dict[str, Any] = {
         ROLLOUT_INDEX: rollout,
-        "sample_count": len(rows),
-        "missing_count": max(0, expected - len(rows)),
+        "sample_count": len(ones),
+        "missing_count": max(0, expected - len(ones)),
     }
-    columns = _columns(rows)
-    for field in (f for f in fields if f in columns):
-        xs = columns[field]
+    for field in fields:
+        xs = rows.field(field, ones) if ones else ()
+        if not xs:
+            continue
         stats = field_summary(field, xs)
         mean = stats[f"mean/{field}"]
         std = std_dev(xs, mean, ddof=1)

@@ -9,17 +9,19 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from array import array
+from collections import Counter, defaultdict
+from collections.abc import Container, Iterator, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.rows.fronting import recorded_fronted_by
+from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
-from pytest_rollouts.scoring.accounting import Key
-from pytest_rollouts.scoring.metrics import MetricRow, numeric_fields
+from pytest_rollouts.scoring.accounting import ROW_MASKED, ROW_READ, ROW_UNREWARDED, Key
+from pytest_rollouts.scoring.columns import RolloutColumns, column, repeat_places
+from pytest_rollouts.scoring.metrics import numeric_fields
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows, run_row
 from pytest_rollouts.store.jsonl import JsonlError, whole_lines
 
@@ -32,17 +34,103 @@ READ_AHEAD_BYTES = 1 << 16
 READ_AHEAD_PAUSE_S = 0.1
 
 
-@dataclass
 class GroupRows:
-    """One agent group while the files are read: keys, small numbers, and where rows sit."""
+    """One agent group while the files are read: its materialized keys, and by each one's position
+    what its row said (a byte of flags, its numeric fields in columns) and where that row sits."""
 
-    expected: dict[Key, int] = field(default_factory=dict)
-    completed: set[Key] = field(default_factory=set)
-    masked: set[Key] = field(default_factory=set)
-    unrewarded: set[Key] = field(default_factory=set)
-    rows: list[MetricRow] = field(default_factory=list)
-    fields: set[str] = field(default_factory=set)
-    output_offsets: dict[Key, int] = field(default_factory=dict)
+    def __init__(self, expected: Mapping[Key, int]) -> None:
+        self.expected = expected if isinstance(expected, KeyIndex) else KeyIndex(expected)
+        size = len(self.expected)
+        self.flags = bytearray(size)
+        self.offsets = array("q", [-1]) * size
+        self.columns: dict[str, array] = {}
+        # Every top-level field name a real row of the group had (an added zero carries those).
+        self.fields: set[str] = set()
+
+    def add(self, at: int, row: dict[str, Any], offset: int) -> None:
+        """The row of the rollout at ``at``, the first one read for it."""
+        if is_masked(row):
+            self.flags[at] = ROW_READ | ROW_MASKED
+            return
+        values = numeric_fields(row)
+        flags = ROW_READ
+        if reward_of(row) is None:  # none, or not finite: kept, not scored (the item says no_reward too)
+            values.pop("reward", None)
+            flags |= ROW_UNREWARDED
+        self.flags[at] = flags
+        for name, value in values.items():
+            values_of = self.columns.get(name)
+            if values_of is None:
+                values_of = self.columns[name] = column(len(self.flags))
+            values_of[at] = value
+        self.fields.update(row)
+        self.offsets[at] = offset
+
+    def states(self) -> Iterator[tuple[Key, int]]:
+        """Every materialized key with its flags (0: no row read)."""
+        return zip(self.expected, self.flags, strict=True)
+
+    def real_order(self, also: Container[int] = ()) -> array:
+        """The positions of the group's real result rows (not masked), and those in ``also``, by key."""
+        flags = self.flags
+        wanted = (at for at in self.expected.in_key_order() if flags[at] & (ROW_READ | ROW_MASKED) == ROW_READ)
+        if also:
+            wanted = (
+                at for at in self.expected.in_key_order() if flags[at] & ROW_MASKED == 0 and (flags[at] or at in also)
+            )
+        return array("q", wanted)
+
+    def rollouts(self, added: Sequence[dict[str, Any]] = ()) -> RolloutColumns:
+        """The metric input: the group's real rows and the zeros the scoring policies ``added``
+        (rows of keys without a real one), by key. Columns an added row writes into are copied
+        first, so the scan's own stay those of the real rows."""
+        columns = dict(self.columns)
+        places = set()
+        for row in added:
+            at = self.expected.position(key_of(row))
+            assert at is not None and not self.flags[at], "a zero is added only for a key without a row"
+            places.add(at)
+            for name, value in numeric_fields(row).items():
+                if columns.get(name) is self.columns.get(name):
+                    columns[name] = array("d", columns[name]) if name in columns else column(len(self.flags))
+                columns[name][at] = value
+        index = self.expected
+        return RolloutColumns(index.tasks, index.rollouts, columns, self.real_order(places), repeat_places(index))
+
+    def unknown_by_task(self, scored: Mapping[int, Sized]) -> dict[int, int]:
+        """Per task, its rollouts neither scored (``scored``: each task's rewards) nor masked."""
+        left = Counter(self.expected.tasks)
+        for at, flags in enumerate(self.flags):
+            if flags & ROW_MASKED:
+                left[self.expected.tasks[at]] -= 1
+        for task, rewards in scored.items():
+            left[task] -= len(rewards)
+        return {task: n for task, n in left.items() if n > 0}
+
+    @property
+    def output_offsets(self) -> Mapping[Key, int]:
+        """Each real row's key and where it sits in the output file."""
+        return _Offsets(self)
+
+
+class _Offsets(Mapping[Key, int]):
+    """``GroupRows.output_offsets``: a view, not a dict of a million keys."""
+
+    def __init__(self, group: GroupRows) -> None:
+        self._group = group
+
+    def __getitem__(self, key: Key) -> int:
+        at = self._group.expected.position(key)
+        if at is None or self._group.offsets[at] < 0:
+            raise KeyError(key)
+        return self._group.offsets[at]
+
+    def __iter__(self) -> Iterator[Key]:
+        index = self._group.expected
+        return (index.key(at) for at in self._group.real_order())
+
+    def __len__(self) -> int:
+        return sum(1 for at in self._group.offsets if at >= 0)
 
 
 class OutputScan:
@@ -54,12 +142,11 @@ class OutputScan:
     is waited for. Reading is in file order either way, so the tallies are the same.
     """
 
-    def __init__(self, path: Path, expected: Mapping[str, dict[Key, int]]) -> None:
+    def __init__(self, path: Path, expected: Mapping[str, Mapping[Key, int]]) -> None:
         """``expected``: each group's keys and where their rows sit in the materialized file
         (a dispatching session's dicts are taken over, not copied)."""
         self.path = path
-        self.groups = {name: GroupRows(expected=keys) for name, keys in expected.items()}
-        self._by_key = {key: name for name, keys in expected.items() for key in keys}
+        self.groups = {name: GroupRows(keys) for name, keys in expected.items()}
         self._offset = 0
         self._line_no = 0
         # The file the rows read so far came from (device, inode), once any came.
@@ -67,7 +154,7 @@ class OutputScan:
 
     @classmethod
     def of_files(cls, paths: ArtifactPaths) -> OutputScan:
-        expected: defaultdict[str, dict[Key, int]] = defaultdict(dict)
+        expected: defaultdict[str, KeyIndex] = defaultdict(KeyIndex)
         front = recorded_fronted_by(paths)
         for _, offset, _, row in artifact_rows(paths.materialized):
             expected[metrics_group(row, front)][key_of(row)] = offset
@@ -111,21 +198,12 @@ class OutputScan:
 
     def _add(self, row: dict[str, Any], offset: int) -> None:
         key = key_of(row)
-        name = self._by_key.get(key)
-        group = self.groups.get(name) if name is not None else None
-        if group is None or key in group.completed:
-            return
-        group.completed.add(key)
-        if is_masked(row):
-            group.masked.add(key)
-            return
-        values = numeric_fields(row)
-        if reward_of(row) is None:  # none, or not finite: kept, not scored (the item says no_reward too)
-            values.pop("reward", None)
-            group.unrewarded.add(key)
-        group.rows.append(MetricRow(key[0], key[1], values))
-        group.fields.update(row)
-        group.output_offsets[key] = offset
+        for group in self.groups.values():
+            at = group.expected.position(key)
+            if at is not None:
+                if not group.flags[at]:
+                    group.add(at, row, offset)
+                return
 
 
 class ReadAhead:

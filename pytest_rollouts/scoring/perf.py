@@ -4,7 +4,6 @@ outcomes, the live line)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,8 +20,15 @@ def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]
     if len(ordered) == 1:
         (x,) = ordered
         return {"count": 1, "p50": x, "p90": x, "p99": x, "max": x}
-    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"count": len(ordered), "p50": cuts[49], "p90": cuts[89], "p99": cuts[98], "max": ordered[-1]}
+    p50, p90, p99 = (_percentile(ordered, p) for p in (50, 90, 99))
+    return {"count": len(ordered), "p50": p50, "p90": p90, "p99": p99, "max": ordered[-1]}
+
+
+def _percentile(ordered: Sequence[float], p: int) -> float:
+    """``statistics.quantiles(ordered, n=100, method="inclusive")[p - 1]``, read off the one sorted
+    copy (``quantiles`` sorts its own: at a million rollouts, 32 MB more)."""
+    j, delta = divmod(p * (len(ordered) - 1), 100)
+    return (ordered[j] * (100 - delta) + ordered[j + 1] * delta) / 100
 
 
 def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float | int | None]:

@@ -11,10 +11,10 @@ trajectory that lost half its turns does not pass for the whole cost.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from pytest_rollouts.rows.schema import CACHE_HITS, CACHE_MISSES, PERF_COVERAGE, PERF_TOOL_CALLS, PERF_TURNS
-from pytest_rollouts.scoring.metrics import MetricRow
+from pytest_rollouts.scoring.columns import RolloutColumns
 
 # The summary's totals: ``numeric_fields`` gives a row's usage, else its ``ng_perf`` token sums, under
 # the usage names, and its ``ng_perf`` counts (a model agent's calls answered from the response cache
@@ -23,20 +23,25 @@ TOKENS = ("input_tokens", "output_tokens", "total_tokens")
 TOTALS = (*TOKENS, PERF_TURNS, PERF_TOOL_CALLS, CACHE_HITS, CACHE_MISSES)
 
 
-def usage_summary(rows: Sequence[MetricRow]) -> dict[str, float | int] | None:
+def usage_summary(rows: RolloutColumns) -> dict[str, float | int] | None:
     """A group's token, turn and tool-call totals and their means per rollout that reports them, and
     its token observability; None for a group whose rows report neither tokens nor an ``ng_perf``.
     What a model run costs is its totals, which ``agent_metrics``' means hide."""
-    counts = [(c, row.values) for row in rows if (c := _counts(row.values)) or PERF_COVERAGE in row.values]
-    if not counts:
+    columns = {name: rows.field(name) for name in TOTALS}
+    observed = rows.paired(PERF_COVERAGE, PERF_TURNS)
+    if not observed and not any(columns.values()):
         return None
-    summary: dict[str, float | int] = {"num_rollouts": sum(any(n in c for n in TOKENS) for c, _ in counts)}
+    if len(columns["total_tokens"]) < len(rows) and (columns["input_tokens"] or columns["output_tokens"]):
+        # Some row may give its token parts without their total: the rare path, row by row.
+        derived = (_counts(rows.values(i)).get("total_tokens") for i in range(len(rows)))
+        columns["total_tokens"] = [x for x in derived if x is not None]
+    # A row with any of the token counts has its total now.
+    summary: dict[str, float | int] = {"num_rollouts": len(columns["total_tokens"])}
     for name in TOTALS:
-        values = [c[name] for c, _ in counts if name in c]
+        values = columns[name]
         if values:
             summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
             summary[f"mean/{name}"] = sum(values) / len(values)
-    observed = [(v[PERF_COVERAGE], v.get(PERF_TURNS, 0.0)) for _, v in counts if PERF_COVERAGE in v]
     if observed:
         summary["num_rollouts_with_ng_perf"] = len(observed)
         turns = sum(t for _, t in observed)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_rollouts.scoring.accounting import ScoringPolicy, account
+from pytest_rollouts.scoring.accounting import ROW_MASKED, ROW_READ, ScoringPolicy, account
 from pytest_rollouts.scoring.aggregate import score_run
 from pytest_rollouts.scoring.metrics import numeric_fields
 from pytest_rollouts.scoring.output_scan import OutputScan
@@ -239,7 +239,8 @@ def test_account_latest_attempt_decides_and_success_wins() -> None:
     completed = {(0, 0), (1, 0), (5, 0)}
     latest = {(1, 0): "agent_run_error", (2, 0): "agent_run_error", (3, 0): "agent_request_failed"}
     policy = ScoringPolicy(frozenset({"agent_run_error"}), count_missing_as_zero=True)
-    result = account(expected, completed, {(5, 0)}, latest, policy)
+    states = [(key, (ROW_READ | (ROW_MASKED if key == (5, 0) else 0)) if key in completed else 0) for key in expected]
+    result = account(states, latest, policy)
     assert result.counted == [(2, 0)], "(1, 0) also succeeded; (3, 0)'s latest class is not listed"
     assert result.imputed == [(4, 0)]
     coverage = result.coverage
@@ -455,8 +456,14 @@ def test_session_scores_against_the_same_rows_the_files_hold(pytester: pytest.Py
 
 def _scan_state(scan: OutputScan) -> dict[str, Any]:
     return {
-        name: (g.completed, g.masked, [(r.task, r.rollout, dict(r.values)) for r in g.rows], g.output_offsets, g.fields)
+        name: (
+            list(g.states()),
+            [(r.task(i), r.rollout(i), r.values(i)) for i in range(len(r))],
+            dict(g.output_offsets),
+            g.fields,
+        )
         for name, g in scan.groups.items()
+        for r in [g.rollouts()]
     }
 
 
@@ -497,12 +504,13 @@ def test_output_scan_read_as_the_file_grows_equals_one_read(tmp_path: Path) -> N
     whole = OutputScan.of_files(paths)
     whole.advance()
     assert _scan_state(growing) == _scan_state(whole)
-    assert sum(len(g.completed) for g in whole.groups.values()) == 40
-    assert whole.groups["a"].masked == {(5, 0)}
+    assert sum(1 for g in whole.groups.values() for _, state in g.states() if state) == 40
+    assert {key for key, state in whole.groups["a"].states() if state & ROW_MASKED} == {(5, 0)}
     # Worked out from the rows themselves: each agent's unmasked tasks in file order, with rewards.
     for name in ("a", "b"):
         wanted = [(t, t % 3 / 2) for t in range(40) if (t % 2 == 1) == (name == "a") and t != 5]
-        assert [(r.task, r.values["reward"]) for r in whole.groups[name].rows] == wanted
+        rows = whole.groups[name].rollouts()
+        assert [(rows.task(i), rows.values(i)["reward"]) for i in range(len(rows))] == wanted
 
 
 def test_output_scan_names_the_file_and_line_of_a_bad_row(tmp_path: Path) -> None:
@@ -543,7 +551,7 @@ def test_a_scan_broken_off_starts_over_cleanly(tmp_path: Path, monkeypatch: pyte
     whole = OutputScan.of_files(paths)
     whole.advance()
     assert _scan_state(restarted) == _scan_state(whole)
-    assert len(whole.groups["a"].rows) == 4
+    assert len(whole.groups["a"].rollouts()) == 4
 
     with open(paths.out, "ab") as out:
         out.write(b"[1]\n")

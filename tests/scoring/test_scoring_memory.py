@@ -1,0 +1,71 @@
+"""Scoring holds numbers per rollout, not objects: a million rollouts are scored in a few hundred MB.
+
+Measured with ``tracemalloc`` (bytes Python allocated, the same on every run), never with a clock.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import orjson
+
+from pytest_rollouts.scoring.accounting import ScoringPolicy
+from pytest_rollouts.scoring.aggregate import score_run
+from pytest_rollouts.scoring.output_scan import OutputScan
+from pytest_rollouts.store.artifacts import ArtifactPaths
+
+TASKS, REPEATS = 2_000, 10
+ROLLOUTS = TASKS * REPEATS
+
+
+def _run(tmp_path: Path) -> ArtifactPaths:
+    """A finished run's files: every rollout with a reward and a response's token counts."""
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    keys = [
+        {"agent_ref": {"name": "a"}, "_ng_task_index": t, "_ng_rollout_index": r}
+        for t in range(TASKS)
+        for r in range(REPEATS)
+    ]
+    paths.materialized.write_bytes(b"".join(orjson.dumps({"q": "x", **k}) + b"\n" for k in keys))
+    usage = {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42}
+    paths.out.write_bytes(
+        b"".join(
+            orjson.dumps(
+                {**k, "reward": (k["_ng_task_index"] + k["_ng_rollout_index"]) % 2, "response": {"usage": usage}}
+            )
+            + b"\n"
+            for k in keys
+        )
+    )
+    return paths
+
+
+def test_the_output_scan_holds_a_few_numbers_per_rollout(tmp_path: Path) -> None:
+    paths = _run(tmp_path)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        scan = OutputScan.of_files(paths)
+        scan.advance()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sum(1 for group in scan.groups.values() for _, state in group.states() if state) == ROLLOUTS
+    # Its key and offset (24 B), flags and output offset (9 B), five fields (40 B): objects would be a KB.
+    assert (held - before) / ROLLOUTS < 120
+
+
+def test_scoring_a_run_peaks_at_a_few_hundred_bytes_per_rollout(tmp_path: Path) -> None:
+    paths = _run(tmp_path)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=True, timeout=10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert score.groups[0].coverage.scored == ROLLOUTS
+    assert score.groups[0].metrics["usage_summary"]["total_tokens"] == 42 * ROLLOUTS
+    print(f"peak {(peak - before) / ROLLOUTS:.0f} B per rollout")
+    assert (peak - before) / ROLLOUTS < 300
