@@ -73,7 +73,7 @@ class Engine:
         self._agents = PlanAgents.of(header)
         count = len(columns["slot"])
         self._admitted = bytearray(count)
-        self._by_slot, self._starts = _by_slot(columns["slot"])
+        self._by_slot, self._starts = _grouped_by_slot(columns["slot"])
         # Each slot's rollouts not reported yet.
         self._pending = array("q", map(int.__sub__, self._starts[1:], self._starts[:-1]))
         self._outcomes: dict[int, list[RolloutOutcome]] = {}
@@ -294,7 +294,7 @@ class Engine:
         self._rows.sync()
 
 
-def _by_slot(slots: array) -> tuple[array, array]:
+def _grouped_by_slot(slots: array) -> tuple[array, array]:
     """The plan's positions grouped by task slot, in plan order within each, and where each slot's
     group starts (slot s: ``positions[starts[s] : starts[s + 1]]``): 8 bytes a rollout, where a
     dict of lists of ints took some 50 (a million rollouts: 50 MB)."""

@@ -35,14 +35,14 @@ class PlannedRollout:
 # A column's array type codes, narrowest first: each starts at a byte a value and widens when a
 # value does not fit (task numbers past 255, offsets past 4 GB).
 WIDTHS = ("B", "H", "I", "q")
-# The columns, named as the dispatcher process's plan names them (``dispatch.messages.COLUMNS``);
-# ``agent`` holds each rollout's agent as its position in ``PlannedRollouts.agent_names``.
+# The columns, in the order the dispatcher process is sent them (``dispatch.messages``); ``agent``
+# holds each rollout's agent as its position in ``PlannedRollouts.agent_names``.
 COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode", "via_server")
 
 
 class PlannedRollouts:
-    """A plan's rollouts in order, as columns of integers: a rollout costs some 20 bytes here,
-    where a ``PlannedRollout`` and its int objects cost 150 (a million rollouts: 20 MB, not 150).
+    """A plan's rollouts in order, as columns of integers: a rollout costs some 15 bytes here,
+    where a ``PlannedRollout`` and its int objects cost 145 (a million rollouts: 15 MB, not 145).
 
     Indexing and iteration make each ``PlannedRollout`` as it is asked for, so a dispatch holds
     the ones in flight as objects, never the whole plan.
@@ -127,6 +127,7 @@ class PlannedRollouts:
         self._columns = [array(column.typecode, map(column.__getitem__, order)) for column in self._columns]
 
     def clear(self) -> None:
+        """Let every rollout go (a run's, once all were sent: what it holds while it is scored)."""
         self._columns = [array(WIDTHS[0]) for _ in COLUMNS]
         self.agent_names.clear()
         self._agent_codes.clear()

@@ -115,10 +115,8 @@ def test_a_field_one_side_lacks_is_an_error_naming_message_and_field(
     assert str(caught.value) == said
 
 
-def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path: Path) -> None:
-    """A real dispatcher process answers a plan it cannot read with why, then exits."""
-    fields = orjson.loads(orjson.dumps(plan_header()))
-    fields["priority"] = 1
+def _engine_answer(tmp_path: Path, sent: bytes) -> messages.Message:
+    """What a real dispatcher process answers ``sent`` (a plan it cannot read), once it has exited 1."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
         stdin=subprocess.PIPE,
@@ -126,11 +124,17 @@ def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path
         env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=tmp_path,
     )
-    out, _ = proc.communicate(frame(orjson.dumps(["plan", fields])), timeout=60)
+    out, _ = proc.communicate(sent, timeout=60)
     assert proc.returncode == 1
     [raw] = FrameBuffer().feed(out)
-    reply = decode(raw)
-    assert reply == messages.Fatal(
+    return decode(raw)
+
+
+def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path: Path) -> None:
+    """A real dispatcher process answers a plan it cannot read with why, then exits."""
+    fields = orjson.loads(orjson.dumps(plan_header()))
+    fields["priority"] = 1
+    assert _engine_answer(tmp_path, frame(orjson.dumps(["plan", fields]))) == messages.Fatal(
         "the dispatcher could not read the plan: message 'plan' has field 'priority' its type does not define"
     )
 
@@ -143,18 +147,9 @@ def test_a_plan_column_goes_as_narrow_as_the_plan_holds_it(code: str, values: li
     assert (column.typecode, column.tolist()) == (code, values)
 
 
-def test_a_plan_column_the_engine_cannot_read_stops_it_saying_so(tmp_path: Path) -> None:
-    """A column of floats (or one cut short) is no plan's: the dispatcher process says so and exits."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        cwd=tmp_path,
-    )
-    out, _ = proc.communicate(encode(plan_header()) + encode_column(array("d", [1.5])), timeout=60)
-    assert proc.returncode == 1
-    [raw] = FrameBuffer().feed(out)
-    reply = decode(raw)
+@pytest.mark.parametrize("payload", [b"d" + array("d", [1.5]).tobytes(), b"q" + bytes(7)])
+def test_a_plan_column_the_engine_cannot_read_stops_it_saying_so(tmp_path: Path, payload: bytes) -> None:
+    """A column of floats, or one cut short, is no plan's: the dispatcher process says so and exits."""
+    reply = _engine_answer(tmp_path, encode(plan_header()) + frame(payload))
     assert isinstance(reply, messages.Fatal)
-    assert reply.why.startswith("the dispatcher could not read the plan: not a plan column: b'd")
+    assert reply.why.startswith("the dispatcher could not read the plan: not a plan column: b'" + payload[:1].decode())

@@ -1,43 +1,29 @@
 """A plan's rollouts are held as columns of integers (``rows.planned.PlannedRollouts``): a run of a
-million rollouts holds them in some 20 MB through its dispatch, not 150 MB of ``PlannedRollout``
+million rollouts holds them in some 15 MB through its dispatch, not 145 MB of ``PlannedRollout``
 objects, and every consumer still sees each one as a ``PlannedRollout``."""
 
 from __future__ import annotations
 
 import tracemalloc
-from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.build import materialize
+from pytest_rollouts.plan.datasets import Task
 from pytest_rollouts.rows.planned import PlannedRollout, PlannedRollouts
 
 from ..helpers import tasks, write_rows
 
 
-@dataclass
-class _Task:
-    """A dataset row on one agent, as planning takes it (``plan.build.PlannedTask``)."""
-
-    path: Path
-    offset: int
-    agent: str
-    first_rollout: int
-    repeats: int
-    episode: bool
-    task_index: int
-    slot: int
-
-
 def test_a_plan_holds_its_rollouts_in_bytes_each_not_in_objects(tmp_path: Path) -> None:
     """What the plan's rollouts hold is what letting them go frees: at 50k rollouts, under 40 bytes
-    a rollout (a ``PlannedRollout`` and the ints only it holds took some 130)."""
+    a rollout (a ``PlannedRollout`` and the ints only it holds took some 145)."""
     rows, repeats = 3125, 16
     data = write_rows(tmp_path / "data.jsonl", tasks(rows))
     offsets = [0]
     for line in data.read_bytes().splitlines(keepends=True)[:-1]:
         offsets.append(offsets[-1] + len(line))
-    planned = [_Task(data, offsets[i], "policy", 0, repeats, False, i, i) for i in range(rows)]
+    planned = [Task("data.jsonl", data, offsets[i], i, "policy", 0, repeats, False, i, i) for i in range(rows)]
     tracemalloc.start()
     try:
         plan = materialize(planned, tmp_path / "m.jsonl", Settings())
