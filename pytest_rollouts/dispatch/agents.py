@@ -15,9 +15,6 @@ from pathlib import Path
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.dispatch.model_runs import model_runs
-from pytest_rollouts.model.cache import ResponseCache
-from pytest_rollouts.model.calls import CallBounds
 from pytest_rollouts.model.spec import model_headers
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
@@ -50,7 +47,14 @@ class PlanAgents:
 
     def senders(self, pool: Pool) -> list[Sender]:
         """Each agent's attempts, indexed as ``header.agents`` (the plan's ``agent`` column): a ``/run``
-        posted, or a model agent's rollout run here (``model_runs``)."""
+        posted, or a model agent's rollout run here (``model_runs``).
+
+        The model agents' machinery is imported here: a health check, which asks for no sender,
+        goes without it."""
+        from pytest_rollouts.dispatch.model_runs import model_runs
+        from pytest_rollouts.model.cache import ResponseCache
+        from pytest_rollouts.model.calls import CallBounds
+
         h = self.header
         bounds = CallBounds(h.model_timeout, h.retries, h.retry_backoff)
         cache = ResponseCache(Path(h.cache)) if h.cache and h.models else None
