@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
@@ -224,18 +225,20 @@ class _Samples:
         self._path = path
         self._handle: BinaryIO | None = None
 
-    def of(self, expected: Mapping[Key, int]) -> Callable[[int], dict[str, Any] | None]:
+    def of(self, expected: KeyIndex) -> Callable[[int], dict[str, Any] | None]:
         """A group's samples: a task's row is that of its lowest rollout index in the group.
 
         NeMo Gym takes the first rollout with a result; the rows of one task's rollouts differ
         only in their index (and seed), so the first one materialized stands for the task, and a
         task without any result has a sample too.
         """
-        first: dict[int, Key] = {}
-        for key in expected:
-            if key[0] not in first or key < first[key[0]]:
-                first[key[0]] = key
-        return lambda task: self._read(expected[first[task]], first[task]) if task in first else None
+        lowest = expected.lowest_rollouts()
+
+        def sample(task: int) -> dict[str, Any] | None:
+            rollout = lowest.get(task)
+            return None if rollout is None else self._read(expected[task, rollout], (task, rollout))
+
+        return sample
 
     def label(self, group: str, expected: Mapping[Key, int]) -> dict[str, Any]:
         """The group's metrics entry names, read off one of its materialized rows."""
