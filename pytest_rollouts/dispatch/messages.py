@@ -280,6 +280,21 @@ def decode(raw: bytes) -> Message:
         raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
 
 
-_TYPES = (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)
-_BUILDERS: dict[str, Builder] = {cls.tag: builder(cls) for cls in _TYPES}
-_ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: encoder(cls) for cls in _TYPES}
+class _PerTag(dict[str, Any]):
+    """Each message type's builder (or encoder), resolved the first time its tag is met: resolving
+    a type's hints is most of what importing this module costs, and each process meets only some
+    of the types (a one-row run, few). A tag met before is a plain dict lookup; an unknown one a
+    ``KeyError``."""
+
+    def __init__(self, make: Callable[[type], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, tag: str) -> Any:
+        made = self[tag] = self._make(_BY_TAG[tag])
+        return made
+
+
+_BY_TAG = {cls.tag: cls for cls in (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)}
+_BUILDERS: dict[str, Builder] = _PerTag(builder)
+_ENCODERS: dict[str, Callable[[Any], Any]] = _PerTag(encoder)
