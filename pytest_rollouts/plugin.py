@@ -16,7 +16,7 @@ import pytest
 
 from pytest_rollouts.config import DECLARATION
 from pytest_rollouts.options import OPTIONS
-from pytest_rollouts.pytest.role import decide_role, role
+from pytest_rollouts.pytest.role import decide_role, refused_by_workers, role
 from pytest_rollouts.pytest.stash import ENDING_KEY, RUN_ID_KEY, RUN_KEY
 
 if TYPE_CHECKING:
@@ -256,7 +256,6 @@ def pytest_runtestloop_refused(session: pytest.Session) -> Generator[None, objec
     try:
         return (yield)
     except KeyboardInterrupt:
-        from pytest_rollouts.pytest.role import refused_by_workers
         from pytest_rollouts.pytest.stash import Refused
 
         refusal = refused_by_workers(session.config)
@@ -280,10 +279,12 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]
         yield
     except KeyboardInterrupt:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
-    from pytest_rollouts.pytest.finish import end_run
-
     config = session.config
     reporter = config.pluginmanager.get_plugin("rollouts-reporter")
+    if RUN_KEY not in config.stash and not reporter.met and refused_by_workers(config) is None:
+        return  # no run, no rollout reported: pytest's session, its exit status pytest's own
+    from pytest_rollouts.pytest.finish import end_run
+
     ending = config.stash[ENDING_KEY] = end_run(config, session, reporter.tally, reporter.say)
     # The run's verdict (scoring/verdict.py) is the session's exit status.
     session.exitstatus = ending.verdict.exit_code

@@ -25,7 +25,7 @@ from pytest_rollouts import cli
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.dispatch.channel import Dispatcher
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.rows.planned import PlannedRollout
+from pytest_rollouts.rows.planned import PlannedRollout, PlannedRollouts
 from pytest_rollouts.store.status import RunStatus, StatusError, read_status
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:asyncio")
@@ -130,13 +130,13 @@ def plan_header(**changes: Any) -> PlanHeader:
     return PlanHeader(**{**fields, **changes})
 
 
-def one_rollout_plan(tmp_path: Path, rows: list[bytes]) -> tuple[Path, list[PlannedRollout]]:
+def one_rollout_plan(tmp_path: Path, rows: list[bytes]) -> tuple[Path, PlannedRollouts]:
     """``rows`` (request bodies) written as the materialized inputs ``m.jsonl``, and a plan of one
     rollout of one task each, on agent ``a``."""
     bodies = tmp_path / "m.jsonl"
     bodies.write_bytes(b"".join(row + b"\n" for row in rows))
     offsets = [sum(len(row) + 1 for row in rows[:i]) for i in range(len(rows))]
-    return bodies, [PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows))]
+    return bodies, PlannedRollouts(PlannedRollout(i, i, 0, "a", offsets[i], len(rows[i])) for i in range(len(rows)))
 
 
 def one_rollout_dispatcher(

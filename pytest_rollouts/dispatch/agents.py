@@ -15,9 +15,6 @@ from pathlib import Path
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
-from pytest_rollouts.dispatch.model_runs import model_runs
-from pytest_rollouts.model.cache import ResponseCache
-from pytest_rollouts.model.calls import CallBounds
 from pytest_rollouts.model.spec import model_headers
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
@@ -52,9 +49,7 @@ class PlanAgents:
         """Each agent's attempts, indexed as ``header.agents`` (the plan's ``agent`` column): a ``/run``
         posted, or a model agent's rollout run here (``model_runs``)."""
         h = self.header
-        bounds = CallBounds(h.model_timeout, h.retries, h.retry_backoff)
-        cache = ResponseCache(Path(h.cache)) if h.cache and h.models else None
-        runs = model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact, cache)
+        runs = self._model_runs(pool) if h.models else {}
         return [
             runs[name]
             if name in runs
@@ -67,6 +62,17 @@ class PlanAgents:
             )
             for name in h.agents
         ]
+
+    def _model_runs(self, pool: Pool) -> dict[str, Sender]:
+        """The model agents' rollouts, run here; their machinery is imported only for a plan with one."""
+        from pytest_rollouts.dispatch.model_runs import model_runs
+        from pytest_rollouts.model.cache import ResponseCache
+        from pytest_rollouts.model.calls import CallBounds
+
+        h = self.header
+        bounds = CallBounds(h.model_timeout, h.retries, h.retry_backoff)
+        cache = ResponseCache(Path(h.cache)) if h.cache else None
+        return model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact, cache)
 
     async def unhealthy(self, pool: Pool) -> list[Unhealthy]:
         """The agents that fail the plan's health checks (none when it asks for none)."""

@@ -18,10 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, frame, write_all
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
 from pytest_rollouts.dispatch.messages import (
-    COLUMN_TYPES,
-    COLUMNS,
     Claim,
     Close,
     Closed,
@@ -36,11 +34,12 @@ from pytest_rollouts.dispatch.messages import (
     Ready,
     decode,
     encode,
+    encode_column,
 )
 from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
 from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.rows.masking import MaskingCounts
-from pytest_rollouts.rows.planned import PlannedRollout
+from pytest_rollouts.rows.planned import COLUMNS, PlannedRollouts
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ class DispatcherGone(DispatcherError):
 class Dispatcher:
     def __init__(
         self,
-        rollouts: list[PlannedRollout],
+        rollouts: PlannedRollouts,
         slot_count: int,
         urls: dict[str, str],
         paths: tuple[Path, Path, Path],
@@ -142,10 +141,9 @@ class Dispatcher:
         self._stuck = False
 
     def start(self) -> None:
-        # Sent as columns, then let go: the plan is the engine's to hold, not pytest's (100k rollouts, 100k objects).
-        rollouts, self._rollouts = self._rollouts, []
-        agents = sorted({r.agent for r in rollouts})
-        agent_index = {name: i for i, name in enumerate(agents)}
+        # Sent as columns, then let go: the plan is the engine's to hold, not pytest's.
+        rollouts, self._rollouts = self._rollouts, PlannedRollouts()
+        agents = sorted(rollouts.agents())
         header = PlanHeader.of(
             self._settings,
             {name: self._urls[name] for name in agents},
@@ -157,23 +155,11 @@ class Dispatcher:
             model_parallel=self._model_parallel,
             result_types=self._result_types,
         )
-        values: dict[str, Callable[[PlannedRollout], int]] = {
-            "slot": lambda r: r.slot,
-            "task": lambda r: r.task_index,
-            "rollout": lambda r: r.rollout_index,
-            "offset": lambda r: r.offset,
-            "length": lambda r: r.length,
-            "first_attempt": lambda r: r.first_attempt,
-            "agent": lambda r: agent_index[r.agent],
-            "episode": lambda r: r.episode,
-            "via_server": lambda r: r.via_server,
-        }
-        # Each column straight into its array: no list of Python ints the size of the plan on the way.
-        columns = [array(COLUMN_TYPES.get(name, "q"), map(values[name], rollouts)) for name in COLUMNS]
+        columns = [_column(rollouts, name, agents) for name in COLUMNS]
         del rollouts
         if self._proc is None:
             self._proc = spawn_engine()
-        self._write(encode(header) + b"".join(frame(c.tobytes()) for c in columns))
+        self._write(encode(header) + b"".join(map(encode_column, columns)))
         self._plan_sent = True
         while isinstance(reply := self._read(), Progress):
             pass
@@ -379,13 +365,23 @@ class Dispatcher:
         return not self._poller.poll(wait_s * 1000)
 
 
-def _per_slot(rollouts: list[PlannedRollout], slot_count: int) -> tuple[list[int], list[int]]:
+def _per_slot(rollouts: PlannedRollouts, slot_count: int) -> tuple[list[int], list[int]]:
     """Each task slot's planned rollouts, and the plan position of its last one."""
     planned, last_position = [0] * slot_count, [0] * slot_count
-    for position, rollout in enumerate(rollouts):
-        planned[rollout.slot] += 1
-        last_position[rollout.slot] = position
+    for position, slot in enumerate(rollouts.column("slot")):
+        planned[slot] += 1
+        last_position[slot] = position
     return planned, last_position
+
+
+def _column(rollouts: PlannedRollouts, name: str, agents: list[str]) -> array:
+    """One of the plan's columns as the engine takes it: an agent as its position in ``agents``
+    (the header's), not in the plan's own list of names."""
+    column = rollouts.column(name)
+    if name != "agent":
+        return column
+    codes = [agents.index(agent) for agent in rollouts.agent_names]
+    return array(column.typecode, map(codes.__getitem__, column))
 
 
 def _by_rollout(outcome: RolloutOutcome) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -193,7 +193,7 @@ class PlanResult:
 
 async def dispatch_plan(
     header: PlanHeader,
-    rollouts: Sequence[PlannedRollout],
+    rollouts: Iterable[PlannedRollout],
     on_outcome: Callable[[PlannedRollout, RolloutOutcome], None],
     watch: Callable[[Attempts], None] | None = None,
 ) -> PlanResult:
@@ -266,7 +266,7 @@ def _open(header: PlanHeader, redact: Redactor) -> tuple[Bodies, FileRows]:
 
 
 def _attempts(
-    dispatch: LocalDispatch, bodies: Bodies, rows: FileRows, rollouts: Sequence[PlannedRollout]
+    dispatch: LocalDispatch, bodies: Bodies, rows: FileRows, rollouts: Iterable[PlannedRollout]
 ) -> Iterator[Coroutine[Any, Any, Ended]]:
     """One coroutine per rollout, in plan order, its body read from the materialized inputs."""
     index = {name: position for position, name in enumerate(dispatch.header.agents)}

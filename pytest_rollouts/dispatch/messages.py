@@ -7,13 +7,15 @@ fields travel by name, never by position. A field one side adds and the other do
 shifted every later value into the wrong place without a word. orjson writes dataclasses
 natively; a list of them (a task's outcomes) goes as a table whose columns are named once.
 
-The plan goes as a ``PlanHeader`` and then the plan's columns, raw integer arrays in ``COLUMNS``
-order (``frames.py``): at 100k rollouts a column is one frame, not 100k values in JSON.
+The plan goes as a ``PlanHeader`` and then the plan's columns in ``rows.planned.COLUMNS`` order,
+each one frame (``frames.py``) of its array's type code and raw values, as narrow as the plan holds
+them: at 100k rollouts a column is one frame, not 100k values in JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,14 +28,11 @@ from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.auth import headers_for
 from pytest_rollouts.rows.masking import MaskingCounts
+from pytest_rollouts.rows.planned import WIDTHS
 from pytest_rollouts.rows.records import RolloutOutcome
 
 if TYPE_CHECKING:  # the dispatcher process reads headers and must not pay for pydantic
     from pytest_rollouts.config.settings import Settings
-
-# The plan's columns, one value per rollout in plan order, and their array type codes ("q" unless given).
-COLUMNS = ("slot", "task", "rollout", "offset", "length", "first_attempt", "agent", "episode", "via_server")
-COLUMN_TYPES = {"agent": "H", "episode": "B", "via_server": "B"}
 
 
 class MessageError(ValueError):
@@ -253,6 +252,21 @@ def encode(msg: Message) -> bytes:
     return frame(orjson.dumps([msg.tag, _ENCODERS[msg.tag](msg)]))
 
 
+def encode_column(column: array) -> bytes:
+    """One of the plan's columns framed: its type code, then its values."""
+    return frame(column.typecode.encode() + column.tobytes())
+
+
+def decode_column(raw: bytes) -> array:
+    """A plan's column from its frame's payload; ``MessageError`` for one no plan holds."""
+    code = raw[:1].decode("ascii", "replace")
+    if code not in WIDTHS or (len(raw) - 1) % array(code).itemsize:
+        raise MessageError(f"not a plan column: {raw[:20]!r} ({len(raw)} bytes)")
+    column = array(code)
+    column.frombytes(memoryview(raw)[1:])
+    return column
+
+
 def decode(raw: bytes) -> Message:
     """The message in a frame's payload, built only if its fields are exactly its type's."""
     try:
@@ -266,6 +280,21 @@ def decode(raw: bytes) -> Message:
         raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
 
 
-_TYPES = (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)
-_BUILDERS: dict[str, Builder] = {cls.tag: builder(cls) for cls in _TYPES}
-_ENCODERS: dict[str, Callable[[Any], Any]] = {cls.tag: encoder(cls) for cls in _TYPES}
+class _PerTag(dict[str, Any]):
+    """Each message type's builder (or encoder), resolved the first time its tag is met: resolving
+    a type's hints is most of what importing this module costs, and each process meets only some
+    of the types (a one-row run, few). A tag met before is a plain dict lookup; an unknown one a
+    ``KeyError``."""
+
+    def __init__(self, make: Callable[[type], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, tag: str) -> Any:
+        made = self[tag] = self._make(_BY_TAG[tag])
+        return made
+
+
+_BY_TAG = {cls.tag: cls for cls in (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)}
+_BUILDERS: dict[str, Builder] = _PerTag(builder)
+_ENCODERS: dict[str, Callable[[Any], Any]] = _PerTag(encoder)

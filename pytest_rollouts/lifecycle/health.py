@@ -9,22 +9,26 @@ from collections.abc import Mapping
 from contextlib import suppress
 
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.dispatch.inprocess import HealthCheckFailed, LocalDispatch
+from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.net.http1 import Pool
 
 
 async def unhealthy(settings: Settings, urls: Mapping[str, str]) -> list[str]:
     """One line per agent of ``urls`` that fails its ``/health`` (none with ``no_health_check``).
-    ``urls``: the agents to ask, model agents left out (a model has no ``/health``)."""
+    ``urls``: the agents to ask, model agents left out (a model has no ``/health``).
+
+    The plan's agents ask (their headers, their redaction), on a pool of their own: nothing of a
+    dispatch (attempts, model agents) is needed for it, nor imported."""
     if settings.no_health_check or not urls:
         return []
     header = PlanHeader.of(settings, dict(urls), parallel=settings.parallel, limit=1)
+    agents = PlanAgents.of(header)
+    pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
     try:
-        async with LocalDispatch(header) as dispatch:
-            await dispatch.check_health()
-    except HealthCheckFailed as exc:
-        return exc.lines
-    return []
+        return [agent.line() for agent in await agents.unhealthy(pool)]
+    finally:
+        pool.close()
 
 
 def unhealthy_blocking(settings: Settings, urls: Mapping[str, str]) -> list[str]:

@@ -31,7 +31,7 @@ from pytest_rollouts.plan.build import PlanError, RowShaping
 from pytest_rollouts.plan.datasets import DatasetError, Task, read_datasets
 from pytest_rollouts.plan.files import start_notices
 from pytest_rollouts.plan.numbering import Numbering, number_run
-from pytest_rollouts.rows.planned import Plan, PlannedRollout
+from pytest_rollouts.rows.planned import Plan, PlannedRollout, PlannedRollouts
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.rows.shard import in_shard
 from pytest_rollouts.scoring.gate import Gate
@@ -66,7 +66,7 @@ async def run_in_process(settings: CollectionConfig, tell: Tell) -> RunSummary:
             await life.clear(settings, agents, {task.agent for task in tasks})
         plan = _prepare(life, settings, root, tasks, numbering, shaping, tell)
         if numbering.resuming:
-            await life.clear(settings, agents, {r.agent for r in plan.rollouts})
+            await life.clear(settings, agents, plan.rollouts.agents())
         life.sent()  # what overwrite=True replaces goes as the first request does
         trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
         ended = _Ended(trace, plan.rollouts)
@@ -202,7 +202,7 @@ class _Ended:
     its failure class counted, and its tracing span, never the outcome itself (at a million
     rollouts, a gigabyte); and what the status file says while the run goes."""
 
-    def __init__(self, trace: RunTrace | None, rollouts: list[PlannedRollout]) -> None:
+    def __init__(self, trace: RunTrace | None, rollouts: PlannedRollouts) -> None:
         self.trace = trace
         self.durations = array("d")
         self._rollouts = rollouts
@@ -268,7 +268,7 @@ async def _dispatch(settings: CollectionConfig, life: RunLifecycle, plan: Plan, 
 
 def _sent_to(cleared: Cleared, plan: Plan) -> dict[str, str]:
     """The addresses of the agents the plan sends to (a fresh run cleared every task's)."""
-    return {name: cleared.urls[name] for name in {r.agent for r in plan.rollouts}}
+    return {name: cleared.urls[name] for name in plan.rollouts.agents()}
 
 
 def _metrics_url(agents: Agents, name: str) -> str | None:

@@ -19,7 +19,7 @@ from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import RunManifest, write_manifest
 from pytest_rollouts.rows.materialize import materialize_row, rollout_order
-from pytest_rollouts.rows.planned import Key, Plan, PlannedRollout
+from pytest_rollouts.rows.planned import Key, Plan, PlannedRollout, PlannedRollouts
 from pytest_rollouts.rows.records import RolloutOutcome, metrics_group
 from pytest_rollouts.rows.resume import KeyHistory, Verdict, decide, histories, key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
@@ -147,7 +147,7 @@ def materialize(
     (which all materialize the same rows) never interleave their writes.
     """
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
-    rollouts: list[PlannedRollout] = []
+    rollouts = PlannedRollouts()
     row: dict[str, Any] = {}
     expected: dict[str, KeyIndex] = {}
     last_position = -1
@@ -233,7 +233,7 @@ def plan_resume(
     # in front): a task's recorded rollouts run on its one item, sent to the agent recorded.
     items = Counter(task.task_index for task in tasks) if settings.resume_recorded else Counter()
     only = {task.task_index: task for task in tasks if items[task.task_index] == 1}
-    plan = Plan([], len(tasks))
+    plan = Plan(PlannedRollouts(), len(tasks))
     for entry, key, agent in _recorded(paths, shown, settings, front, recorded):
         plan.expected.setdefault(agent, KeyIndex())[key] = entry.offset
         task = slots.get((key[0], agent))
@@ -252,7 +252,7 @@ def plan_resume(
             plan.prior.setdefault(task.slot, []).append(_settled(key[1], verdict, history, settings.max_attempts))
     if settings.longest_first:
         longest = past.task_longest()
-        plan.rollouts.sort(key=lambda r: -longest.get(r.task_index, 0.0))
+        plan.rollouts.sort_by_task(lambda task_index: -longest.get(task_index, 0.0))
     return plan
 
 

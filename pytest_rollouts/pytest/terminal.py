@@ -10,92 +10,36 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Generator, Mapping
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Generator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_rollouts.pytest.progress import Progress, fit, live_redraw, own_line, tell, terminal_width
-from pytest_rollouts.pytest.properties import (
-    CACHED,
-    MASKED,
-    REWARDS,
-    rollout_properties,
-)
 from pytest_rollouts.pytest.role import role
 from pytest_rollouts.pytest.stash import ENDING_KEY, NOTICES_KEY, RUN_KEY
-from pytest_rollouts.pytest.tally import Tally, unscored
-from pytest_rollouts.rows.records import dominant_class
-from pytest_rollouts.rows.schema import CANCELLED
 
-# pytest's own report categories; a failure class of the same name would be miscounted
-# (and crash the ``-rs`` summary, which expects real skips), so it is shown prefixed.
-PYTEST_CATEGORIES = frozenset(
-    {"passed", "failed", "skipped", "error", "xfailed", "xpassed", "deselected", "warnings", "rerun"}
-)
-# A passed (or skipped: drained) rollout item while the loop runs: no letter, and no reward list
-# formatted for a word only -v shows (one is needed all the same: pytest counts progress by
-# items with one).
-QUIET_PASSED = ("passed", "", "PASSED")
-QUIET_SKIPPED = ("skipped", "", "SKIPPED")
-
-
-def teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    """Failed rollouts report under their class, so the summary reads ``3 agent_run_error``; results
-    without a reward under ``no_reward``."""
-    props = rollout_properties(report)
-    if props is None:
-        return None
-    failing = unscored(props)
-    if report.failed and failing:
-        category = dominant_class(failing)
-        if category in PYTEST_CATEGORIES:
-            category = "rollout_" + category
-        return category, "F", category.upper()
-    if report.passed:
-        rewards = " ".join(_fmt(r) for r in props.get(REWARDS, ()))
-        masked = f"; {props[MASKED]} masked" if MASKED in props else ""
-        cached = f"; {props[CACHED]} cached" if CACHED in props else ""
-        return "passed", ".", f"PASSED (reward {rewards}{masked}{cached})"
-    return None
-
-
-def _slim(report: pytest.TestReport) -> None:
-    """Drop what nothing reads once a passed rollout report is logged (trylast: everyone has seen it).
-
-    The terminal reporter keeps every report to the end; at 100k items their keyword dicts
-    and property lists are ~60 MB, their emptied lists 11 MB more. (pytest copies the item's
-    property list into the report; the lean loop drops the item's.) junitxml reads properties
-    later, so runs with it keep them.
-    """
-    report.keywords = _NO_KEYWORDS
-    # An empty list of its own is 56 bytes a report: the shared empty tuple reads the same, and
-    # nothing appends to a report once every plugin has logged it.
-    report.user_properties = _NOTHING  # type: ignore[assignment]
-    if not report.sections:
-        report.sections = _NOTHING  # type: ignore[assignment]
-
-
-_NO_KEYWORDS: Mapping[str, Any] = MappingProxyType({})
-_NOTHING: tuple[()] = ()
-
-
-def _fmt(reward: float | None) -> str:
-    return "-" if reward is None else f"{reward:g}"
+if TYPE_CHECKING:
+    from pytest_rollouts.pytest.progress import Progress
+    from pytest_rollouts.pytest.tally import Tally
 
 
 class RolloutReporter:
     """Registered in every session; it stays silent until a rollout item reports.
 
     It shows each item's status word, progress while the run goes, and at the session's end
-    (``pytest/finish.py`` scores and judges the run there) the ``rollouts`` section.
+    (``pytest/finish.py`` scores and judges the run there) the ``rollouts`` section. What it keeps
+    of rollouts (tally, progress, status words) is made when the session first shows one (a run
+    configured or collected, a worker's dataset, a report with properties): a session without
+    datasets imports none of it.
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.tally = Tally()
-        self.progress = Progress(tty=sys.stdout.isatty())
+        self.started_at = time.perf_counter()
+        self._tally: Tally | None = None
+        self._progress: Progress | None = None
+        self._words: ModuleType | None = None
         # Without -v, a session of rollout items only shows no letter per item: its progress
         # lines say more, and at 100k items a log of dots says nothing. On a terminal the
         # status line is redrawn in place (live); in a log it is a line every 10% or 5 minutes.
@@ -104,11 +48,43 @@ class RolloutReporter:
         # The dataset pytest had named when the last progress line was written in a log.
         self.progress_after: object = None
 
+    @property
+    def met(self) -> bool:
+        """Whether this session has shown a rollout (or a run) to the reporter."""
+        return self._tally is not None
+
+    @property
+    def tally(self) -> Tally:
+        """What this session's rollout items reported."""
+        if self._tally is None:
+            self._meet()
+        return self._tally
+
+    @property
+    def progress(self) -> Progress:
+        if self._progress is None:
+            self._meet()
+        return self._progress
+
+    def _meet(self) -> None:
+        """The session shows its first rollout: what the reporter keeps of them, imported now."""
+        from pytest_rollouts.pytest import words
+        from pytest_rollouts.pytest.progress import Progress
+        from pytest_rollouts.pytest.tally import Tally
+
+        self._words = words
+        self._progress = Progress(tty=sys.stdout.isatty())
+        self._tally = Tally(started_at=self.started_at)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """What was told while pytest configured, under the session's header."""
-        for notice in self.config.stash.get(NOTICES_KEY, []):
-            tell(self.config, notice)
+        notices = self.config.stash.get(NOTICES_KEY, [])
+        if notices:
+            from pytest_rollouts.pytest.progress import tell
+
+            for notice in notices:
+                tell(self.config, notice)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The rollout items that will run: after every deselection, --lf's wrapper included."""
@@ -121,7 +97,9 @@ class RolloutReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller has only node ids: a rollout item's is its dataset's, a ``.jsonl`` file."""
-        self.progress.total = sum(nodeid.split("::", 1)[0].endswith(".jsonl") for nodeid in ids)
+        total = sum(nodeid.split("::", 1)[0].endswith(".jsonl") for nodeid in ids)
+        if total or self.met:
+            self.progress.total = total
         run = self.config.stash.get(RUN_KEY, None)
         if run is not None:
             run.workers.collected += 1
@@ -137,7 +115,9 @@ class RolloutReporter:
             self.quiet = False  # summaries after the loop (-rA) ask again, and show the words
 
     def _watch(self) -> None:
-        self.tally.started_at = time.perf_counter()
+        self.started_at = time.perf_counter()
+        if self._tally is not None:
+            self._tally.started_at = self.started_at
         run = self.config.stash.get(RUN_KEY, None)
         if run is None:
             return
@@ -150,9 +130,12 @@ class RolloutReporter:
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         if not getattr(report, "user_properties", None):
             return None
+        if self._words is None:
+            self._meet()
+        words = self._words
         if self.quiet and report.when == "call" and (report.passed or report.skipped):
-            return QUIET_PASSED if report.passed else QUIET_SKIPPED
-        status = teststatus(report)
+            return words.QUIET_PASSED if report.passed else words.QUIET_SKIPPED
+        status = words.teststatus(report)
         if status is not None and self.quiet:
             return status[0], "", status[2]
         return status
@@ -160,14 +143,15 @@ class RolloutReporter:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties and report.when == "call":
-            self.tally.add(report)
-            if self.live and self.tally.items == self.progress.total:
+            tally = self.tally
+            tally.add(report)
+            if self.live and tally.items == self.progress.total:
                 self._show_progress(final=True)
-            elif self.progress.due(self.tally.items):
+            elif self.progress.due(tally.items):
                 self._show_progress()
             if report.passed and not self.config.option.xmlpath:
-                _slim(report)
-            elif report.skipped and isinstance(report.longrepr, tuple) and rollout_properties(report):
+                self._words.slim(report)
+            elif report.skipped and isinstance(report.longrepr, tuple) and _is_rollout(report):
                 # pytest names where the skip was raised (in this plugin); the place to look is the dataset.
                 where = str(self.config.rootpath / report.location[0])
                 report.longrepr = (where, None, report.longrepr[2])
@@ -182,6 +166,8 @@ class RolloutReporter:
             self._show_progress()
 
     def _show_progress(self, *, final: bool = False) -> None:
+        from pytest_rollouts.pytest.progress import fit, live_redraw, own_line, terminal_width
+
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is None:
             return
@@ -209,6 +195,8 @@ class RolloutReporter:
 
     def say(self, line: str) -> None:
         """A line of its own, at once."""
+        from pytest_rollouts.pytest.progress import own_line
+
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
             own_line(terminal, line)
@@ -221,6 +209,7 @@ class RolloutReporter:
         if (not self.tally.items and score is None) or ending.put_back:  # a refused run: no section
             return
         from pytest_rollouts.pytest.session import RolloutRun
+        from pytest_rollouts.rows.schema import CANCELLED
 
         run = RolloutRun.get(self.config)
         names = [run.shown(p) for p in (run.paths.out, run.paths.failures, run.paths.materialized)]
@@ -259,3 +248,9 @@ class RolloutReporter:
             terminalreporter.line(line)
         for problem in verdict.problems:
             terminalreporter.line(problem, red=True, bold=True)
+
+
+def _is_rollout(report: pytest.TestReport) -> bool:
+    from pytest_rollouts.pytest.properties import rollout_properties
+
+    return rollout_properties(report) is not None

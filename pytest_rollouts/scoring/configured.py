@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.net.auth import headers_for
@@ -12,14 +12,14 @@ from pytest_rollouts.pacing import paced
 from pytest_rollouts.rows.planned import Key
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.scoring.aggregate import RunScore, score_run
-from pytest_rollouts.scoring.compare_runs import RunComparison, compare_runs
 from pytest_rollouts.scoring.intervals import RewardRange
 from pytest_rollouts.scoring.output_scan import OutputScan
-from pytest_rollouts.scoring.pairing import PairingError
-from pytest_rollouts.scoring.regression import RegressionGate
 from pytest_rollouts.scoring.run_statistics import StatisticsOptions
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError
+
+if TYPE_CHECKING:
+    from pytest_rollouts.scoring.compare_runs import RunComparison
 
 
 def score_configured(
@@ -60,9 +60,14 @@ def statistics_options(settings: Settings) -> StatisticsOptions:
 
 def compare_with_baseline(settings: Settings) -> RunComparison | str | None:
     """This run against ``--rollouts-baseline``, gated by ``--rollouts-max-regression``: the
-    comparison, the reason it cannot be made, or None without a baseline."""
+    comparison, the reason it cannot be made, or None without a baseline (and then the
+    comparison's machinery is not imported)."""
     if settings.baseline is None or settings.out is None:
         return None
+    from pytest_rollouts.scoring.compare_runs import compare_runs
+    from pytest_rollouts.scoring.pairing import PairingError
+    from pytest_rollouts.scoring.regression import RegressionGate
+
     gate = None
     if settings.max_regression is not None:
         gate = RegressionGate(

@@ -288,8 +288,9 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
 ) -> None:
     """Ctrl-C, -x or the end of the run cancels rollouts; one whose reply has come is still
     written (the dispatcher yields between the reply and the row)."""
-    from pytest_rollouts.dispatch import agents, messages
+    from pytest_rollouts.dispatch import agents
     from pytest_rollouts.dispatch import engine as engine_module
+    from pytest_rollouts.rows.planned import COLUMNS
 
     body = orjson.dumps({"answer": 0, "expected_answer": 0, "_ng_task_index": 0})
     (tmp_path / "m.jsonl").write_bytes(body + b"\n")
@@ -311,9 +312,7 @@ async def test_a_reply_cancelled_before_its_row_is_written_keeps_its_row(
             failures=str(tmp_path / "f.jsonl"),
         )
         values = {"slot": 0, "task": 0, "rollout": 0, "offset": 0, "length": len(body), "first_attempt": 0}
-        columns = {
-            name: array(messages.COLUMN_TYPES.get(name, "q"), [values.get(name, 0)]) for name in messages.COLUMNS
-        }
+        columns = {name: array("q", [values.get(name, 0)]) for name in COLUMNS}
         sent: list[bytes] = []
         engine = engine_module.Engine(header, columns, sent.append)
         running = asyncio.create_task(engine.run())

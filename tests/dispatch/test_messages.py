@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import typing
+from array import array
 from pathlib import Path
 
 import orjson
@@ -14,7 +15,7 @@ import pytest
 
 from pytest_rollouts.dispatch import messages
 from pytest_rollouts.dispatch.frames import FrameBuffer, frame
-from pytest_rollouts.dispatch.messages import MessageError, decode, encode
+from pytest_rollouts.dispatch.messages import MessageError, decode, decode_column, encode, encode_column
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import RolloutOutcome
 
@@ -114,10 +115,8 @@ def test_a_field_one_side_lacks_is_an_error_naming_message_and_field(
     assert str(caught.value) == said
 
 
-def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path: Path) -> None:
-    """A real dispatcher process answers a plan it cannot read with why, then exits."""
-    fields = orjson.loads(orjson.dumps(plan_header()))
-    fields["priority"] = 1
+def _engine_answer(tmp_path: Path, sent: bytes) -> messages.Message:
+    """What a real dispatcher process answers ``sent`` (a plan it cannot read), once it has exited 1."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest_rollouts.dispatch.engine"],
         stdin=subprocess.PIPE,
@@ -125,10 +124,32 @@ def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path
         env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=tmp_path,
     )
-    out, _ = proc.communicate(frame(orjson.dumps(["plan", fields])), timeout=60)
+    out, _ = proc.communicate(sent, timeout=60)
     assert proc.returncode == 1
     [raw] = FrameBuffer().feed(out)
-    reply = decode(raw)
-    assert reply == messages.Fatal(
+    return decode(raw)
+
+
+def test_a_plan_with_a_field_the_engine_lacks_stops_it_naming_the_field(tmp_path: Path) -> None:
+    """A real dispatcher process answers a plan it cannot read with why, then exits."""
+    fields = orjson.loads(orjson.dumps(plan_header()))
+    fields["priority"] = 1
+    assert _engine_answer(tmp_path, frame(orjson.dumps(["plan", fields]))) == messages.Fatal(
         "the dispatcher could not read the plan: message 'plan' has field 'priority' its type does not define"
     )
+
+
+@pytest.mark.parametrize(("code", "values"), [("B", [0, 255]), ("H", [256, 65_535]), ("I", [70_000]), ("q", [5 << 32])])
+def test_a_plan_column_goes_as_narrow_as_the_plan_holds_it(code: str, values: list[int]) -> None:
+    """A million rollouts' task numbers go (and are held by the dispatcher) in 4 bytes each, not 8."""
+    [raw] = FrameBuffer().feed(encode_column(array(code, values)))
+    column = decode_column(raw)
+    assert (column.typecode, column.tolist()) == (code, values)
+
+
+@pytest.mark.parametrize("payload", [b"d" + array("d", [1.5]).tobytes(), b"q" + bytes(7)])
+def test_a_plan_column_the_engine_cannot_read_stops_it_saying_so(tmp_path: Path, payload: bytes) -> None:
+    """A column of floats, or one cut short, is no plan's: the dispatcher process says so and exits."""
+    reply = _engine_answer(tmp_path, encode(plan_header()) + frame(payload))
+    assert isinstance(reply, messages.Fatal)
+    assert reply.why.startswith("the dispatcher could not read the plan: not a plan column: b'" + payload[:1].decode())

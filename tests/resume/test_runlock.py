@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -57,9 +58,14 @@ def wait_for_rows(out: Path, rows: int) -> None:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    """The folder's files, but for the running session's status file (rewritten by it every few
-    seconds, so a slow second session would see it change); that one must still be the first's."""
-    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    """The folder's files, but for the running session's own passing files: its status file (rewritten
+    every few seconds, so a slow second session would see it change; it must still be the first's),
+    and the private copy a late xdist worker writes before renaming it into place (``.NAME.PID``)."""
+    files = {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.is_file() and not re.fullmatch(r"\..+\.\d+", p.name)
+    }
     status = files.pop("r.jsonl.status.json", None)
     if status is not None:
         files["status's writer"] = str(orjson.loads(status)["pid"]).encode()

@@ -56,10 +56,11 @@ def test_a_stop_while_the_plan_goes_out_ends_the_session(pytester: pytest.Pytest
         "    Path('engine.pid').write_text(str(pid))\n"
         "    return (yield)\n"
     )
-    # About 120 KB of plan: more than a pipe holds, so pytest blocks writing it.
+    # About 170 KB of plan (12,000 rollouts, some 14 bytes each): more than a pipe holds, so pytest
+    # blocks writing it.
     write_rows(pytester.path / "data.jsonl", tasks(600))
     with ScriptedAgent() as agent:
-        command = pytest_command(agent.url, "--rollouts-repeats=4")
+        command = pytest_command(agent.url, "--rollouts-repeats=20")
         with session(pytester.path, command) as proc:
             wait_for(lambda: bool(engines(pytester.path)), "the dispatcher was stopped")
             time.sleep(0.5)  # pytest goes on to write the plan, and blocks

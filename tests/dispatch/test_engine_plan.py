@@ -1,0 +1,39 @@
+"""The dispatcher process holds the plan pytest sends it in a few bytes a rollout: the columns at the
+widths the plan holds them, and its index of each task's rollouts in one array, not a list of int
+objects per task (at a million rollouts, 50 MB)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+from pytest_rollouts.dispatch.engine import Engine
+from pytest_rollouts.rows.planned import COLUMNS, PlannedRollout, PlannedRollouts
+
+from ..helpers import plan_header
+
+
+def test_the_dispatcher_indexes_a_plan_of_50k_rollouts_in_under_20_bytes_each(tmp_path: Path) -> None:
+    tasks, repeats = 3125, 16
+    rollouts = PlannedRollouts(
+        PlannedRollout(task, task, repeat, "a", 100 * (task * repeats + repeat), 99)
+        for repeat in range(repeats)
+        for task in range(tasks)
+    )
+    columns = {name: rollouts.column(name) for name in COLUMNS}
+    (tmp_path / "m.jsonl").touch()
+    header = plan_header(
+        urls={"a": "http://127.0.0.1:9"},
+        bodies=str(tmp_path / "m.jsonl"),
+        out=str(tmp_path / "r.jsonl"),
+        failures=str(tmp_path / "f.jsonl"),
+    )
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        engine = Engine(header, columns, lambda data: None)
+        held = tracemalloc.get_traced_memory()[0] - before
+        del engine
+    finally:
+        tracemalloc.stop()
+    assert held / len(rollouts) < 20
