@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_rollouts.scoring.stats import RUN, ranked
+
 
 def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]:
     """p50/p90/p99/max of rollout durations: the other half of a throughput number.
@@ -16,19 +18,17 @@ def latency_summary(durations: Sequence[float]) -> dict[str, float | int | None]
     """
     if not durations:
         return {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
-    ordered = sorted(durations)
-    if len(ordered) == 1:
-        (x,) = ordered
+    if len(durations) == 1:
+        (x,) = durations
         return {"count": 1, "p50": x, "p90": x, "p99": x, "max": x}
-    p50, p90, p99 = (_percentile(ordered, p) for p in (50, 90, 99))
-    return {"count": len(ordered), "p50": p50, "p90": p90, "p99": p99, "max": ordered[-1]}
-
-
-def _percentile(ordered: Sequence[float], p: int) -> float:
-    """``statistics.quantiles(ordered, n=100, method="inclusive")[p - 1]``, read off the one sorted
-    copy (``quantiles`` sorts its own: at a million rollouts, 32 MB more)."""
-    j, delta = divmod(p * (len(ordered) - 1), 100)
-    return (ordered[j] * (100 - delta) + ordered[j + 1] * delta) / 100
+    # statistics.quantiles(sorted, n=100, method="inclusive")'s cut p: between the values ranked j and j + 1.
+    cuts = {p: divmod(p * (len(durations) - 1), 100) for p in (50, 90, 99)}
+    if len(durations) <= RUN:
+        ordered: Mapping[int, float] | list[float] = sorted(durations)
+    else:
+        ordered = ranked(durations, {j + k for j, _ in cuts.values() for k in (0, 1)} | {len(durations) - 1})
+    p50, p90, p99 = ((ordered[j] * (100 - delta) + ordered[j + 1] * delta) / 100 for j, delta in cuts.values())
+    return {"count": len(durations), "p50": p50, "p90": p90, "p99": p99, "max": ordered[len(durations) - 1]}
 
 
 def perf_summary(durations: Sequence[float], seconds: float) -> dict[str, float | int | None]:

@@ -7,6 +7,7 @@ it echoes redacted.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,13 @@ def metric_input(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _verify_responses(out: Path, output_offsets: Mapping[Key, int], added: list[dict[str, Any]]) -> Iterator[bytes]:
-    """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent."""
+    """``{"verify_responses": [...]}`` with rows sorted by task then rollout, read from disk as sent.
+
+    ``output_offsets`` iterates its keys in that order (a group's view of its scan does), and the
+    added zeros are of keys without a row: the two are merged as they go, never a set and a sorted
+    list of a million keys."""
     extra = {key_of(row): row for row in added}
-    keys = sorted(set(output_offsets) | set(extra))
+    keys = heapq.merge(output_offsets, sorted(extra))
     yield b'{"verify_responses":['
     with LineReader() as reader:
         for position, key in enumerate(keys):

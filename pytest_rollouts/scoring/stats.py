@@ -84,18 +84,26 @@ def std_dev(xs: Sequence[float], mean: float | None, ddof: int) -> float | None:
 
 
 def median(xs: Sequence[float]) -> float:
-    """``statistics.median``; past ``RUN`` values, the middle of sorted runs merged, so a million
-    rewards are never one list of float objects (32 MB) but runs of them, each put back in an array."""
+    """``statistics.median``, past ``RUN`` values read off ``ranked`` (never one list of them all)."""
     if len(xs) <= RUN:
         return statistics.median(xs)
-    runs = [array("d", sorted(xs[i : i + RUN])) for i in range(0, len(xs), RUN)]
     middle, odd = divmod(len(xs), 2)
-    before = math.nan
+    at = ranked(xs, {middle - 1, middle})
+    return at[middle] if odd else (at[middle - 1] + at[middle]) / 2
+
+
+def ranked(xs: Sequence[float], ranks: Collection[int]) -> dict[int, float]:
+    """The values at ``ranks`` (0-based) of ``xs`` sorted. A million values sorted at once are a list
+    of float objects (32 MB); here runs of ``RUN`` are sorted and kept as arrays, then merged."""
+    runs = [array("d", sorted(xs[i : i + RUN])) for i in range(0, len(xs), RUN)]
+    wanted, last = set(ranks), max(ranks)
+    found = {}
     for at, x in enumerate(heapq.merge(*runs)):
-        if at == middle:
-            return x if odd else (before + x) / 2
-        before = x
-    raise AssertionError("unreachable: the merge holds len(xs) values")
+        if at in wanted:
+            found[at] = x
+            if at == last:
+                break
+    return found
 
 
 @functools.cache

@@ -9,11 +9,14 @@ import tracemalloc
 from pathlib import Path
 
 import orjson
+import pytest
 
 from pytest_rollouts.scoring.accounting import ScoringPolicy
 from pytest_rollouts.scoring.aggregate import score_run
 from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.store.artifacts import ArtifactPaths
+
+from ..agents import ScriptedAgent
 
 TASKS, REPEATS = 2_000, 10
 ROLLOUTS = TASKS * REPEATS
@@ -56,15 +59,21 @@ def test_the_output_scan_holds_a_few_numbers_per_rollout(tmp_path: Path) -> None
     assert (held - before) / ROLLOUTS < 120
 
 
-def test_scoring_a_run_peaks_at_a_few_hundred_bytes_per_rollout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("asked", [False, True], ids=["local", "server-without-aggregate_metrics"])
+def test_scoring_a_run_peaks_at_a_few_hundred_bytes_per_rollout(tmp_path: Path, asked: bool) -> None:
+    """Asked first (every group's server is, as NeMo Gym asks), a server without the endpoint is
+    sent every row, streamed from the file in key order; then the metrics are computed here."""
     paths = _run(tmp_path)
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=True, timeout=10)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    with ScriptedAgent() as agent:
+        url = agent.url if asked else None
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            score = score_run(paths, ScoringPolicy(), agent_url=lambda name: url, write_metrics=True, timeout=30)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert score.groups[0].source == "local"
     assert score.groups[0].coverage.scored == ROLLOUTS
     assert score.groups[0].metrics["usage_summary"]["total_tokens"] == 42 * ROLLOUTS
     print(f"peak {(peak - before) / ROLLOUTS:.0f} B per rollout")
