@@ -190,7 +190,7 @@ class _GroupMetrics:
         score.metrics[STATISTICS] = _statistics(group, rollouts, self.statistics, self.labels)
         if not isinstance(baseline, str) and baseline is not None:
             score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
-        real = group.rollouts()
+        real = group.rollouts() if added else rollouts
         usage = usage_summary(real)
         if usage is not None and "usage_summary" not in score.metrics:
             score.metrics["usage_summary"] = usage

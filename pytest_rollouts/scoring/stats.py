@@ -9,13 +9,17 @@ signs) is ``None`` rather than a number that would lie. An infinite result is a 
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import math
 import statistics
+from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from pytest_rollouts.store.jsonl import NonFinite
 
+# Past this many values, a median and a spread are taken over runs of them (``median``, ``std_dev``).
+RUN = 1 << 16
 # Two-sided 95% normal quantile, as NeMo Gym uses for its intervals.
 Z_95 = 1.96
 
@@ -72,7 +76,26 @@ def std_dev(xs: Sequence[float], mean: float | None, ddof: int) -> float | None:
     """
     if len(xs) <= ddof or mean is None or not math.isfinite(mean):
         return None
-    return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
+    if len(xs) <= RUN:
+        return math.hypot(*(x - mean for x in xs)) / math.sqrt(len(xs) - ddof)
+    # hypot of each run's hypot: the norm of them all, never a tuple of a million deviations.
+    runs = (math.hypot(*(x - mean for x in xs[i : i + RUN])) for i in range(0, len(xs), RUN))
+    return math.hypot(*runs) / math.sqrt(len(xs) - ddof)
+
+
+def median(xs: Sequence[float]) -> float:
+    """``statistics.median``; past ``RUN`` values, the middle of sorted runs merged, so a million
+    rewards are never one list of float objects (32 MB) but runs of them, each put back in an array."""
+    if len(xs) <= RUN:
+        return statistics.median(xs)
+    runs = [array("d", sorted(xs[i : i + RUN])) for i in range(0, len(xs), RUN)]
+    middle, odd = divmod(len(xs), 2)
+    before = math.nan
+    for at, x in enumerate(heapq.merge(*runs)):
+        if at == middle:
+            return x if odd else (before + x) / 2
+        before = x
+    raise AssertionError("unreachable: the merge holds len(xs) values")
 
 
 @functools.cache
@@ -91,9 +114,9 @@ def field_summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
         return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
     mean = nan_mean(xs)
     if not math.isfinite(mean):  # an infinity among them: the rare path
-        median = written(statistics.median(xs))
-        return {mean_: written(mean), median_: median, std_: None, min_: min(xs), max_: max(xs)}
-    return {mean_: mean, median_: statistics.median(xs), std_: std_dev(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
+        middle = written(median(xs))
+        return {mean_: written(mean), median_: middle, std_: None, min_: min(xs), max_: max(xs)}
+    return {mean_: mean, median_: median(xs), std_: std_dev(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
 
 
 def interval(mean: float, se: float | None) -> tuple[float | None, float | None]:
