@@ -93,7 +93,7 @@ def test_status_file_while_running_and_after(tmp_path: Path, workers: tuple[str,
 def test_under_auto_the_status_says_the_live_limit_not_the_ceiling(tmp_path: Path, workers: tuple[str, ...]) -> None:
     """A throttling agent keeps the adaptive limit far under MAX: the file says that limit (under
     ``-n``, the workers' summed), each agent's, and ``pytest-rollouts status`` prints it."""
-    write_rows(tmp_path / "data.jsonl", tasks(200))
+    write_rows(tmp_path / "data.jsonl", tasks(60))
     with ThrottlingAgent(capacity=6) as agent:
         proc, output, seen = watched_run(
             tmp_path, agent.url, "--rollouts-parallel=auto:64", "--rollouts-retries=10", *workers
