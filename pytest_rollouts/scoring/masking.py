@@ -19,7 +19,9 @@ MASKING = "masking"
 def masking_metrics(name: str, coverage: Coverage, rows: RolloutColumns) -> dict[str, float]:
     """The group's masking metrics, {} when nothing was masked or dropped. ``rows``: its real result
     rows (not the zeros the policies add), the unrewarded ones without a ``reward``."""
-    rewards = rows.field("reward")
     failed = sum(n for cls, n in coverage.failed_by_class.items() if cls != CANCELLED)
     omitted = coverage.failed_by_class[CANCELLED] + coverage.outcomes().no_row
+    if not (coverage.masked or failed or omitted):  # healthy: nothing to say, no rewards to read
+        return {}
+    rewards = rows.field("reward")
     return MaskingCounts(len(rewards), sum(rewards), coverage.masked, failed, omitted).step_metrics(name)

@@ -100,9 +100,10 @@ class GroupRows:
     def unknown_by_task(self, scored: Mapping[int, Sized]) -> dict[int, int]:
         """Per task, its rollouts neither scored (``scored``: each task's rewards) nor masked."""
         left = Counter(self.expected.tasks)
-        for at, flags in enumerate(self.flags):
-            if flags & ROW_MASKED:
-                left[self.expected.tasks[at]] -= 1
+        if (ROW_READ | ROW_MASKED) in self.flags:  # a masked row at all: then find them
+            for at, flags in enumerate(self.flags):
+                if flags & ROW_MASKED:
+                    left[self.expected.tasks[at]] -= 1
         for task, rewards in scored.items():
             left[task] -= len(rewards)
         return {task: n for task, n in left.items() if n > 0}
@@ -130,7 +131,7 @@ class _Offsets(Mapping[Key, int]):
         return (index.key(at) for at in self._group.real_order())
 
     def __len__(self) -> int:
-        return sum(1 for at in self._group.offsets if at >= 0)
+        return sum(1 for offset in self._group.offsets if offset >= 0)
 
 
 class OutputScan:

@@ -612,3 +612,15 @@ def test_an_output_removed_just_after_the_scan_read_it_is_still_noticed(
             paths, ScoringPolicy(), agent_url=lambda name: agent.url, write_metrics=True, timeout=10, outputs=read_ahead
         )
     assert score.coverage.completed == 0
+
+
+def test_a_masked_rollout_is_not_unknown_to_the_statistics(tmp_path: Path) -> None:
+    """Manski's bounds widen over rollouts without a score; a masked one was dropped on purpose."""
+    paths = ArtifactPaths(tmp_path / "r.jsonl")
+    stamps = [{"agent_ref": {"name": "a"}, "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(3)]
+    paths.materialized.write_bytes(b"".join(orjson.dumps(s) + b"\n" for s in stamps))
+    rows = [{"reward": 1.0, **stamps[0]}, {"mask_sample": True, **stamps[1]}]  # task 2: no row at all
+    paths.out.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    score = score_run(paths, ScoringPolicy(), agent_url=lambda name: None, write_metrics=True, timeout=10)
+    entry = score.groups[0].metrics["statistics"]
+    assert (entry["num_rollouts_scored"], entry["num_rollouts_unknown"]) == (1, 1)
