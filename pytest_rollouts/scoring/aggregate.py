@@ -180,14 +180,14 @@ class _GroupMetrics:
                 server, score.note = None, f"{exc}; computed locally instead"
             if server is not None:
                 score.metrics, score.source = server, "server"
+        per_task = Counter(group.expected.tasks)
         if score.source != "server":
-            expected = Counter(group.expected.tasks)
             sample = self.samples.of(group.expected)
             metrics = compute_default_metrics(
-                rollouts, expected=expected, sample=sample, pass_ks=self.statistics.pass_ks
+                rollouts, expected=per_task, sample=sample, pass_ks=self.statistics.pass_ks
             )
             score.metrics, score.source = metrics, "local"
-        score.metrics[STATISTICS] = _statistics(group, rollouts, self.statistics, self.labels)
+        score.metrics[STATISTICS] = _statistics(group, rollouts, per_task, self.statistics, self.labels)
         if not isinstance(baseline, str) and baseline is not None:
             score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
         real = group.rollouts() if added else rollouts
@@ -201,7 +201,11 @@ class _GroupMetrics:
 
 
 def _statistics(
-    group: GroupRows, rollouts: RolloutColumns, options: StatisticsOptions, labels: TaskLabels | None
+    group: GroupRows,
+    rollouts: RolloutColumns,
+    per_task: Mapping[int, int],
+    options: StatisticsOptions,
+    labels: TaskLabels | None,
 ) -> dict[str, Any]:
     """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
     rewards: dict[int, Sequence[float]] = {}
@@ -209,7 +213,7 @@ def _statistics(
         ys = rollouts.field("reward", range(part.start, part.stop))
         if ys:
             rewards[part.task] = ys
-    return group_statistics(rewards, group.unknown_by_task(rewards), options, labels)
+    return group_statistics(rewards, group.unknown_by_task(rewards, per_task), options, labels)
 
 
 class _Samples:

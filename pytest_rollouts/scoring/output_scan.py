@@ -97,15 +97,13 @@ class GroupRows:
         index = self.expected
         return RolloutColumns(index.tasks, index.rollouts, columns, self.real_order(places), repeat_places(index))
 
-    def unknown_by_task(self, scored: Mapping[int, Sized]) -> dict[int, int]:
-        """Per task, its rollouts neither scored (``scored``: each task's rewards) nor masked."""
-        left = Counter(self.expected.tasks)
+    def unknown_by_task(self, scored: Mapping[int, Sized], expected: Mapping[int, int]) -> dict[int, int]:
+        """Per task, its rollouts neither scored (``scored``: each task's rewards) nor masked;
+        ``expected``: each task's materialized rollouts in the group."""
+        masked: Counter[int] = Counter()
         if (ROW_READ | ROW_MASKED) in self.flags:  # a masked row at all: then find them
-            for at, flags in enumerate(self.flags):
-                if flags & ROW_MASKED:
-                    left[self.expected.tasks[at]] -= 1
-        for task, rewards in scored.items():
-            left[task] -= len(rewards)
+            masked.update(self.expected.tasks[at] for at, flags in enumerate(self.flags) if flags & ROW_MASKED)
+        left = {task: n - len(scored.get(task, ())) - masked[task] for task, n in expected.items()}
         return {task: n for task, n in left.items() if n > 0}
 
     @property
