@@ -116,6 +116,8 @@ class ScriptedAgent(AppServer):
         self.bodies: list[bytes] = []  # each /run body as sent, for what orjson would not read back exactly
         # When each /run arrived (time.monotonic), in arrival order.
         self.arrivals: list[float] = []
+        # The client's port each /run came from, in arrival order: a connection belongs to one process.
+        self.ports: list[int] = []
         self.in_flight = 0
         self.peak_in_flight = 0
         self.completed = 0
@@ -169,6 +171,7 @@ class ScriptedAgent(AppServer):
         self._seen[key] += 1
         self.requests.append(row)
         self.arrivals.append(time.monotonic())
+        self.ports.append(request.transport.get_extra_info("peername")[1] if request.transport else 0)
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
