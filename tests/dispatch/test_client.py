@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
@@ -12,16 +14,20 @@ from ..agents import Reply, ScriptedAgent
 from .raw_server import answering, server
 
 TIMEOUT = 2.0
+# The attempt's limit where no reply comes: a tenth of the server's delay, so it cannot be reached.
+SILENT_TIMEOUT = 0.5
 BODY = b'{"_ng_task_index": 0, "_ng_rollout_index": 0}'
 
 
-async def attempt_on(url: str) -> Attempt:
-    """One ``post_run`` on a pool of its own, closed after."""
-    pool = Pool(TIMEOUT)
+async def attempt_on(url: str, timeout: float = TIMEOUT) -> Attempt:
+    """One ``post_run`` on a pool of its own, closed after: its sockets too, before the server stops
+    (which blocks this loop, and would wait for a handler still sleeping on an open connection)."""
+    pool = Pool(timeout)
     try:
-        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, TIMEOUT, Redactor({}))
+        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, timeout, Redactor({}))
     finally:
         pool.close()
+        await asyncio.sleep(0)
 
 
 @pytest.mark.asyncio
@@ -40,7 +46,7 @@ async def attempt_on(url: str) -> Attempt:
 )
 async def test_post_run_classifies(reply: Reply, failure_class: str | None, retryable: bool) -> None:
     with ScriptedAgent(lambda row, seen: reply) as agent:
-        attempt = await attempt_on(agent.url)
+        attempt = await attempt_on(agent.url, SILENT_TIMEOUT if reply.delay else TIMEOUT)
     if failure_class is None:
         assert attempt.failure is None and attempt.reply == reply.json
     else:
