@@ -67,6 +67,7 @@ def test_materialized_inputs_replaced_mid_run_stop_dispatch(pytester: pytest.Pyt
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         assert 6 <= len(agent.requests) < 24, "the copy did not stop dispatch; the other rows did"
         sent = len(agent.requests)
+        agent.latency = 0.0  # it held the first run back until the inputs were checked; the resume need not wait
         resumed = run_rollouts(pytester, *common, "--rollouts-resume")
         assert resumed.ret == pytest.ExitCode.OK
         assert len(Artifacts(pytester.path).rows) == 24 and len(agent.requests) > sent
