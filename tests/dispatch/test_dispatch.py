@@ -481,7 +481,7 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
 ) -> None:
     """A dispatcher that stops answering (here SIGSTOP; in life a blocked file system) used to
     leave pytest waiting forever. Its heartbeat comes every --rollouts-progress-interval (here 0.2 s,
-    and pytest's patience 2 s), so silence means stuck."""
+    and pytest's patience 1 s: five beats), so silence means stuck."""
     from pytest_rollouts.dispatch.channel import spawn_engine
 
     def stop_on_fifth(row: dict[str, Any], seen: int) -> Reply:
@@ -494,8 +494,8 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
         with monkeypatch.context() as patch:
             spawned = spawn_watched(patch, spawn_engine)
             dispatch = importlib.import_module("pytest_rollouts.dispatch.channel")
-            patch.setattr(dispatch, "SILENCE_LIMIT_S", 2.0)
-            patch.setattr(dispatch, "STUCK_GRACE_S", 0.5)
+            patch.setattr(dispatch, "SILENCE_LIMIT_S", 1.0)
+            patch.setattr(dispatch, "STUCK_GRACE_S", 0.25)
             result = run_rollouts(
                 pytester,
                 "data.jsonl",
@@ -504,7 +504,7 @@ def test_a_stuck_dispatcher_stops_the_run_instead_of_hanging_it(
                 "--rollouts-parallel=2",
                 "--rollouts-progress-interval=0.2",
             )
-        result.stdout.fnmatch_lines(["dispatch stopped: the dispatcher process sent nothing for 2 s: it is stuck*"])
+        result.stdout.fnmatch_lines(["dispatch stopped: the dispatcher process sent nothing for 1 s: it is stuck*"])
         assert "During handling" not in result.stdout.str()
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         assert spawned[0].poll() is not None, "the stuck process was killed"
