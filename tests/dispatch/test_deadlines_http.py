@@ -22,6 +22,7 @@ from ..helpers import aggregate, run_rollouts, tasks, write_rows
 BYTE_INTERVAL_S = 0.05
 TRICKLED_BYTES = 600
 TIMEOUT = "2"  # also each /run's bound in the session: room for a loaded machine
+SHORT_TIMEOUT = "0.5"  # where it bounds the trickled request alone
 
 
 class TrickleServer(LoopServer):
@@ -102,21 +103,21 @@ def test_the_aggregate_command_cuts_a_trickling_metrics_server_at_its_timeout(tm
     write_rows(tmp_path / "rs0.jsonl", [{**row, "reward": 0.5} for row in rows])
     with TrickleServer("/aggregate_metrics", SERVER_METRICS) as server:
         done = aggregate(
-            tmp_path, "--input", "rs0.jsonl", "--out", "all.jsonl", "--agent", server.url, "--timeout", TIMEOUT
+            tmp_path, "--input", "rs0.jsonl", "--out", "all.jsonl", "--agent", server.url, "--timeout", SHORT_TIMEOUT
         )
     assert done.returncode == 0, done.stderr
     [group] = json.loads((tmp_path / "all_aggregate_metrics.json").read_text())
     assert (group["metrics_source"], group["key_metrics"]["mean/reward"]) == ("local", 0.5)
-    assert f"no complete reply within {TIMEOUT}s; computed locally instead" in group["metrics_note"]
+    assert f"no complete reply within {SHORT_TIMEOUT}s; computed locally instead" in group["metrics_note"]
 
 
 def test_a_trickling_head_server_is_a_usage_error_at_the_timeout(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agents, "HEAD_SERVER_TIMEOUT_S", float(TIMEOUT))
+    monkeypatch.setattr(agents, "HEAD_SERVER_TIMEOUT_S", float(SHORT_TIMEOUT))
     write_rows(pytester.path / "data.jsonl", tasks(1))
     with TrickleServer("/global_config_dict_yaml", "{}") as server:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-head-server={server.url}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    said = f"head server at {server.url} sent no complete reply within {TIMEOUT}s for /global_config_dict_yaml"
+    said = f"head server at {server.url} sent no complete reply within {SHORT_TIMEOUT}s for /global_config_dict_yaml"
     result.stderr.fnmatch_lines([f"*{said}*"])
