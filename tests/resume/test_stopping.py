@@ -182,11 +182,12 @@ def test_ctrl_c_while_the_dispatcher_starts_up_leaves_it_quiet(pytester: pytest.
     """Ctrl-C reached the dispatcher too, which died in its start-up with a traceback or
     ``Fatal Python error: init_import_site``. It is pytest's to decide when dispatch stops.
 
-    A ``sitecustomize`` that takes a second holds every new interpreter (pytest's, then the
-    dispatcher's) in its site import, so the Ctrl-C sent as soon as the dispatcher is started
-    lands there."""
+    A ``sitecustomize`` that takes a second holds the dispatcher's interpreter (not pytest's,
+    which need not wait) in its site import, so the Ctrl-C sent as soon as it is started lands there."""
     site = pytester.mkdir("site")
-    (site / "sitecustomize.py").write_text("import time\ntime.sleep(1.0)\n")
+    (site / "sitecustomize.py").write_text(
+        "import sys, time\nif 'pytest_rollouts.dispatch.engine' in sys.orig_argv:\n    time.sleep(1.0)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(site), os.environ.get("PYTHONPATH"))))}
     pytester.makeconftest(
         FIND_ENGINE + "import pytest\n"
