@@ -190,7 +190,7 @@ def test_a_second_ctrl_c_while_it_scores_still_waits_for_the_scoring(here: Path)
 
     def slow_metrics(body: dict[str, Any]) -> Reply:
         metrics = {"mean/reward": 0.123}
-        return Reply(json={"agent_metrics": metrics, "key_metrics": metrics}, delay=2.0)
+        return Reply(json={"agent_metrics": metrics, "key_metrics": metrics}, delay=1.0)
 
     with ScriptedAgent(aggregate=slow_metrics) as agent:
         settings = {"input": "data.jsonl", "out": "out/r.jsonl", "agents": {"policy": agent.url}}
