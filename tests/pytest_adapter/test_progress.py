@@ -202,7 +202,7 @@ def test_status_line_is_cut_to_the_terminals_width(pytester: pytest.Pytester) ->
 
 def test_status_line_stays_live_while_a_slow_rollout_runs(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(1))
-    with ScriptedAgent(latency=20 * BEAT) as agent:
+    with ScriptedAgent(latency=10 * BEAT) as agent:
         screen = _run_on_a_terminal(pytester.path, agent.url)
     redraws = screen.split("\rdata.jsonl rollouts: ")[1:]
     # A beat between the reply and its report may say nothing is in flight any more.
