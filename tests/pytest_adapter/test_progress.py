@@ -116,7 +116,7 @@ def test_latency_summary() -> None:
 
 def test_progress_lines_in_a_log_every_tenth(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(30))
-    with ScriptedAgent(latency=0.25) as agent:
+    with ScriptedAgent(latency=0.15) as agent:
         result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-parallel=2")
     lines = [line for line in result.stdout.lines if line.startswith("rollouts: ")]
     assert 5 <= len(lines) <= 10, lines
