@@ -3,9 +3,9 @@
 Coverage is the share of seeded simulated evals whose interval holds the true pass rate; the check
 is that it is never more than one point below the nominal 95% (an exact interval is conservative:
 it may be above). The simulation sizes keep a 1-point shortfall several standard errors from
-chance: 20,000 draws per rate for the exact interval (se 0.15 points), 1,500 clustered evals per
-setting (se 0.55 points; their coverage is 96-99%, so 94% is 3-9 se below it, while the
-interval before its df was Satterthwaite's covered 85-93.7% in these corners).
+chance: 20,000 draws per rate for the exact interval (se 0.15 points), 1,000 clustered evals per
+setting (se 0.6 points; their coverage is 96.7-99.7%, so 94% is 4.5-15 se below it, while the
+interval before its df was Satterthwaite's covered 87.7-93.9% in three of these corners).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pytest_rollouts.scoring.small_sample import SMALL_SAMPLE_TASKS, clopper_pea
 
 NOMINAL = 0.95
 SIZES = (20, 40, 100)
-CLUSTERED_DRAWS = 1_500
+CLUSTERED_DRAWS = 1_000
 RATES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98)
 
 
