@@ -106,10 +106,14 @@ class Agents:
 
     def routing_for(self, dataset: Path) -> Routing:
         """How the rows of ``dataset`` find their agents: its suite's declaration, if any, and the options."""
-        from pytest_rollouts.config.suite import find_declaration, load_suite
+        from pytest_rollouts.config import find_declaration
 
         declaration = find_declaration(dataset.parent, self._root)
-        suite = load_suite(declaration) if declaration else None
+        suite = None
+        if declaration is not None:
+            from pytest_rollouts.config.suite import load_suite  # its models, only for a declaration
+
+            suite = load_suite(declaration)
         routing = self.registry.routing_for(suite, dataset, self._root)
         if suite is not None and suite.config.retry_invalid_judge_responses is not None:
             self._judge_retry_of(suite.path, suite.config.retry_invalid_judge_responses)

@@ -12,14 +12,16 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.config.routing import Discovered, Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.config.suite import Suite
 from pytest_rollouts.config.values import check_url
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.address import without_password
+
+if TYPE_CHECKING:
+    from pytest_rollouts.config.suite import Suite
 
 CLI_DEFAULT_NAME = "default"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

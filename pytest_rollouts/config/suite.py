@@ -15,24 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pytest_rollouts.config import DECLARATION
+from pytest_rollouts.config import SuiteError
 from pytest_rollouts.config.values import check_url
 from pytest_rollouts.model.spec import DEFAULT_MAX_TURNS
-
-
-@cache
-def find_declaration(directory: Path, stop: Path) -> Path | None:
-    """The nearest ``rollouts.toml`` at or above ``directory``, not looking above ``stop``."""
-    candidate = directory / DECLARATION
-    if candidate.is_file():
-        return candidate
-    if directory == stop or directory.parent == directory:
-        return None
-    return find_declaration(directory.parent, stop)
-
-
-class SuiteError(Exception):
-    """A declaration that cannot be used; the message names the file."""
 
 
 class AgentDeclaration(BaseModel):

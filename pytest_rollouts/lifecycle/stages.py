@@ -24,8 +24,6 @@ from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build
 from pytest_rollouts.plan.files import put_back
 from pytest_rollouts.rows.judge_retry import resume_mend
 from pytest_rollouts.rows.planned import Key, Plan
-from pytest_rollouts.scoring.aggregate import RunScore
-from pytest_rollouts.scoring.configured import score_configured
 from pytest_rollouts.scoring.verdict import Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError
@@ -36,6 +34,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.model.spec import ModelPlan
     from pytest_rollouts.net.auth import Redactor
     from pytest_rollouts.rows.manifest import RunManifest
+    from pytest_rollouts.scoring.aggregate import RunScore
     from pytest_rollouts.scoring.output_scan import OutputScan
 
 
@@ -242,7 +241,11 @@ class RunLifecycle:
     ) -> RunScore:
         """The run scored from its files on disk (``coverage_only``: a stopped run says what it
         covered); a row that cannot be read refuses the score. ``dispatch``: each agent's entry
-        of how dispatch went (``dispatch/record.py``), for the metrics file."""
+        of how dispatch went (``dispatch/record.py``), for the metrics file.
+
+        Scoring is imported here: an xdist worker, which never scores, does not pay for it."""
+        from pytest_rollouts.scoring.configured import score_configured
+
         try:
             score = score_configured(
                 self.paths,

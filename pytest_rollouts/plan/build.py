@@ -177,7 +177,10 @@ def materialize(
             )
             line = dumps(materialized)
             out.write(line + b"\n")
-            expected.setdefault(task.agent, KeyIndex())[(task.task_index, rollout_index)] = offset
+            index = expected.get(task.agent)
+            if index is None:
+                index = expected[task.agent] = KeyIndex()
+            index[task.task_index, rollout_index] = offset
             rollouts.append(
                 PlannedRollout(
                     task.slot,

@@ -13,11 +13,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pytest_rollouts.config import SuiteError, find_declaration
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.config.suite import Suite, SuiteError, find_declaration, load_suite
 from pytest_rollouts.rows.prompts import PromptError, PromptTemplate, load_template
+
+if TYPE_CHECKING:
+    from pytest_rollouts.config.suite import Suite
 
 
 class DeclarationError(ValueError):
@@ -96,8 +100,12 @@ class Declarations:
 
     def _suite(self, path: Path) -> Suite | None:
         declaration = find_declaration(path.parent, self._root.resolve())
+        if declaration is None:
+            return None
+        from pytest_rollouts.config.suite import load_suite  # its models, only for a declaration
+
         try:
-            return load_suite(declaration) if declaration is not None else None
+            return load_suite(declaration)
         except SuiteError as exc:
             raise DeclarationError(str(exc)) from None
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.config import SuiteError, find_declaration
 from pytest_rollouts.config.output_values import dataset_clash
-from pytest_rollouts.config.suite import find_declaration
 from pytest_rollouts.config.values import not_utf8, readable
 from pytest_rollouts.pacing import lasting
 from pytest_rollouts.pytest.progress import tell
@@ -44,7 +44,7 @@ def collect_dataset(file_path: Path, parent: pytest.Collector, run_of: Callable[
     if declaration is not None and _owned(parent.config, run_of)(file_path):
         return None  # the run's own output, inside a suite whose patterns match it
     if declaration is not None:
-        from pytest_rollouts.config.suite import SuiteError, load_suite
+        from pytest_rollouts.config.suite import load_suite
 
         try:
             suite = load_suite(declaration)
@@ -133,7 +133,6 @@ class DatasetFile(pytest.File):
 
     def collect(self) -> Iterator[RolloutItem]:
         from pytest_rollouts.config.routing import RoutingError
-        from pytest_rollouts.config.suite import SuiteError
 
         run = self.config.stash[RUN_KEY]  # the plugin made it for this file
         dist = role(self.config).dist
@@ -212,7 +211,7 @@ class SuiteDeclarationFile(pytest.File):
     their own, but a pattern that matches none of them has no file to be reported on."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from pytest_rollouts.config.suite import SuiteError, load_suite
+        from pytest_rollouts.config.suite import load_suite
 
         try:
             unmatched = load_suite(self.path).unmatched()

@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 import pytest_rollouts
-import pytest_rollouts.lifecycle.stages
+import pytest_rollouts.scoring.configured
 from pytest_rollouts import CollectionConfig, CollectionRefused, run, run_from_config
 from pytest_rollouts.rows.records import RolloutOutcome
 
@@ -404,14 +404,14 @@ def test_a_run_keeps_no_rollout_outcome_once_its_row_is_written(
     """Memory is bounded by what is in flight: by the time the run is scored, every rollout's
     outcome is gone (its row is on disk, its latency a float). Counted structurally, at scoring."""
     alive: list[int] = []
-    score = pytest_rollouts.lifecycle.stages.score_configured
+    score = pytest_rollouts.scoring.configured.score_configured
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         gc.collect()
         alive.append(sum(isinstance(o, RolloutOutcome) for o in gc.get_objects()))
         return score(*args, **kwargs)
 
-    monkeypatch.setattr(pytest_rollouts.lifecycle.stages, "score_configured", counting)
+    monkeypatch.setattr(pytest_rollouts.scoring.configured, "score_configured", counting)
     result = run(config(agent, repeats=4))
     assert result.score.coverage.completed == 24
     assert alive == [0]
