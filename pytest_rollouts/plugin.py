@@ -290,6 +290,15 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]
     session.exitstatus = ending.verdict.exit_code
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A session refused at configure (bad settings: exit 4) never reaches its end, where the
+    dispatcher process started early is stopped: stopped here, or a caller of ``pytest.main``
+    (a notebook, a trainer running evals in its own process) keeps one per refused session."""
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.close()
+
+
 def _will_run(session: pytest.Session) -> bool:
     """Mirror pytest's own reasons not to run tests, so nothing is sent when nothing will run."""
     option = session.config.option

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pytest_rollouts.config.values import check_url
@@ -72,6 +75,30 @@ def test_bad_option_is_a_usage_error(pytester: pytest.Pytester, arg: str, words:
     result = run_rollouts(pytester, "data.jsonl", arg)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{words}*"])
+
+
+def test_a_session_refused_at_configure_leaves_no_dispatcher_process(pytester: pytest.Pytester) -> None:
+    """The dispatcher process starts early (its imports overlap collection) and was stopped only at
+    the session's end, which a refused session never reaches: a caller of ``pytest.main`` kept one
+    per refused session, waiting on its input."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:9", "--rollouts-timeout=inf")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert _dispatchers_of(os.getpid()) == []
+
+
+def _dispatchers_of(parent: int) -> list[int]:
+    """The dispatcher processes ``parent`` started that still run (a reaped one is gone from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        if ppid == parent and b"pytest_rollouts.dispatch.engine" in command:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def test_an_output_path_that_is_a_directory_is_refused_and_left_alone(pytester: pytest.Pytester) -> None:
