@@ -11,15 +11,19 @@ import email.utils
 import random
 
 MAX_BACKOFF_S = 60.0
+# An event loop's timer may fire a fraction of a millisecond early (uvloop keeps time in whole
+# milliseconds), and a ``Retry-After`` date is a wall-clock second: a retry waits this much past
+# what the server asked, so it never arrives before the date.
+TIMER_SLACK_S = 0.002
 
 
 def backoff_delay(base: float, number: int, retry_after: float | None) -> float:
     """Before try ``number + 1``: ``base`` doubled per try, jittered down to half, at least
-    ``retry_after``, at most ``MAX_BACKOFF_S``."""
+    ``retry_after`` (and the timers' slack), at most ``MAX_BACKOFF_S``."""
     ceiling = base * (2**number)
     delay = random.uniform(ceiling / 2, ceiling)
     if retry_after is not None:
-        delay = max(delay, retry_after)
+        delay = max(delay, retry_after + TIMER_SLACK_S)
     return min(delay, MAX_BACKOFF_S)
 
 
