@@ -194,8 +194,8 @@ def dataset_files(
     """The dataset files ``paths`` name: a file as given; a directory's ``.jsonl`` files that the
     nearest ``rollouts.toml`` declares in the run's ``split`` (``Suite.selects``), in name order,
     but the run's own (``own``). Each file once."""
-    from pytest_rollouts.config import find_declaration
-    from pytest_rollouts.config.suite import SuiteError, load_suite
+    from pytest_rollouts.config import SuiteError, find_declaration
+    from pytest_rollouts.config.suite import load_suite
 
     owns = own.owner() if own is not None else lambda path: False
     files: list[Path] = []
