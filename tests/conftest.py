@@ -22,7 +22,7 @@ def only_this_projects_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
     They also write the package's byte code as an installed package has it: a machine that sets
     PYTHONDONTWRITEBYTECODE would otherwise compile the package again in every session, dispatcher
-    and xdist worker the suite starts (about a third of the suite's time on 2 cores)."""
+    and xdist worker the suite starts (measured: a sixth of the suite's time on 2 cores, 6:05 -> 5:04)."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("PYTEST_PLUGINS", "rollouts,xdist")
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)

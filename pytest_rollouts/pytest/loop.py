@@ -23,7 +23,8 @@ from pytest_rollouts.pacing import paced
 # item has no fixtures: 220 bytes an item, to the end of the session), unittest turns
 # ``unittest.SkipTest`` into a skip (a rollout item runs no test code).
 IDLE_FOR_ROLLOUTS = ("tmpdir", "unittest")
-# What an item's lists become once it ran (outside junitxml, which reads them at teardown).
+# What an item's lists, and its kept report's, become once it ran and was logged (outside
+# junitxml, which reads them at teardown): one shared empty tuple, not an empty list each.
 SPENT: tuple[()] = ()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_rollouts.pytest.loop import SPENT
 from pytest_rollouts.pytest.properties import CACHED, MASKED, REWARDS, rollout_properties
 from pytest_rollouts.pytest.tally import unscored
 from pytest_rollouts.rows.records import dominant_class
@@ -60,13 +61,12 @@ def slim(report: pytest.TestReport) -> None:
     report.keywords = _NO_KEYWORDS
     # An empty list of its own is 56 bytes a report: the shared empty tuple reads the same, and
     # nothing appends to a report once every plugin has logged it.
-    report.user_properties = _NOTHING  # type: ignore[assignment]
+    report.user_properties = SPENT  # type: ignore[assignment]
     if not report.sections:
-        report.sections = _NOTHING  # type: ignore[assignment]
+        report.sections = SPENT  # type: ignore[assignment]
 
 
 _NO_KEYWORDS: Mapping[str, Any] = MappingProxyType({})
-_NOTHING: tuple[()] = ()
 
 
 def _fmt(reward: float | None) -> str:
