@@ -1,17 +1,21 @@
 """The pieces the settings model is made of: an option's field (default and description from the
-option table, bounds from the model), the bounds a run can use, and the ``KEY=VALUE`` entries of
-keyed options. Apart from ``settings.py``, which holds the model and its checks."""
+option table, bounds from the model), the bounds a run can use, the failure limit's field type, and
+the ``KEY=VALUE`` entries of keyed options. Apart from ``settings.py``, which holds the model and its checks."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from pytest_rollouts.config.bounds import MAX_REPEATS
+from pytest_rollouts.config.values import FailureLimit
 from pytest_rollouts.options import OPTION
+
+# ``--rollouts-max-failures``'s field type: its text parsed before pydantic checks it is a ``FailureLimit``.
+MaxFailures = Annotated[FailureLimit | None, BeforeValidator(FailureLimit.parse)]
 
 
 def pairs(values: Any, what: str) -> list[tuple[str, str]]:

@@ -1,55 +1,19 @@
-"""The values of the options that say where a run writes besides its own files:
-``--rollouts-html``, ``--rollouts-wandb``, ``--rollouts-mlflow``, and ``--rollouts-cache``.
+"""Where a run may not write or read: the checks that refuse a report, a run's output or a dataset
+that is one of a run's own files (its results, sidecars, inputs, metrics, manifest), which the
+write would replace or a fresh run would move aside.
 
-Field types of the settings model (``Annotated`` with their checks, as ``dataset_values.py``), so
-what would only fail once the whole run is over is refused before anything is sent.
+Plain functions, without pydantic: the pytest side's collection checks each dataset with them as
+the settings model checks its outputs (the outputs' field types are in ``fields.py``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-from pydantic import AfterValidator, BeforeValidator, Field
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_rollouts.store.artifacts import ArtifactPaths
-
-
-def _report_file(value: Any) -> Any:
-    """A file: an empty value or a directory would leave the report nowhere to go, found only at the end."""
-    if isinstance(value, str | Path) and (not str(value).strip() or Path(value).is_dir()):
-        raise ValueError("must name the report's HTML file")
-    return value
-
-
-def _installed(package: str) -> AfterValidator:
-    """An export whose package is missing is refused, naming the extra that installs it. Looked up,
-    not imported: importing either package costs seconds."""
-
-    def check(value: str | None) -> str | None:
-        if value is not None and importlib.util.find_spec(package) is None:
-            raise ValueError(f"needs the {package} package: pip install 'pytest-rollouts[{package}]'")
-        return value
-
-    return AfterValidator(check)
-
-
-def _cache_folder(value: Any) -> Any:
-    """A folder, there or not yet: an empty value or a file would leave the replies nowhere to go."""
-    if isinstance(value, str | Path) and not str(value).strip():
-        raise ValueError("must name the cache's folder")
-    if isinstance(value, str | Path) and Path(value).exists() and not Path(value).is_dir():
-        raise ValueError(f"{value} is a file, not a folder for the model cache")
-    return value
-
-
-ReportPath = Annotated[Path | None, BeforeValidator(_report_file)]
-CacheFolder = Annotated[Path | None, BeforeValidator(_cache_folder)]
-WandbProject = Annotated[str | None, Field(min_length=1), _installed("wandb")]
-MlflowExperiment = Annotated[str | None, Field(min_length=1), _installed("mlflow")]
 
 
 def report_clash(report: Path | None, runs: Mapping[str, Path | ArtifactPaths | None]) -> str | None:

@@ -25,9 +25,18 @@ from pydantic import (
 )
 
 from pytest_rollouts.config import bounds
+from pytest_rollouts.config.agent_values import (
+    AgentAddress,
+    AgentHeader,
+    Url,
+    each_parsed,
+    once_per_key,
+    parse_agent_headers,
+)
 from pytest_rollouts.config.bounds import AdaptiveParallel
 from pytest_rollouts.config.dataset_values import MaterializedPath, Split, TemplatePath
 from pytest_rollouts.config.fields import (
+    MaxFailures,
     agent_map_value,
     comma_separated,
     fan_out_value,
@@ -36,28 +45,10 @@ from pytest_rollouts.config.fields import (
     option_field,
     repeats_value,
 )
-from pytest_rollouts.config.output_values import (
-    CacheFolder,
-    MlflowExperiment,
-    ReportPath,
-    WandbProject,
-    materialized_clash,
-    report_clash,
-    run_file_clash,
-)
+from pytest_rollouts.config.output_fields import CacheFolder, MlflowExperiment, ReportPath, WandbProject
+from pytest_rollouts.config.output_values import materialized_clash, report_clash, run_file_clash
 from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
-from pytest_rollouts.config.values import (
-    AgentAddress,
-    AgentHeader,
-    MaxFailures,
-    Url,
-    check_recorded_path,
-    check_url,
-    each_parsed,
-    once_per_key,
-    parse_agent_headers,
-    utf8_text,
-)
+from pytest_rollouts.config.values import check_recorded_path, check_url, utf8_text
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION
 

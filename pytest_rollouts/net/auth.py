@@ -20,7 +20,7 @@ import orjson
 from pytest_rollouts.store.jsonl import dumps
 
 if TYPE_CHECKING:  # the dispatcher process imports this module and must not pay for pydantic
-    from pytest_rollouts.config.values import AgentHeader
+    from pytest_rollouts.config.agent_values import AgentHeader
 
 REDACTED = "[redacted]"
 # Shorter values would scrub ordinary words out of messages; no real credential is this short.

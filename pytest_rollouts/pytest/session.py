@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_rollouts.dispatch.channel import Dispatcher, DispatcherGone
-from pytest_rollouts.dispatch.health import refusal_text
 from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
 from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.pytest.items import RolloutItem
@@ -317,6 +316,8 @@ class RolloutRun:
         the reason and stops the session (``wait``), and its controller says it, once."""
         why = str(refusal)
         if refusal.where == "health":
+            from pytest_rollouts.dispatch.health import refusal_text
+
             why = refusal_text(refusal.lines, "nothing was dispatched", NO_HEALTH_CHECK) + refusal.undo
         if role(self.config).worker:
             self._stopped = why

@@ -190,6 +190,17 @@ def test_a_session_without_datasets_imports_only_the_startup_modules(
     assert imported - STARTUP_MODULES == set()
 
 
+def test_the_session_module_loads_neither_pydantic_nor_asyncio(pytester: pytest.Pytester) -> None:
+    """A run starts its dispatcher process as it is made, before its settings are validated, so
+    the dispatcher's start-up overlaps with pydantic's: the session's module loaded pydantic (the
+    collection's checks of dataset names sat beside the settings' models) and asyncio (for the
+    health check's refusal words), and a one-row run started its dispatcher 0.13 s CPU later."""
+    code = "import pytest_rollouts.pytest.session\ncode = 0"
+    imported, status = _imported(pytester.path, code, ("pydantic", "asyncio", "httptools"))
+    assert status == 0
+    assert imported == set()
+
+
 # What a run of one row through an agent URL does not use: the in-process dispatch and the model
 # agents (the health check asks without them), the comparison with a baseline.
 UNUSED_BY_ONE_ROW = frozenset(
