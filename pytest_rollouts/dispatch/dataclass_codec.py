@@ -65,9 +65,7 @@ def _table_columns(cls: type) -> tuple[list[str], Callable[[Any], tuple[Any, ...
     return names, _getter(operator.attrgetter, names)
 
 
-def _getter(
-    make: Callable[..., Callable[[Any], Any]], names: list[str]
-) -> Callable[[Any], tuple[Any, ...]]:
+def _getter(make: Callable[..., Callable[[Any], Any]], names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     """``names``' values (attributes or keys, as ``make`` gets them) as a tuple, in one C call: even
     for one name, or none, where ``attrgetter`` and ``itemgetter`` would give a bare value."""
     if len(names) > 1:
