@@ -12,7 +12,7 @@ class PairingError(ValueError):
     """A row that crosses a pairing; the router adds its file and line."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pairings:
     """Which servers a NeMo Gym config pairs, so a row sent across a pairing is refused before any
     request (NeMo Gym's ``_validate_agent_pairings``, ``_validate_environment_servers``): an agent

@@ -28,7 +28,7 @@ class RowRefused(RoutingError):
     error, not a broken file."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Discovered:
     """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
     the agent of each task source."""
@@ -59,7 +59,7 @@ class HeadDataset:
     server: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Routing:
     """How rows of one dataset file find their agents, with NeMo Gym's precedence.
 

@@ -22,7 +22,6 @@ from pytest_rollouts.lifecycle.health import unhealthy, unhealthy_blocking
 from pytest_rollouts.lifecycle.refusal import INTERRUPTED, USAGE, Refusal
 from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build_plan
 from pytest_rollouts.plan.files import put_back
-from pytest_rollouts.rows.judge_retry import resume_mend
 from pytest_rollouts.rows.planned import Key, Plan
 from pytest_rollouts.scoring.verdict import Verdict, judge_run
 from pytest_rollouts.store.artifacts import ArtifactPaths, RunStart
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.output_scan import OutputScan
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cleared:
     """The agents a plan sends to, cleared before anything is moved: where each answers (embedded
     ones started), the model agents the driver runs, and the environment servers' types."""
@@ -178,7 +177,11 @@ class RunLifecycle:
         once the first request goes), or repaired and mended (``retry_invalid``: judged-invalid
         results to the sidecar), resuming. What it did, for the door to tell."""
         self.resuming = resuming
-        mend = resume_mend(self.paths, retry_invalid) if resuming else None
+        mend = None
+        if resuming:  # imported here: a fresh run has no results to mend
+            from pytest_rollouts.rows.judge_retry import resume_mend
+
+            mend = resume_mend(self.paths, retry_invalid)
         try:
             self.start = self.paths.start_run(run_id, resume=resuming, overwrite=overwrite, mend=mend)
         except OSError as exc:  # a read-only or missing place: nothing was sent

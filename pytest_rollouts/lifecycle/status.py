@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 RATE_WINDOW_S = 60.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Counts:
     """What a door knows of its dispatch at one moment (``at``, ``time.monotonic``)."""
 

@@ -28,8 +28,10 @@ class PromptError(ValueError):
     """A template that cannot be read, or a row it cannot fill; the message says which and why."""
 
 
+# Both models are built when a template is first read (``defer_build``): every run imports this
+# module, few have a template.
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     role: Literal["system", "developer", "user", "assistant"]
     content: str
@@ -38,7 +40,7 @@ class _Message(BaseModel):
 class _TemplateFile(BaseModel):
     """The file's schema: NeMo Gym's ``PromptConfig`` (``user``, ``system``) and ``few_shot``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     user: str
     system: str | None = None

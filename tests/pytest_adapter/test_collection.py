@@ -202,9 +202,11 @@ def test_the_session_module_loads_neither_pydantic_nor_asyncio(pytester: pytest.
 
 
 # What a run of one row through an agent URL does not use: the in-process dispatch and the model
-# agents (the health check asks without them), the comparison with a baseline.
+# agents (the health check asks without them), the comparison with a baseline, the mending of a
+# resume's judged-invalid results.
 UNUSED_BY_ONE_ROW = frozenset(
     {
+        "pytest_rollouts.rows.judge_retry",
         "pytest_rollouts.dispatch.inprocess",
         "pytest_rollouts.dispatch.attempts",
         "pytest_rollouts.dispatch.model_runs",
