@@ -184,17 +184,16 @@ class Attempts:
         body = planned.body
         episode = loads(body) if planned.episode else None
         stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
-        # Through an environment server: it, and its type when the head server's config gives one.
-        server: dict[str, Any] = {ENVIRONMENT_SERVER: agent}
-        if agent in self._h.result_types:
-            server[RESULT_TYPE] = self._h.result_types[agent]
-        if episode is not None:
-            stamps.update(server)
-        elif planned.via_server:  # and the agent the row names, if any
-            ref = loads(body).get("agent_ref")
-            stamps.update({**server, **({"agent_ref": ref} if ref is not None else {})})
-        else:
+        if episode is None and not planned.via_server:
             stamps["agent_ref"] = {"name": agent}
+        else:
+            # Through an environment server: it, and its type when the head server's config gives one.
+            stamps[ENVIRONMENT_SERVER] = agent
+            if agent in self._h.result_types:
+                stamps[RESULT_TYPE] = self._h.result_types[agent]
+            ref = loads(body).get("agent_ref") if episode is None else None
+            if ref is not None:  # a flat row keeps the agent it names, if any
+                stamps["agent_ref"] = ref
         attempt_index = planned.first_attempt
         if attempt_index:
             stamps[ATTEMPT_INDEX] = attempt_index
