@@ -33,6 +33,7 @@ from pytest_rollouts.rows.schema import (
 from pytest_rollouts.scoring.columns import RolloutColumns, TaskRows
 from pytest_rollouts.scoring.stats import (
     across_repeats,
+    add_one_value_summary,
     clustered_sem,
     field_summary,
     interval,
@@ -43,8 +44,12 @@ from pytest_rollouts.scoring.stats import (
 
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
-# What JSON gives that is never a number: skipped before any closer look, as most fields are.
-_NEVER_NUMBERS = frozenset({str, list, type(None)})
+# What JSON gives that is never a number: skipped before any closer look, as most fields are (an
+# object is walked for its leaves where that is asked, never taken as a number).
+_NEVER_NUMBERS = frozenset({str, list, dict, type(None)})
+_INF = math.inf
+# Every int within this converts to a finite float (past it, ``float`` may overflow).
+_FLOAT_RANGE = 1 << 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +86,17 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for key, value in row.items():
-        if type(value) in _NEVER_NUMBERS or key.startswith(COLLECTOR_PREFIX) or key in _NOT_METRICS:
+        kind = type(value)
+        if kind in _NEVER_NUMBERS or key in _NOT_METRICS or key.startswith(COLLECTOR_PREFIX):
             continue
-        number = _as_number(value)
+        number = _number(value, kind)
         if number is not None:
             out[key] = number
     response = row.get("response")
-    if isinstance(response, Mapping):
+    if type(response) is dict or isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
     perf = row.get(PERF)
-    if isinstance(perf, Mapping):
+    if type(perf) is dict or isinstance(perf, Mapping):
         for key, value in perf.items():
             number = None if key == PERF_LATENCY_MS or type(value) in _NEVER_NUMBERS else _as_number(value)
             if number is not None:
@@ -101,14 +107,28 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
 def _add_leaves(node: Any, out: dict[str, float]) -> None:
     """Numeric leaves of nested mappings, in document order (lists hold no named leaves), each
     unless ``out`` already has its name."""
-    if not isinstance(node, Mapping):
+    if type(node) is not dict and not isinstance(node, Mapping):
         return
     for key, value in node.items():
-        number = None if type(value) in _NEVER_NUMBERS else _as_number(value)
-        if number is not None:
-            out.setdefault(key, number)
-        else:
+        kind = type(value)
+        if kind is dict:
             _add_leaves(value, out)
+        elif kind not in _NEVER_NUMBERS:
+            number = _number(value, kind)
+            if number is not None:
+                out.setdefault(key, number)
+            else:
+                _add_leaves(value, out)
+
+
+def _number(value: Any, kind: type) -> float | None:
+    """``_as_number`` of ``value`` (of type ``kind``), a finite float taken as it is and an int of
+    float range made one here: most numbers of a row, and every row of a run comes here."""
+    if kind is float and -_INF < value < _INF:
+        return value
+    if kind is int and -_FLOAT_RANGE < value < _FLOAT_RANGE:
+        return float(value)
+    return _as_number(value)
 
 
 def _as_number(value: Any) -> float | None:
@@ -171,6 +191,7 @@ def compute_default_metrics(
     expected: Mapping[int, int],
     sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
     pass_ks: Sequence[int] | None = None,
+    rewards_by_task: Mapping[int, Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
 
@@ -182,7 +203,8 @@ def compute_default_metrics(
     counted, with nothing expected of it: no row is lost. ``sample`` gives a task's ``sample``
     (None when unknown); it is called as each task's entry is built, so the caller can read it
     from disk then instead of holding every task's row. ``pass_ks``: the k of pass@k and pass^k
-    (``--rollouts-pass-k``); None for 1, 2, 4, ...
+    (``--rollouts-pass-k``); None for 1, 2, 4, ... ``rewards_by_task``: the columns'
+    ``field_by_task("reward")``, when the caller has it already (it needs them for the statistics).
     """
     if not isinstance(rows, RolloutColumns):
         rows = RolloutColumns.of_rows((r.task, r.rollout, r.values, r.repeat) for r in rows)
@@ -205,7 +227,7 @@ def compute_default_metrics(
             means = [nan_mean(xs) for ones in by_rollout.values() if (xs := rows.field(field, ones))]
             agent.update(across_repeats(field, means))
         agent["num_repeats"] = num_repeats
-    rewards = [ys for part in by_task.values() if (ys := rows.field("reward", range(part.start, part.stop)))]
+    rewards = list((rows.field_by_task("reward") if rewards_by_task is None else rewards_by_task).values())
     if rewards:
         agent["sem_clustered/reward"] = clustered_sem(rewards)
         agent.update(_pass_at_ks(rewards, len(tasks), pass_ks))
@@ -317,7 +339,7 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
         values = rows[0].values
         for field in fields:
             if field in values:
-                entry.update(field_summary(field, (values[field],)))
+                add_one_value_summary(entry, field, values[field])
     else:
         columns = _columns(rows)
         for field in fields:
