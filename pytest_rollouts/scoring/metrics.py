@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -236,8 +236,9 @@ def compute_default_metrics(
         for name, value in agent.items()
         if name.startswith("mean/") or name == "sem_clustered/reward" or _is_pass_at_k_reward(name)
     }
+    wanted = Counter(expected.get(t, 0) for t in tasks)  # how many tasks expect each number of rollouts
     repeats = [
-        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(expected.get(t, 0) > r for t in tasks))
+        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(n for e, n in wanted.items() if e > r))
         for r in sorted(set(range(num_repeats)) | by_rollout.keys())
     ]
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
@@ -278,7 +279,12 @@ class TaskEntries(Sequence[dict[str, Any]]):
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        task = self._tasks[index]
+        return self._entry(self._tasks[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, self._tasks)
+
+    def _entry(self, task: int) -> dict[str, Any]:
         part = self._by_task.get(task)
         rows = self._rows
         mine = (
@@ -319,12 +325,18 @@ def _pass_at_ks(
     out: dict[str, float | int | None] = {}
     for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
         enough = [(n, c) for n, c in counts if n >= k]
-        at = [pass_at_k(n, c, k) for n, c in enough]
-        out[f"pass@{k}/reward"] = statistics.fmean(at) if at else None
-        out[f"pass@{k}/num_tasks"] = len(at)
-        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(at)
-        out[f"pass^{k}/reward"] = statistics.fmean(pass_hat_k(n, c, k) for n, c in enough) if enough else None
+        # Tasks share a few (n, c) pairs (two with one rollout each): each estimate is made once a pair.
+        pairs = set(enough)
+        out[f"pass@{k}/reward"] = _mean_over(enough, {p: pass_at_k(*p, k) for p in pairs})
+        out[f"pass@{k}/num_tasks"] = len(enough)
+        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(enough)
+        out[f"pass^{k}/reward"] = _mean_over(enough, {p: pass_hat_k(*p, k) for p in pairs})
     return out
+
+
+def _mean_over(pairs: Sequence[tuple[int, int]], estimate: Mapping[tuple[int, int], float]) -> float | None:
+    """The mean of each task's estimate (by its (n, c) pair), in task order; None without a task."""
+    return statistics.fmean([estimate[pair] for pair in pairs]) if pairs else None
 
 
 def _powers_of_two(largest: int) -> list[int]:
