@@ -50,6 +50,9 @@ def nan_mean(xs: Iterable[float]) -> float:
     scoring ended in an OverflowError). A collection (a ``Flattened`` one too) is read twice at
     most, never copied; only a one-pass iterable is listed, for that second reading."""
     values = xs if isinstance(xs, Collection) else list(xs)
+    if len(values) == 1:  # a task of one rollout (each task's mean is asked for): its value as fmean
+        (x,) = values  # gives it, a plain float and -0.0 made 0.0 (fsum's sum starts at 0.0)
+        return float(x) + 0.0
     try:
         return statistics.fmean(values)
     except ValueError:
