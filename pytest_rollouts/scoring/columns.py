@@ -109,13 +109,13 @@ class RolloutColumns:
             return [written(x) if not math.isfinite(x) else x for x in found]
         return found
 
-    def field_by_task(self, name: str) -> dict[int, Sequence[float]]:
+    def field_by_task(self, name: str) -> Mapping[int, Sequence[float]]:
         """Each task's ``field(name, its rows)``, tasks without a value left out, in task order: one
         pass over the order, not one call per task."""
         values = self._fields.get(name)
-        by_task: dict[int, array] = {}
         if values is None:
             return {}
+        by_task: dict[int, array] = {}
         tasks, infinite = self._tasks, set()
         for at in self.order:
             x = values[at]
@@ -128,10 +128,9 @@ class RolloutColumns:
                     found.append(x)
                 if not -math.inf < x < math.inf:
                     infinite.add(task)
-        out: dict[int, Sequence[float]] = dict(by_task)
-        for task in infinite:
-            out[task] = [written(x) if not math.isfinite(x) else x for x in by_task[task]]
-        return out
+        if not infinite:
+            return by_task
+        return {task: [written(x) for x in ys] if task in infinite else ys for task, ys in by_task.items()}
 
     def paired(self, name: str, other: str) -> list[tuple[float, float]]:
         """``(name, other)`` of each rollout that has ``name``, ``other`` 0.0 where it lacks it."""
