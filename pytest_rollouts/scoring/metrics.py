@@ -287,12 +287,10 @@ class TaskEntries(Sequence[dict[str, Any]]):
     def _entry(self, task: int) -> dict[str, Any]:
         part = self._by_task.get(task)
         rows = self._rows
-        mine = (
-            []
-            if part is None
-            else [MetricRow(task, rows.rollout(i), rows.values(i)) for i in range(part.start, part.stop)]
-        )
-        entry = _task_entry(task, mine, self._fields, self._expected.get(task, 0))
+        # Its rollouts' indices and numbers as plain lists: a MetricRow each costs more than the rest.
+        span = () if part is None else range(part.start, part.stop)
+        rollouts, values = [rows.rollout(i) for i in span], [rows.values(i) for i in span]
+        entry = _task_entry(task, rollouts, values, self._fields, self._expected.get(task, 0))
         entry["sample"] = self._sample(task)
         return entry
 
@@ -301,11 +299,11 @@ def _is_pass_at_k_reward(name: str) -> bool:
     return name.startswith("pass@") and name.endswith("/reward")
 
 
-def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
+def _columns(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
     """Each field's values over the rows that have it: a field absent from a row is not a zero."""
     columns: defaultdict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        for field, value in row.values.items():
+    for values in rows:
+        for field, value in values.items():
             columns[field].append(value)
     return columns
 
@@ -343,12 +341,15 @@ def _powers_of_two(largest: int) -> list[int]:
     return [1 << i for i in range(largest.bit_length())]
 
 
-def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
+def _task_entry(
+    task: int, rollouts: Sequence[int], rows: Sequence[Mapping[str, float]], fields: Sequence[str], expected: int
+) -> dict[str, Any]:
     """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
-    in rollout order) which of its rollouts gave which numbers."""
+    in rollout order) which of its rollouts gave which numbers. ``rollouts``: their indices, ``rows``
+    their numbers, one for one."""
     entry: dict[str, Any] = {TASK_INDEX: task}
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
-        values = rows[0].values
+        values = rows[0]
         for field in fields:
             if field in values:
                 add_one_value_summary(entry, field, values[field])
@@ -361,22 +362,17 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
     entry["expected_num_rollouts"] = expected
     entry["missing_num_rollouts"] = max(0, expected - len(rows))
     entry["reward_profile_completion_pct"] = 100 * len(rows) / expected if expected else None
-    entry["rollout_infos"] = [_rollout_info(row) for row in rows]
+    entry["rollout_infos"] = [_rollout_info(task, r, values) for r, values in zip(rollouts, rows, strict=True)]
     return entry
 
 
-def _rollout_info(row: MetricRow) -> dict[str, Any]:
+def _rollout_info(task: int, rollout: int, values: Mapping[str, float]) -> dict[str, Any]:
     """One rollout as NeMo Gym lists it under its task: ``rollout_id`` (``"task:rollout"``) and its
     indices as in the files, to join it to its full row, and the numbers the statistics used.
 
     Only those numbers, never the row itself: the full rows stay in the rollouts file.
     """
-    return {
-        "rollout_id": f"{row.task}:{row.rollout}",
-        TASK_INDEX: row.task,
-        ROLLOUT_INDEX: row.rollout,
-        **row.values,
-    }
+    return {"rollout_id": f"{task}:{rollout}", TASK_INDEX: task, ROLLOUT_INDEX: rollout, **values}
 
 
 def _repeat_entry(
