@@ -44,10 +44,8 @@ from pytest_rollouts.scoring.stats import (
 
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
-# What JSON gives that is never a number: skipped before any closer look, as most fields are (an
-# object is walked for its leaves where that is asked, never taken as a number).
+# What JSON gives that is never a number: skipped before any closer look, as most fields are.
 _NEVER_NUMBERS = frozenset({str, list, dict, type(None)})
-_INF = math.inf
 # Every int within this converts to a finite float (past it, ``float`` may overflow).
 _FLOAT_RANGE = 1 << 1000
 
@@ -122,9 +120,8 @@ def _add_leaves(node: Any, out: dict[str, float]) -> None:
 
 
 def _number(value: Any, kind: type) -> float | None:
-    """``_as_number`` of ``value`` (of type ``kind``), a finite float taken as it is and an int of
-    float range made one here: most numbers of a row, and every row of a run comes here."""
-    if kind is float and -_INF < value < _INF:
+    """``_as_number``, a row's usual numbers (finite floats, ints in float range) without its checks."""
+    if kind is float and -math.inf < value < math.inf:
         return value
     if kind is int and -_FLOAT_RANGE < value < _FLOAT_RANGE:
         return float(value)
@@ -324,17 +321,12 @@ def _pass_at_ks(
     for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
         enough = [(n, c) for n, c in counts if n >= k]
         # Tasks share a few (n, c) pairs (two with one rollout each): each estimate is made once a pair.
-        pairs = set(enough)
-        out[f"pass@{k}/reward"] = _mean_over(enough, {p: pass_at_k(*p, k) for p in pairs})
+        at, hat = {p: pass_at_k(*p, k) for p in set(enough)}, {p: pass_hat_k(*p, k) for p in set(enough)}
+        out[f"pass@{k}/reward"] = statistics.fmean([at[p] for p in enough]) if enough else None
         out[f"pass@{k}/num_tasks"] = len(enough)
         out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(enough)
-        out[f"pass^{k}/reward"] = _mean_over(enough, {p: pass_hat_k(*p, k) for p in pairs})
+        out[f"pass^{k}/reward"] = statistics.fmean([hat[p] for p in enough]) if enough else None
     return out
-
-
-def _mean_over(pairs: Sequence[tuple[int, int]], estimate: Mapping[tuple[int, int], float]) -> float | None:
-    """The mean of each task's estimate (by its (n, c) pair), in task order; None without a task."""
-    return statistics.fmean([estimate[pair] for pair in pairs]) if pairs else None
 
 
 def _powers_of_two(largest: int) -> list[int]:
@@ -345,8 +337,7 @@ def _task_entry(
     task: int, rollouts: Sequence[int], rows: Sequence[Mapping[str, float]], fields: Sequence[str], expected: int
 ) -> dict[str, Any]:
     """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
-    in rollout order) which of its rollouts gave which numbers. ``rollouts``: their indices, ``rows``
-    their numbers, one for one."""
+    in rollout order) which of its ``rollouts`` (their indices) gave which numbers (``rows``)."""
     entry: dict[str, Any] = {TASK_INDEX: task}
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
         values = rows[0]
