@@ -100,7 +100,8 @@ class Dispatcher:
         # An xdist worker dispatches only what xdist queued for it (``claim``): looking
         # ahead over the whole plan would run other workers' items.
         self._limit = 0 if worker else settings.resident_limit
-        self._worker = worker
+        # Public: an xdist worker's items claim its queue too (``pytest/session.py``).
+        self.worker = worker
         self._done: dict[int, list[RolloutOutcome] | str] = {}
         # Why the engine is gone, once it is: every later wait on an unreported task fails with it.
         self._gone = ""
@@ -150,7 +151,7 @@ class Dispatcher:
             parallel=self._parallel,
             limit=self._limit,
             paths=(str(self._bodies), str(self._out), str(self._failures)),
-            shared_output=self._worker,
+            shared_output=self.worker,
             models=self._models,
             model_parallel=self._model_parallel,
             result_types=self._result_types,

@@ -9,6 +9,7 @@ outcomes) goes as a table whose columns are named once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import types
 import typing
@@ -42,7 +43,7 @@ def encoder(cls: type) -> Callable[[Any], Any]:
     def fields_of(msg: Any) -> dict[str, Any]:
         fields = {name: getattr(msg, name) for name in names}
         for name, (columns, values) in tables:
-            fields[name] = {"fields": columns, "rows": [values(element) for element in fields[name]]}
+            fields[name] = {"fields": columns, "rows": list(map(values, fields[name]))}
         return fields
 
     return fields_of
@@ -61,9 +62,18 @@ def _flat_element(hint: Any) -> type | None:
 def _table_columns(cls: type) -> tuple[list[str], Callable[[Any], tuple[Any, ...]]]:
     """``cls``'s field names, and a getter of an instance's values in that order (one C call)."""
     names = [f.name for f in dataclasses.fields(cls)]
-    if len(names) == 1:
-        return names, lambda element: (getattr(element, names[0]),)
-    return names, operator.attrgetter(*names)
+    return names, _getter(operator.attrgetter, names)
+
+
+def _getter(make: Callable[..., Callable[[Any], Any]], names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """``names``' values (attributes or keys, as ``make`` gets them) as a tuple, in one C call: even
+    for one name, or none, where ``attrgetter`` and ``itemgetter`` would give a bare value."""
+    if len(names) > 1:
+        return make(*names)
+    if names:
+        one = make(names[0])
+        return lambda source: (one(source),)
+    return lambda source: ()
 
 
 def builder(cls: type) -> Builder:
@@ -75,6 +85,8 @@ def builder(cls: type) -> Builder:
     names = [f.name for f in dataclasses.fields(cls)]
     expected = frozenset(names)
     nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)
+    # Positional, in field order: keyword arguments cost a frozen dataclass twice as much to take.
+    values_of = _getter(operator.itemgetter, names)
 
     def build(fields: Any) -> Any:
         if type(fields) is not dict or fields.keys() != expected:
@@ -85,7 +97,7 @@ def builder(cls: type) -> Builder:
             except Mismatch as exc:
                 exc.path = f".{name}{exc.path}"
                 raise
-        return cls(**fields)
+        return cls(*values_of(fields))
 
     return build
 
@@ -141,7 +153,7 @@ def _table_builder(cls: type) -> Builder:
                 raise Mismatch(f"its fields in the order {columns}")
             raise Mismatch(_differences(dict.fromkeys(columns) if type(columns) is list else columns, expected))
         try:
-            return [cls(*row) for row in table["rows"]]
+            return list(itertools.starmap(cls, table["rows"]))
         except TypeError:
             raise Mismatch(f"a row that is not {len(names)} values") from None
 

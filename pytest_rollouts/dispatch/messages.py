@@ -10,6 +10,10 @@ natively; a list of them (a task's outcomes) goes as a table whose columns are n
 The plan goes as a ``PlanHeader`` and then the plan's columns in ``rows.planned.COLUMNS`` order,
 each one frame (``frames.py``) of its array's type code and raw values, as narrow as the plan holds
 them: at 100k rollouts a column is one frame, not 100k values in JSON.
+
+The types are not frozen: a message lives from its decoding to its handling and nothing keeps or
+changes it, while a frozen dataclass costs nearly twice as much to build, once at import (two
+more generated methods a type) and once a message (a setter call a field).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class MessageError(ValueError):
     """A message whose fields are not its type's: the two sides disagree on what it carries."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class HealthPlan:
     """Check the agents' health before any request: this many at once, these checks ignored."""
 
@@ -47,7 +51,7 @@ class HealthPlan:
     ignored: list[str]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class PlanHeader:
     """What the engine needs besides the plan's columns: agents, artifacts, bounds and retries."""
 
@@ -146,7 +150,7 @@ class PlanHeader:
 # -- pytest to the engine ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Claim:
     """pytest waits on this task before the look-ahead reached it: start it now."""
 
@@ -154,7 +158,7 @@ class Claim:
     slot: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Freed:
     """pytest consumed this many rollouts: room to admit more."""
 
@@ -162,7 +166,7 @@ class Freed:
     count: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Close:
     """Cancel what still runs, write and fsync everything, answer ``Closed``."""
 
@@ -172,14 +176,14 @@ class Close:
 # -- the engine to pytest ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Ready:
     """The agents are healthy (or unchecked): dispatch started."""
 
     tag: ClassVar[str] = "ready"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
     the tasks finished, rollouts sent and failures by class so far, the p50 and p90 latency
@@ -199,7 +203,7 @@ class Progress:
     limits: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Done:
     """Every rollout of the task in ``slot`` finished and its rows are written."""
 
@@ -208,7 +212,7 @@ class Done:
     outcomes: list[RolloutOutcome]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Error:
     """Dispatching the task in ``slot`` hit a bug: the item fails with this traceback."""
 
@@ -217,7 +221,7 @@ class Error:
     traceback: str
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Fatal:
     """A bug or a lost artifact outside any one rollout: the engine closes."""
 
@@ -225,7 +229,7 @@ class Fatal:
     why: str
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Closed:
     """The engine's last message: every artifact is written, fsynced and closed. ``rollouts_sent``:
     all this dispatch sent, those no item reported (``-x``, Ctrl-C) included."""

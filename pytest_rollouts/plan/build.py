@@ -144,25 +144,28 @@ def materialize(
     a prompt template has its rows' input built by it first (the scan checked every row fills).
 
     Written to a private file and renamed into place, so concurrent xdist workers
-    (which all materialize the same rows) never interleave their writes.
+    (which all materialize the same rows) never interleave their writes. What a task's rollouts
+    share (its row, its routing, its group's index) is worked out once a task, its file's prompt
+    template once a file: only the rollout index, the line and where it sits change per rollout.
     """
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts = PlannedRollouts()
-    row: dict[str, Any] = {}
     expected: dict[str, KeyIndex] = {}
+    prompts: dict[Path, PromptTemplate | None] = {}
     last_position = -1
     offset = 0
     with LineReader() as reader, replaced_atomically(path) as out:
         counts = [(task.first_rollout, task.repeats) for task in tasks]
         for position, rollout_index in rollout_order(counts, settings.interleave_repeats):
-            task = tasks[position]
             if position != last_position:
-                row = parse_object(reader.read(task.path, task.offset), task.path, 0)
+                task = tasks[position]
                 last_position = position
-                prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
-                if prompt is not None:
-                    row = prompt.apply(row)
-            via_server = shaping.via_server(task)
+                row = _task_row(task, reader, shaping, prompts)
+                via_server = shaping.via_server(task)
+                server_agent = shaping.servers.get(task.agent)
+                index = expected.get(task.agent)
+                if index is None:
+                    index = expected[task.agent] = KeyIndex()
             materialized = materialize_row(
                 row,
                 task_index=task.task_index,
@@ -172,14 +175,11 @@ def materialize(
                 add_seed=settings.repeats_add_seed,
                 episode=task.episode,
                 via_server=via_server,
-                server_agent=shaping.servers.get(task.agent),
+                server_agent=server_agent,
                 stamp_server=shaping.stamp,
             )
             line = dumps(materialized)
             out.write(line + b"\n")
-            index = expected.get(task.agent)
-            if index is None:
-                index = expected[task.agent] = KeyIndex()
             index[task.task_index, rollout_index] = offset
             rollouts.append(
                 PlannedRollout(
@@ -195,6 +195,24 @@ def materialize(
             )
             offset += len(line) + 1
     return Plan(rollouts, len(tasks), expected=expected)
+
+
+def _task_row(
+    task: PlannedTask, reader: LineReader, shaping: RowShaping, prompts: dict[Path, PromptTemplate | None]
+) -> dict[str, Any]:
+    """``task``'s dataset row, read again from its file, its input built by the file's prompt
+    template (looked up once a file, in ``prompts``) unless it is an episode."""
+    row = parse_object(reader.read(task.path, task.offset), task.path, 0)
+    if shaping.prompt_for is None or task.episode:
+        return row
+    prompt = prompts.get(task.path, _UNKNOWN)
+    if prompt is _UNKNOWN:
+        prompt = prompts[task.path] = shaping.prompt_for(task.path)
+    return row if prompt is None else prompt.apply(row)
+
+
+# No file's prompt template looked up yet (None is a file without one).
+_UNKNOWN: Any = object()
 
 
 def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str, recorded: RunManifest | None) -> None:

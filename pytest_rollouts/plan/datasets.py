@@ -36,10 +36,11 @@ class DatasetRefused(DatasetError):
     usage error, where a line that is no row is a collection error."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskRow:
     """One row on one agent. A row fanned out to several agents is one task per agent (``fanned``),
-    their rollout indices continuing one another from ``first_rollout``."""
+    their rollout indices continuing one another from ``first_rollout``. One is made a row and read
+    once: not frozen, which would cost a setter call a field."""
 
     row_index: int
     offset: int
@@ -81,6 +82,8 @@ class DatasetScan:
         limit = settings.limit
         digest = hashlib.sha256()
         rows = 0
+        # An agent's repeats (per kind of row), worked out once per file rather than once per row.
+        repeats_of: dict[tuple[str, bool], int] = {}
         for row_index, (line_no, offset, line) in enumerate(scan_lines(self._path)):
             if limit is not None and row_index >= limit:
                 break
@@ -109,11 +112,16 @@ class DatasetScan:
                 given = "null" if params is None else type(params).__name__
                 raise DatasetError(f"{shown}:{line_no}: {CREATE_PARAMS} must be a JSON object, not {given}")
             fanned = len(agents) > 1
-            keywords = tuple(
-                str(row[name]) for name in self._routing.keywords if isinstance(row.get(name), str | int | float)
+            keywords = (
+                tuple(str(row[name]) for name in self._routing.keywords if isinstance(row.get(name), str | int | float))
+                if self._routing.keywords
+                else ()
             )
             for agent in agents:
-                repeats = settings.repeats_for(*self._routing.counted_as(agent, episode))
+                repeats = repeats_of.get((agent, episode))
+                if repeats is None:
+                    names = self._routing.counted_as(agent, episode)
+                    repeats = repeats_of[agent, episode] = settings.repeats_for(*names)
                 yield TaskRow(row_index, offset, agent, first_rollout, repeats, episode, fanned, keywords)
                 first_rollout += repeats
         self.sha256, self.rows = digest.hexdigest(), rows

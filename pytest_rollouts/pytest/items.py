@@ -303,15 +303,15 @@ class RolloutItem(pytest.Item):
         outcomes = self.config.stash[RUN_KEY].wait(self)
         if not outcomes:
             pytest.skip("not part of the recorded materialized set this run resumes")
-        record_outcomes(self.user_properties, outcomes, self.task_index)
         # A failure class, or a result without a reward: either way no score, so no pass.
-        failed = [o for o in outcomes if o.status is not None]
+        failed = record_outcomes(self.user_properties, outcomes, self.task_index)
+        if not failed:
+            return
         drained = [o for o in failed if o.status == CANCELLED]
         if drained and len(drained) == len(failed):
             pytest.skip(f"{len(drained)} rollouts not started, {drained[0].detail}; --rollouts-resume runs them")
-        if failed:
-            classes = Counter(str(o.status) for o in failed)
-            raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
+        classes = Counter(str(o.status) for o in failed)
+        raise RolloutFailed(dominant_class(classes), [_describe(o) for o in failed])
 
     def teardown(self) -> None:
         """junitxml writes the teardown report's properties with ``str()``, a Python repr; as JSON

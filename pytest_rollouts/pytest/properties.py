@@ -34,12 +34,14 @@ ROLLOUT_PROPERTIES = frozenset({REWARDS, ELAPSED, CACHED, FAILURES, MASKED, NO_R
 
 def record_outcomes(
     user_properties: list[tuple[str, object]], outcomes: Sequence[RolloutOutcome], task_index: int
-) -> None:
-    """Put an item's rollout results where reports (and junitxml) carry them.
+) -> list[RolloutOutcome]:
+    """Put an item's rollout results where reports (and junitxml) carry them; the outcomes that
+    fail the item (those with a ``status``: a failure class, or a result without a reward).
 
     One pass over the outcomes: this runs for every item, and most items have nothing but results.
     """
     rewards, elapsed, failed, drained = [], [], [], []
+    unscored: list[RolloutOutcome] = []
     cached = masked = unrewarded = given_up = omitted = 0
     for o in outcomes:
         rewards.append(o.reward)
@@ -49,8 +51,11 @@ def record_outcomes(
         masked += o.masked
         given_up += o.given_up
         if o.failure_class is None:
-            unrewarded += o.reward is None and not o.masked  # its status is NO_REWARD
+            if o.reward is None and not o.masked:  # its status is NO_REWARD
+                unrewarded += 1
+                unscored.append(o)
             continue
+        unscored.append(o)
         failed.append(o.failure_class)
         omitted += not o.persisted
         if o.failure_class == CANCELLED:
@@ -67,6 +72,7 @@ def record_outcomes(
         (OMITTED, omitted),
     )
     user_properties.extend((name, value) for name, value in counts if value)
+    return unscored
 
 
 def json_property(name: str, value: object) -> object:

@@ -332,7 +332,7 @@ class RolloutRun:
             if self._dispatcher is None:
                 raise RuntimeError("rollouts were not dispatched in this session")
             try:
-                if role(self.config).worker:
+                if self._dispatcher.worker:
                     # Its own task first: claimed after the queue's, it waited behind all of them.
                     self._dispatcher.claim([item.slot, *self.workers.queued_slots(item.session.items)])
                 outcomes = self._dispatcher.wait(item.slot)

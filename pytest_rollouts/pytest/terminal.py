@@ -143,11 +143,11 @@ class RolloutReporter:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.user_properties and report.when == "call":
-            tally = self.tally
+            tally, progress = self.tally, self.progress
             tally.add(report)
-            if self.live and tally.items == self.progress.total:
+            if self.live and tally.items == progress.total:
                 self._show_progress(final=True)
-            elif self.progress.due(tally.items):
+            elif progress.due(tally.items):
                 self._show_progress()
             if report.passed and not self.config.option.xmlpath:
                 self._words.slim(report)
