@@ -47,9 +47,12 @@ from pytest_rollouts.rows.schema import (
 from pytest_rollouts.store.jsonl import dumps, loads
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlannedAttempt:
-    """One rollout as the plan gives it: its identity, its request body, and its earlier attempts."""
+    """One rollout as the plan gives it: its identity, its request body, and its earlier attempts.
+
+    Built once per rollout and never changed, yet not ``frozen``: a frozen dataclass sets each
+    field through ``object.__setattr__``, four times the cost of building this one."""
 
     position: int
     task: int
@@ -131,8 +134,28 @@ class Attempts:
         # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
         # no row, so it spends none of the attempt cap and a resume sends it again.
         tries: list[Attempt] = []
+        limit = self._limits[planned.agent] if self._limits is not None else None
         for number in range(self._h.retries + 1):
-            attempt = await (self._limited_try if self._limits is not None else self._try)(planned, body, number)
+            # The try is awaited here rather than in a coroutine of its own: every resumption of
+            # a rollout's task runs through each frame it awaits in.
+            attempt: Attempt | str = ""
+            if limit is not None:  # its agent's adaptive limit, which then adapts to how the try went
+                await limit.acquire()
+            try:
+                async with self._in_flight:
+                    # Asked once a request may go out, not at admission: an admitted rollout can wait
+                    # behind ``parallel`` others for longer than the whole budget.
+                    attempt = self._deadline.refuse() if self._deadline is not None else ""
+                    if not attempt:
+                        sent = self._going(planned.position, number)
+                        try:
+                            attempt = await self._senders[planned.agent](body)
+                        finally:
+                            del self.in_flight_since[planned.position]
+                        attempt.sent = sent
+            finally:
+                if limit is not None:
+                    _adapt(limit, attempt)
             if isinstance(attempt, str):
                 return self._drained(rows, attempt, stamps, planned.rollout, tries)
             failure = attempt.failure
@@ -161,17 +184,16 @@ class Attempts:
         body = planned.body
         episode = loads(body) if planned.episode else None
         stamps: dict[str, Any] = {TASK_INDEX: planned.task, ROLLOUT_INDEX: planned.rollout}
-        # Through an environment server: it, and its type when the head server's config gives one.
-        server: dict[str, Any] = {ENVIRONMENT_SERVER: agent}
-        if agent in self._h.result_types:
-            server[RESULT_TYPE] = self._h.result_types[agent]
-        if episode is not None:
-            stamps.update(server)
-        elif planned.via_server:  # and the agent the row names, if any
-            ref = loads(body).get("agent_ref")
-            stamps.update({**server, **({"agent_ref": ref} if ref is not None else {})})
-        else:
+        if episode is None and not planned.via_server:
             stamps["agent_ref"] = {"name": agent}
+        else:
+            # Through an environment server: it, and its type when the head server's config gives one.
+            stamps[ENVIRONMENT_SERVER] = agent
+            if agent in self._h.result_types:
+                stamps[RESULT_TYPE] = self._h.result_types[agent]
+            ref = loads(body).get("agent_ref") if episode is None else None
+            if ref is not None:  # a flat row keeps the agent it names, if any
+                stamps["agent_ref"] = ref
         attempt_index = planned.first_attempt
         if attempt_index:
             stamps[ATTEMPT_INDEX] = attempt_index
@@ -181,40 +203,12 @@ class Attempts:
             body = _with_attempt_index(body, attempt_index)
         return body, stamps, episode
 
-    async def _try(self, planned: PlannedAttempt, body: bytes, number: int) -> Attempt | str:
-        """One try, once fewer than ``parallel`` are in flight; or why the dispatch budget drained it."""
-        async with self._in_flight:
-            # Asked once a request may go out, not at admission: an admitted rollout can wait
-            # behind ``parallel`` others for longer than the whole budget.
-            drained = self._deadline.refuse() if self._deadline is not None else ""
-            if drained:
-                return drained
-            self.in_flight_since[planned.position] = sent = time.monotonic()
-            if not number and self._budget is not None:
-                self._budget.sent(sent)
-            try:
-                attempt = await self._senders[planned.agent](body)
-            finally:
-                del self.in_flight_since[planned.position]
-            attempt.sent = sent
-            return attempt
-
-    async def _limited_try(self, planned: PlannedAttempt, body: bytes, number: int) -> Attempt | str:
-        """``_try`` under its agent's adaptive limit, which then adapts to how the try went."""
-        assert self._limits is not None
-        limit = self._limits[planned.agent]
-        await limit.acquire()
-        attempt: Attempt | str = ""
-        try:
-            attempt = await self._try(planned, body, number)
-        finally:
-            if isinstance(attempt, str):  # drained or cancelled: it says nothing of the agent
-                limit.release(None, 0.0, overloaded=False)
-            else:
-                failure = attempt.failure
-                overloaded = failure is not None and failure.failure_class == AGENT_REQUEST_FAILED
-                limit.release(attempt.sent, attempt.elapsed, overloaded)
-        return attempt
+    def _going(self, position: int, number: int) -> float:
+        """A try goes out now: it is in flight, and a first one earns the retry budget its share."""
+        self.in_flight_since[position] = sent = time.monotonic()
+        if not number and self._budget is not None:
+            self._budget.sent(sent)
+        return sent
 
     def _retry_allowed(self, failure: Failure, agent: int) -> bool:
         """Whether the run's retry budget has a retry left; if not, the failure says so."""
@@ -290,6 +284,16 @@ class Attempts:
         if self._deadline is not None:
             self._deadline.durations.append(attempt.elapsed)
         return RolloutOutcome.of_result(rollout_index, reply, attempt.elapsed, tries, started=started)
+
+
+def _adapt(limit: AdaptiveLimit, attempt: Attempt | str) -> None:
+    """Release an adaptive limit after a try; a drained or cancelled one says nothing of the agent."""
+    if isinstance(attempt, str):
+        limit.release(None, 0.0, overloaded=False)
+    else:
+        failure = attempt.failure
+        overloaded = failure is not None and failure.failure_class == AGENT_REQUEST_FAILED
+        limit.release(attempt.sent, attempt.elapsed, overloaded)
 
 
 class Deadline:

@@ -106,9 +106,11 @@ class Redactor:
         return self._scrub(row) if self._holds_secret(dumps(row)) else row
 
     def line(self, row: dict[str, Any]) -> bytes:
-        """``row`` as the JSONL line to append, scrubbed like ``row``: serialized once when it holds no value."""
+        """``row`` as the JSONL line to append, scrubbed like ``row``: serialized once when it holds no value.
+
+        Every result row comes through here: with no header configured, it is only serialized."""
         data = dumps(row, option=orjson.OPT_APPEND_NEWLINE)
-        if self._holds_secret(data):
+        if self._needles and self._holds_secret(data):
             data = dumps(self._scrub(row), option=orjson.OPT_APPEND_NEWLINE)
         return data
 

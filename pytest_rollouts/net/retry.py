@@ -7,7 +7,6 @@ asks), so a rate-limited model and a rate-limited agent are treated alike.
 from __future__ import annotations
 
 import datetime
-import email.utils
 import random
 
 MAX_BACKOFF_S = 60.0
@@ -36,6 +35,9 @@ def retry_after_seconds(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    # Imported here: a date is the rare form, and ``email`` is a dozen modules for every process that starts.
+    import email.utils
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

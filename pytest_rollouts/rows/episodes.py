@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 def taskset_of(row: Mapping[str, Any]) -> str | None:
     """The taskset of an episode row, or None for a flat row."""
     task_id = row.get("task_id")
+    if task_id is None:  # a flat row (most are): asked of every row of a plan, no Mapping check
+        return None
     if not isinstance(task_id, Mapping) or "task_input" not in row:
         return None
     taskset = task_id.get("taskset")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -20,7 +20,6 @@ from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
 from pytest_rollouts.scoring.accounting import Accounting, Coverage, Key, ScoringPolicy, account
-from pytest_rollouts.scoring.columns import RolloutColumns
 from pytest_rollouts.scoring.masking import MASKING, masking_metrics
 from pytest_rollouts.scoring.metrics import compute_default_metrics
 from pytest_rollouts.scoring.metrics_file import group_label, write_metrics_file
@@ -181,13 +180,19 @@ class _GroupMetrics:
             if server is not None:
                 score.metrics, score.source = server, "server"
         per_task = Counter(group.expected.tasks)
+        # Each task's rewards, for the local metrics and the statistics (the interval and Manski's
+        # bounds, over the same metric input) alike: one pass, one copy, let go once both are made
+        # (at a million tasks they are an array each).
+        rewards = rollouts.field_by_task("reward")
         if score.source != "server":
             sample = self.samples.of(group.expected)
             metrics = compute_default_metrics(
-                rollouts, expected=per_task, sample=sample, pass_ks=self.statistics.pass_ks
+                rollouts, expected=per_task, sample=sample, pass_ks=self.statistics.pass_ks, rewards_by_task=rewards
             )
             score.metrics, score.source = metrics, "local"
-        score.metrics[STATISTICS] = _statistics(group, rollouts, per_task, self.statistics, self.labels)
+        unknown = group.unknown_by_task(rewards, per_task)
+        score.metrics[STATISTICS] = group_statistics(rewards, unknown, self.statistics, self.labels)
+        del rewards, unknown
         if not isinstance(baseline, str) and baseline is not None:
             score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
         real = group.rollouts() if added else rollouts
@@ -198,22 +203,6 @@ class _GroupMetrics:
             score.metrics.setdefault(MASKING, masking)
         if perf_summary is not None and not score.metrics.get("perf_summary"):
             score.metrics["perf_summary"] = {**perf_summary, **token_rates(usage, perf_summary)}
-
-
-def _statistics(
-    group: GroupRows,
-    rollouts: RolloutColumns,
-    per_task: Mapping[int, int],
-    options: StatisticsOptions,
-    labels: TaskLabels | None,
-) -> dict[str, Any]:
-    """The group's interval and Manski's bounds, over the same metric input as its local metrics."""
-    rewards: dict[int, Sequence[float]] = {}
-    for part in rollouts.by_task():
-        ys = rollouts.field("reward", range(part.start, part.stop))
-        if ys:
-            rewards[part.task] = ys
-    return group_statistics(rewards, group.unknown_by_task(rewards, per_task), options, labels)
 
 
 class _Samples:

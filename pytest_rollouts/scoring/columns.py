@@ -14,7 +14,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.scoring.stats import written
@@ -27,9 +27,9 @@ def column(size: int) -> array:
     return array("d", [NAN]) * size
 
 
-@dataclass(frozen=True)
-class TaskRows:
-    """One task's rollouts: the slice of ``RolloutColumns.order`` they fill."""
+class TaskRows(NamedTuple):
+    """One task's rollouts: the slice of ``RolloutColumns.order`` they fill (a tuple: one per task,
+    100k of them made and held while a group's entries are written)."""
 
     task: int
     start: int
@@ -108,6 +108,29 @@ class RolloutColumns:
         if math.inf in found or -math.inf in found:
             return [written(x) if not math.isfinite(x) else x for x in found]
         return found
+
+    def field_by_task(self, name: str) -> Mapping[int, Sequence[float]]:
+        """Each task's ``field(name, its rows)``, tasks without a value left out, in task order: one
+        pass over the order, not one call per task."""
+        values = self._fields.get(name)
+        if values is None:
+            return {}
+        by_task: dict[int, array] = {}
+        tasks, infinite = self._tasks, set()
+        for at in self.order:
+            x = values[at]
+            if x == x:
+                task = tasks[at]
+                found = by_task.get(task)
+                if found is None:
+                    by_task[task] = array("d", (x,))
+                else:
+                    found.append(x)
+                if not -math.inf < x < math.inf:
+                    infinite.add(task)
+        if not infinite:
+            return by_task
+        return {task: [written(x) for x in ys] if task in infinite else ys for task, ys in by_task.items()}
 
     def paired(self, name: str, other: str) -> list[tuple[float, float]]:
         """``(name, other)`` of each rollout that has ``name``, ``other`` 0.0 where it lacks it."""

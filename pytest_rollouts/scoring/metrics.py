@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -33,6 +33,7 @@ from pytest_rollouts.rows.schema import (
 from pytest_rollouts.scoring.columns import RolloutColumns, TaskRows
 from pytest_rollouts.scoring.stats import (
     across_repeats,
+    add_one_value_summary,
     clustered_sem,
     field_summary,
     interval,
@@ -44,7 +45,9 @@ from pytest_rollouts.scoring.stats import (
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
 # What JSON gives that is never a number: skipped before any closer look, as most fields are.
-_NEVER_NUMBERS = frozenset({str, list, type(None)})
+_NEVER_NUMBERS = frozenset({str, list, dict, type(None)})
+# Every int within this converts to a finite float (past it, ``float`` may overflow).
+_FLOAT_RANGE = 1 << 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +84,17 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for key, value in row.items():
-        if type(value) in _NEVER_NUMBERS or key.startswith(COLLECTOR_PREFIX) or key in _NOT_METRICS:
+        kind = type(value)
+        if kind in _NEVER_NUMBERS or key in _NOT_METRICS or key.startswith(COLLECTOR_PREFIX):
             continue
-        number = _as_number(value)
+        number = _number(value, kind)
         if number is not None:
             out[key] = number
     response = row.get("response")
-    if isinstance(response, Mapping):
+    if type(response) is dict or isinstance(response, Mapping):
         _add_leaves(response.get("usage"), out)
     perf = row.get(PERF)
-    if isinstance(perf, Mapping):
+    if type(perf) is dict or isinstance(perf, Mapping):
         for key, value in perf.items():
             number = None if key == PERF_LATENCY_MS or type(value) in _NEVER_NUMBERS else _as_number(value)
             if number is not None:
@@ -101,14 +105,27 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
 def _add_leaves(node: Any, out: dict[str, float]) -> None:
     """Numeric leaves of nested mappings, in document order (lists hold no named leaves), each
     unless ``out`` already has its name."""
-    if not isinstance(node, Mapping):
+    if type(node) is not dict and not isinstance(node, Mapping):
         return
     for key, value in node.items():
-        number = None if type(value) in _NEVER_NUMBERS else _as_number(value)
-        if number is not None:
-            out.setdefault(key, number)
-        else:
+        kind = type(value)
+        if kind is dict:
             _add_leaves(value, out)
+        elif kind not in _NEVER_NUMBERS:
+            number = _number(value, kind)
+            if number is not None:
+                out.setdefault(key, number)
+            else:
+                _add_leaves(value, out)
+
+
+def _number(value: Any, kind: type) -> float | None:
+    """``_as_number``, a row's usual numbers (finite floats, ints in float range) without its checks."""
+    if kind is float and -math.inf < value < math.inf:
+        return value
+    if kind is int and -_FLOAT_RANGE < value < _FLOAT_RANGE:
+        return float(value)
+    return _as_number(value)
 
 
 def _as_number(value: Any) -> float | None:
@@ -171,6 +188,7 @@ def compute_default_metrics(
     expected: Mapping[int, int],
     sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
     pass_ks: Sequence[int] | None = None,
+    rewards_by_task: Mapping[int, Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """NeMo Gym's aggregate_metrics reply, computed locally for one agent group.
 
@@ -182,7 +200,8 @@ def compute_default_metrics(
     counted, with nothing expected of it: no row is lost. ``sample`` gives a task's ``sample``
     (None when unknown); it is called as each task's entry is built, so the caller can read it
     from disk then instead of holding every task's row. ``pass_ks``: the k of pass@k and pass^k
-    (``--rollouts-pass-k``); None for 1, 2, 4, ...
+    (``--rollouts-pass-k``); None for 1, 2, 4, ... ``rewards_by_task``: the columns'
+    ``field_by_task("reward")``, when the caller has it already (it needs them for the statistics).
     """
     if not isinstance(rows, RolloutColumns):
         rows = RolloutColumns.of_rows((r.task, r.rollout, r.values, r.repeat) for r in rows)
@@ -205,7 +224,7 @@ def compute_default_metrics(
             means = [nan_mean(xs) for ones in by_rollout.values() if (xs := rows.field(field, ones))]
             agent.update(across_repeats(field, means))
         agent["num_repeats"] = num_repeats
-    rewards = [ys for part in by_task.values() if (ys := rows.field("reward", range(part.start, part.stop)))]
+    rewards = list((rows.field_by_task("reward") if rewards_by_task is None else rewards_by_task).values())
     if rewards:
         agent["sem_clustered/reward"] = clustered_sem(rewards)
         agent.update(_pass_at_ks(rewards, len(tasks), pass_ks))
@@ -214,8 +233,9 @@ def compute_default_metrics(
         for name, value in agent.items()
         if name.startswith("mean/") or name == "sem_clustered/reward" or _is_pass_at_k_reward(name)
     }
+    wanted = Counter(expected.get(t, 0) for t in tasks)  # how many tasks expect each number of rollouts
     repeats = [
-        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(expected.get(t, 0) > r for t in tasks))
+        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(n for e, n in wanted.items() if e > r))
         for r in sorted(set(range(num_repeats)) | by_rollout.keys())
     ]
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
@@ -256,15 +276,18 @@ class TaskEntries(Sequence[dict[str, Any]]):
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        task = self._tasks[index]
+        return self._entry(self._tasks[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, self._tasks)
+
+    def _entry(self, task: int) -> dict[str, Any]:
         part = self._by_task.get(task)
         rows = self._rows
-        mine = (
-            []
-            if part is None
-            else [MetricRow(task, rows.rollout(i), rows.values(i)) for i in range(part.start, part.stop)]
-        )
-        entry = _task_entry(task, mine, self._fields, self._expected.get(task, 0))
+        # Its rollouts' indices and numbers as plain lists: a MetricRow each costs more than the rest.
+        span = () if part is None else range(part.start, part.stop)
+        rollouts, values = [rows.rollout(i) for i in span], [rows.values(i) for i in span]
+        entry = _task_entry(task, rollouts, values, self._fields, self._expected.get(task, 0))
         entry["sample"] = self._sample(task)
         return entry
 
@@ -273,11 +296,11 @@ def _is_pass_at_k_reward(name: str) -> bool:
     return name.startswith("pass@") and name.endswith("/reward")
 
 
-def _columns(rows: Sequence[MetricRow]) -> dict[str, list[float]]:
+def _columns(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
     """Each field's values over the rows that have it: a field absent from a row is not a zero."""
     columns: defaultdict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        for field, value in row.values.items():
+    for values in rows:
+        for field, value in values.items():
             columns[field].append(value)
     return columns
 
@@ -297,11 +320,12 @@ def _pass_at_ks(
     out: dict[str, float | int | None] = {}
     for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
         enough = [(n, c) for n, c in counts if n >= k]
-        at = [pass_at_k(n, c, k) for n, c in enough]
-        out[f"pass@{k}/reward"] = statistics.fmean(at) if at else None
-        out[f"pass@{k}/num_tasks"] = len(at)
-        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(at)
-        out[f"pass^{k}/reward"] = statistics.fmean(pass_hat_k(n, c, k) for n, c in enough) if enough else None
+        # Tasks share a few (n, c) pairs (two with one rollout each): each estimate is made once a pair.
+        at, hat = {p: pass_at_k(*p, k) for p in set(enough)}, {p: pass_hat_k(*p, k) for p in set(enough)}
+        out[f"pass@{k}/reward"] = statistics.fmean([at[p] for p in enough]) if enough else None
+        out[f"pass@{k}/num_tasks"] = len(enough)
+        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(enough)
+        out[f"pass^{k}/reward"] = statistics.fmean([hat[p] for p in enough]) if enough else None
     return out
 
 
@@ -309,15 +333,17 @@ def _powers_of_two(largest: int) -> list[int]:
     return [1 << i for i in range(largest.bit_length())]
 
 
-def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], expected: int) -> dict[str, Any]:
+def _task_entry(
+    task: int, rollouts: Sequence[int], rows: Sequence[Mapping[str, float]], fields: Sequence[str], expected: int
+) -> dict[str, Any]:
     """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
-    in rollout order) which of its rollouts gave which numbers."""
+    in rollout order) which of its ``rollouts`` (their indices) gave which numbers (``rows``)."""
     entry: dict[str, Any] = {TASK_INDEX: task}
     if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
-        values = rows[0].values
+        values = rows[0]
         for field in fields:
             if field in values:
-                entry.update(field_summary(field, (values[field],)))
+                add_one_value_summary(entry, field, values[field])
     else:
         columns = _columns(rows)
         for field in fields:
@@ -327,22 +353,17 @@ def _task_entry(task: int, rows: Sequence[MetricRow], fields: Sequence[str], exp
     entry["expected_num_rollouts"] = expected
     entry["missing_num_rollouts"] = max(0, expected - len(rows))
     entry["reward_profile_completion_pct"] = 100 * len(rows) / expected if expected else None
-    entry["rollout_infos"] = [_rollout_info(row) for row in rows]
+    entry["rollout_infos"] = [_rollout_info(task, r, values) for r, values in zip(rollouts, rows, strict=True)]
     return entry
 
 
-def _rollout_info(row: MetricRow) -> dict[str, Any]:
+def _rollout_info(task: int, rollout: int, values: Mapping[str, float]) -> dict[str, Any]:
     """One rollout as NeMo Gym lists it under its task: ``rollout_id`` (``"task:rollout"``) and its
     indices as in the files, to join it to its full row, and the numbers the statistics used.
 
     Only those numbers, never the row itself: the full rows stay in the rollouts file.
     """
-    return {
-        "rollout_id": f"{row.task}:{row.rollout}",
-        TASK_INDEX: row.task,
-        ROLLOUT_INDEX: row.rollout,
-        **row.values,
-    }
+    return {"rollout_id": f"{task}:{rollout}", TASK_INDEX: task, ROLLOUT_INDEX: rollout, **values}
 
 
 def _repeat_entry(

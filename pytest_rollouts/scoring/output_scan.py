@@ -103,7 +103,7 @@ class GroupRows:
         masked: Counter[int] = Counter()
         if (ROW_READ | ROW_MASKED) in self.flags:  # a masked row at all: then find them
             masked.update(self.expected.tasks[at] for at, flags in enumerate(self.flags) if flags & ROW_MASKED)
-        left = {task: n - len(scored.get(task, ())) - masked[task] for task, n in expected.items()}
+        left = {task: n - len(scored.get(task, ())) - masked.get(task, 0) for task, n in expected.items()}
         return {task: n for task, n in left.items() if n > 0}
 
     @property

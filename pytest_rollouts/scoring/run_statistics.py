@@ -87,7 +87,10 @@ class TaskLabels:
     values: Mapping[int, str] = field(default_factory=dict)
 
     def dataset(self, task: int) -> str:
-        return next((path for first, end, path in self.datasets if first <= task < end), "(unknown)")
+        for first, end, path in self.datasets:
+            if first <= task < end:
+                return path
+        return "(unknown)"
 
 
 def group_statistics(

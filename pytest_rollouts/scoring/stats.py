@@ -50,6 +50,9 @@ def nan_mean(xs: Iterable[float]) -> float:
     scoring ended in an OverflowError). A collection (a ``Flattened`` one too) is read twice at
     most, never copied; only a one-pass iterable is listed, for that second reading."""
     values = xs if isinstance(xs, Collection) else list(xs)
+    if len(values) == 1:  # a task of one rollout (each task's mean is asked for): its value as fmean
+        (x,) = values  # gives it, a plain float and -0.0 made 0.0 (fsum's sum starts at 0.0)
+        return float(x) + 0.0
     try:
         return statistics.fmean(values)
     except ValueError:
@@ -116,15 +119,28 @@ def field_summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     """``mean/``, ``median/``, ``std/``, ``min/`` and ``max/`` of one field's values, as NeMo Gym names them."""
     # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
     # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
-    mean_, median_, std_, min_, max_ = _names(field)
     if len(xs) == 1:  # one rollout per task is common: skip the general path
         (x,) = xs
-        return {mean_: x, median_: x, std_: 0.0, min_: x, max_: x}
+        out: dict[str, float | None] = {}
+        add_one_value_summary(out, field, x)
+        return out
+    mean_, median_, std_, min_, max_ = _names(field)
     mean = nan_mean(xs)
     if not math.isfinite(mean):  # an infinity among them: the rare path
         middle = written(median(xs))
         return {mean_: written(mean), median_: middle, std_: None, min_: min(xs), max_: max(xs)}
     return {mean_: mean, median_: median(xs), std_: std_dev(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
+
+
+def add_one_value_summary(entry: dict[str, float | None], field: str, x: float) -> None:
+    """``field_summary`` of the one value ``x``, written into ``entry``: a task of one rollout, the
+    common case, and 100k tasks make a dict of five per task and its copy a hot loop."""
+    mean_, median_, std_, min_, max_ = _names(field)
+    entry[mean_] = x
+    entry[median_] = x
+    entry[std_] = 0.0
+    entry[min_] = x
+    entry[max_] = x
 
 
 def interval(mean: float, se: float | None) -> tuple[float | None, float | None]:

@@ -40,8 +40,9 @@ def usage_summary(rows: RolloutColumns) -> dict[str, float | int] | None:
     for name in TOTALS:
         values = columns[name]
         if values:
-            summary[name] = int(sum(values)) if all(x.is_integer() for x in values) else sum(values)
-            summary[f"mean/{name}"] = sum(values) / len(values)
+            total = sum(values)
+            summary[name] = int(total) if all(map(float.is_integer, values)) else total
+            summary[f"mean/{name}"] = total / len(values)
     if observed:
         summary["num_rollouts_with_ng_perf"] = len(observed)
         turns = sum(t for _, t in observed)

@@ -4,6 +4,8 @@ objects per task (at a million rollouts, 50 MB)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -37,3 +39,11 @@ def test_the_dispatcher_indexes_a_plan_of_50k_rollouts_in_under_20_bytes_each(tm
     finally:
         tracemalloc.stop()
     assert held / len(rollouts) < 20
+
+
+def test_the_dispatcher_process_starts_without_the_email_package() -> None:
+    """Its start-up is part of every run, a one-row run's most of all: ``email`` (a dozen modules)
+    is only for a ``Retry-After`` given as a date, and imported when one comes."""
+    code = "import sys, pytest_rollouts.dispatch.engine\nprint(sorted(m for m in sys.modules if m.startswith('email')))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr

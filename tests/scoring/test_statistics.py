@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import numpy as np
 import pytest
 from scipy import special, stats
 
+from pytest_rollouts.scoring.columns import RolloutColumns
 from pytest_rollouts.scoring.distributions import beta_inc, binomial_two_sided_half, t_cdf, t_ppf
 from pytest_rollouts.scoring.intervals import RewardRange, manski_bounds, mean_interval, t_interval, wilson
 from pytest_rollouts.scoring.metrics import pass_at_k, pass_hat_k
@@ -260,3 +262,26 @@ def test_a_tasks_manski_bounds_weigh_its_scored_mean_against_the_unknown_rollout
     assert task.bounds(RewardRange()) == pytest.approx((0.375, 0.875))
     assert TaskRewards("t", (), expected=2).bounds(RewardRange(-1.0, 2.0)) == (-1.0, 2.0)
     assert TaskRewards("t", (1e308, 1e308), expected=2).bounds(RewardRange()) == (1e308, 1e308)
+
+
+@pytest.mark.parametrize("x", [-0.0, 0.0, 0.25, -5e-324, 1e308, math.inf, -math.inf, 3, True])
+def test_the_mean_of_one_value_is_fmeans_minus_zero_made_zero(x: float) -> None:
+    """A task of one rollout takes a short way to its mean: it must give what ``fmean`` gives,
+    ``-0.0`` made ``0.0`` and an int a float, or a metrics file would change by a sign."""
+    expected = statistics.fmean([x])
+    assert repr(nan_mean([x])) == repr(expected) and type(nan_mean(Flattened([[x]]))) is float
+
+
+def test_each_tasks_values_in_one_pass_are_those_of_its_own_slice() -> None:
+    """``field_by_task`` (one pass for the rewards of every task) against ``field`` over each task's
+    slice: missing values left out, a task without any left out, an infinity kept as a ``NonFinite``."""
+    rows = [(0, 0, {"reward": 1.0}), (0, 1, {}), (1, 0, {"reward": -0.0}), (2, 0, {}), (3, 1, {"reward": math.inf})]
+    rows += [(3, 0, {"reward": 0.5}), (4, 0, {"reward": math.nan})]
+    columns = RolloutColumns.of_rows((task, rollout, values, None) for task, rollout, values in rows)
+    by_slice = {part.task: columns.field("reward", range(part.start, part.stop)) for part in columns.by_task()}
+    expected = {task: values for task, values in by_slice.items() if values}
+    found = columns.field_by_task("reward")
+    assert list(found) == list(expected) == [0, 1, 3]
+    assert {t: [repr(x) for x in v] for t, v in found.items()} == {t: [repr(x) for x in v] for t, v in expected.items()}
+    assert [type(v) for v in found.values()] == [type(v) for v in expected.values()]
+    assert columns.field_by_task("absent") == {}
