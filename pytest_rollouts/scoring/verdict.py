@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.gate import Gate
-from pytest_rollouts.scoring.regression import EXIT_REGRESSION
 
 if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
@@ -150,6 +149,9 @@ def judge_run(score: RunScore | None, end: RunEnd, gate: Gate = NO_GATE) -> Verd
     elif baseline is not None:
         measures += baseline.run_lines(heading=True)
         if baseline.failure is not None:  # said even when another gate's code stands
+            # Here, not at the top: a run without a baseline never loads the comparison's modules.
+            from pytest_rollouts.scoring.regression import EXIT_REGRESSION
+
             problems.append(baseline.failure)
             status = status if failure is not None else EXIT_REGRESSION
     return Verdict(status, tuple(problems), measures=tuple(measures))

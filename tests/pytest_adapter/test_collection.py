@@ -212,6 +212,8 @@ UNUSED_BY_ONE_ROW = frozenset(
         "pytest_rollouts.dispatch.model_runs",
         "pytest_rollouts.model.agent",
         "pytest_rollouts.scoring.compare_runs",
+        "pytest_rollouts.scoring.regression",
+        "pytest_rollouts.scoring.multiplicity",
     }
 )
 
