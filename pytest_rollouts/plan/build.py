@@ -145,13 +145,12 @@ def materialize(
 
     Written to a private file and renamed into place, so concurrent xdist workers
     (which all materialize the same rows) never interleave their writes. What a task's rollouts
-    share (its row, its routing, its group's index) is worked out once a task, its file's prompt
-    template once a file: only the rollout index, the line and where it sits change per rollout.
+    share (its row, its routing, its group's index) is worked out once a task: only the rollout
+    index, the line and where it sits change per rollout.
     """
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts = PlannedRollouts()
     expected: dict[str, KeyIndex] = {}
-    prompts: dict[Path, PromptTemplate | None] = {}
     last_position = -1
     offset = 0
     with LineReader() as reader, replaced_atomically(path) as out:
@@ -160,7 +159,7 @@ def materialize(
             if position != last_position:
                 task = tasks[position]
                 last_position = position
-                row = _task_row(task, reader, shaping, prompts)
+                row = _task_row(task, reader, shaping)
                 via_server = shaping.via_server(task)
                 server_agent = shaping.servers.get(task.agent)
                 index = expected.get(task.agent)
@@ -197,22 +196,13 @@ def materialize(
     return Plan(rollouts, len(tasks), expected=expected)
 
 
-def _task_row(
-    task: PlannedTask, reader: LineReader, shaping: RowShaping, prompts: dict[Path, PromptTemplate | None]
-) -> dict[str, Any]:
+def _task_row(task: PlannedTask, reader: LineReader, shaping: RowShaping) -> dict[str, Any]:
     """``task``'s dataset row, read again from its file, its input built by the file's prompt
-    template (looked up once a file, in ``prompts``) unless it is an episode."""
+    template (``prompt_for``, which each door answers from what it read once a file) unless it is
+    an episode."""
     row = parse_object(reader.read(task.path, task.offset), task.path, 0)
-    if shaping.prompt_for is None or task.episode:
-        return row
-    prompt = prompts.get(task.path, _UNKNOWN)
-    if prompt is _UNKNOWN:
-        prompt = prompts[task.path] = shaping.prompt_for(task.path)
+    prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
     return row if prompt is None else prompt.apply(row)
-
-
-# No file's prompt template looked up yet (None is a file without one).
-_UNKNOWN: Any = object()
 
 
 def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str, recorded: RunManifest | None) -> None:

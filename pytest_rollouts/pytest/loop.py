@@ -60,9 +60,9 @@ def file_hooks(item: pytest.Item) -> FileHooks:
     return hooks
 
 
-def run_lean(item: pytest.Item, hooks: FileHooks | None = None) -> None:
-    """One item through the lean protocol, with its file's hooks (``hooks``, when the caller has them)."""
-    hooks = hooks or file_hooks(item)
+def run_lean(item: pytest.Item) -> None:
+    """One item through the lean protocol, with its file's hooks."""
+    hooks = file_hooks(item)
     ihook = hooks.relay
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     phases = [("call", item.runtest)]
@@ -91,12 +91,9 @@ def run_items(session: pytest.Session) -> None:
     the protocol itself. ``-x`` and ``--maxfail`` still stop the loop, through the session
     flags they set from the reports.
     """
-    parent, hooks = None, None
     with paced():
         for item in session.items:
-            if item.parent is not parent or hooks is None:  # a file's items come one after the other
-                parent, hooks = item.parent, file_hooks(item)
-            run_lean(item, hooks)
+            run_lean(item)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
