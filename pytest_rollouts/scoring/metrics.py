@@ -96,7 +96,8 @@ def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
     perf = row.get(PERF)
     if type(perf) is dict or isinstance(perf, Mapping):
         for key, value in perf.items():
-            number = None if key == PERF_LATENCY_MS or type(value) in _NEVER_NUMBERS else _as_number(value)
+            kind = type(value)
+            number = None if key == PERF_LATENCY_MS or kind in _NEVER_NUMBERS else _number(value, kind)
             if number is not None:
                 out.setdefault(PERF_AS_USAGE.get(key, key), number)
     return out
@@ -321,11 +322,11 @@ def _pass_at_ks(
     for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
         enough = [(n, c) for n, c in counts if n >= k]
         # Tasks share a few (n, c) pairs (two with one rollout each): each estimate is made once a pair.
-        at, hat = {p: pass_at_k(*p, k) for p in set(enough)}, {p: pass_hat_k(*p, k) for p in set(enough)}
-        out[f"pass@{k}/reward"] = statistics.fmean([at[p] for p in enough]) if enough else None
+        estimates = {p: (pass_at_k(*p, k), pass_hat_k(*p, k)) for p in set(enough)}
+        out[f"pass@{k}/reward"] = statistics.fmean([estimates[p][0] for p in enough]) if enough else None
         out[f"pass@{k}/num_tasks"] = len(enough)
         out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(enough)
-        out[f"pass^{k}/reward"] = statistics.fmean([hat[p] for p in enough]) if enough else None
+        out[f"pass^{k}/reward"] = statistics.fmean([estimates[p][1] for p in enough]) if enough else None
     return out
 
 
