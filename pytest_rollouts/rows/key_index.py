@@ -90,15 +90,21 @@ class KeyIndex(Mapping[Key, int]):
         """Each position's rollout index."""
         return self._rollout
 
-    def lowest_rollouts(self) -> Mapping[int, int]:
-        """Each task's lowest rollout index: that of its first key, unless a key added out of the
-        usual order (``_odd``) is lower."""
-        lowest = _FirstRollouts(self._first, self._rollout)
+    @property
+    def offsets(self) -> array:
+        """Each position's row offset."""
+        return self._offset
+
+    def lowest_positions(self) -> Mapping[int, int]:
+        """Each task's position of its lowest rollout index: that of its first key, unless a key
+        added out of the usual order (``_odd``) is lower. Read it, never change it: without such
+        keys it is the index's own record of each task's first position."""
         if not self._odd:
-            return lowest
-        found = dict(lowest.items())
-        for task, rollout in self._odd:
-            found[task] = min(found[task], rollout)
+            return self._first
+        found = dict(self._first)
+        for (task, rollout), at in self._odd.items():
+            if rollout < self._rollout[found[task]]:
+                found[task] = at
         return found
 
     def in_key_order(self) -> range | array:
@@ -106,19 +112,3 @@ class KeyIndex(Mapping[Key, int]):
         if self._sorted:
             return range(len(self._task))
         return array("q", sorted(range(len(self._task)), key=self.key))
-
-
-class _FirstRollouts(Mapping[int, int]):
-    """Each task's first key's rollout index, read through the index's own arrays (no copy)."""
-
-    def __init__(self, first: dict[int, int], rollouts: array) -> None:
-        self._first, self._rollouts = first, rollouts
-
-    def __getitem__(self, task: int) -> int:
-        return self._rollouts[self._first[task]]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._first)
-
-    def __len__(self) -> int:
-        return len(self._first)

@@ -225,11 +225,11 @@ class _Samples:
         only in their index (and seed), so the first one materialized stands for the task, and a
         task without any result has a sample too.
         """
-        lowest = expected.lowest_rollouts()
+        lowest, rollouts, offsets = expected.lowest_positions(), expected.rollouts, expected.offsets
 
         def sample(task: int) -> dict[str, Any] | None:
-            rollout = lowest.get(task)
-            return None if rollout is None else self._read(expected[task, rollout], (task, rollout))
+            at = lowest.get(task)
+            return None if at is None else self._read(offsets[at], (task, rollouts[at]))
 
         return sample
 
@@ -274,12 +274,13 @@ def _added_rows(
     only its rollout's identity (``IDENTITY``); both get their task's dataset fields (``_as_zero``).
     """
     added = []
+    materialized = paths.materialized  # a property that reads the manifest: once, not once a row
     with LineReader() as reader:
         for key in counted:
             row = parse_object(reader.read(paths.failures, latest[key][1]), paths.failures, 0)
-            added.append(_as_zero(row, _task_row(reader, paths.materialized, group.expected[key]), group.fields))
+            added.append(_as_zero(row, _task_row(reader, materialized, group.expected[key]), group.fields))
         for key in imputed:
-            task_row = _task_row(reader, paths.materialized, group.expected[key])
+            task_row = _task_row(reader, materialized, group.expected[key])
             identity = {k: task_row[k] for k in IDENTITY if k in task_row}
             added.append(_as_zero(identity, task_row, group.fields))
     return added

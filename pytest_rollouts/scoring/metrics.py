@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 from pytest_rollouts.rows.schema import (
     COLLECTOR_PREFIX,
@@ -28,12 +28,10 @@ from pytest_rollouts.rows.schema import (
     PERF_AS_USAGE,
     PERF_LATENCY_MS,
     ROLLOUT_INDEX,
-    TASK_INDEX,
 )
-from pytest_rollouts.scoring.columns import RolloutColumns, TaskRows
+from pytest_rollouts.scoring.columns import RolloutColumns
 from pytest_rollouts.scoring.stats import (
     across_repeats,
-    add_one_value_summary,
     clustered_sem,
     field_summary,
     interval,
@@ -41,6 +39,7 @@ from pytest_rollouts.scoring.stats import (
     std_dev,
     written,
 )
+from pytest_rollouts.scoring.task_entries import TaskEntries, no_sample
 
 # Bookkeeping, not measurements: a masked flag and the collector's own timing.
 _NOT_METRICS = frozenset({"mask_sample", ELAPSED})
@@ -60,11 +59,6 @@ class MetricRow:
     # Its place among its task's rollouts when that is not ``rollout``: a fanned-out agent's indices
     # continue another agent's, but its first rollout of a task is still its repeat 0.
     repeat: int | None = None
-
-
-def _no_sample(task: int) -> None:
-    """No task's row at hand: each entry's ``sample`` is null rather than missing, as in every entry."""
-    return None
 
 
 def numeric_fields(row: Mapping[str, Any]) -> dict[str, float]:
@@ -187,7 +181,7 @@ def compute_default_metrics(
     rows: Sequence[MetricRow] | RolloutColumns,
     *,
     expected: Mapping[int, int],
-    sample: Callable[[int], Mapping[str, Any] | None] = _no_sample,
+    sample: Callable[[int], Mapping[str, Any] | None] = no_sample,
     pass_ks: Sequence[int] | None = None,
     rewards_by_task: Mapping[int, Sequence[float]] | None = None,
 ) -> dict[str, Any]:
@@ -242,68 +236,8 @@ def compute_default_metrics(
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
 
 
-class TaskEntries(Sequence[dict[str, Any]]):
-    """``group_level_metrics``, one task's entry built each time it is read.
-
-    Held at once, 100k tasks' entries (a few dozen statistics each) cost about 200 MB at
-    the very end of a run, which made scoring the peak of the whole session's memory.
-    """
-
-    def __init__(
-        self,
-        tasks: Sequence[int],
-        rows: RolloutColumns,
-        by_task: Mapping[int, TaskRows],
-        fields: Sequence[str],
-        expected: Mapping[int, int],
-        sample: Callable[[int], Mapping[str, Any] | None],
-    ) -> None:
-        self._tasks, self._rows, self._by_task, self._fields, self._expected = tasks, rows, by_task, fields, expected
-        self._sample = sample
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to any sequence of the same entries, as the list it stands for would be."""
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self._entry(self._tasks[index])
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return map(self._entry, self._tasks)
-
-    def _entry(self, task: int) -> dict[str, Any]:
-        part = self._by_task.get(task)
-        rows = self._rows
-        # Its rollouts' indices and numbers as plain lists: a MetricRow each costs more than the rest.
-        span = () if part is None else range(part.start, part.stop)
-        rollouts, values = [rows.rollout(i) for i in span], [rows.values(i) for i in span]
-        entry = _task_entry(task, rollouts, values, self._fields, self._expected.get(task, 0))
-        entry["sample"] = self._sample(task)
-        return entry
-
-
 def _is_pass_at_k_reward(name: str) -> bool:
     return name.startswith("pass@") and name.endswith("/reward")
-
-
-def _columns(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
-    """Each field's values over the rows that have it: a field absent from a row is not a zero."""
-    columns: defaultdict[str, list[float]] = defaultdict(list)
-    for values in rows:
-        for field, value in values.items():
-            columns[field].append(value)
-    return columns
 
 
 def _pass_at_ks(
@@ -332,39 +266,6 @@ def _pass_at_ks(
 
 def _powers_of_two(largest: int) -> list[int]:
     return [1 << i for i in range(largest.bit_length())]
-
-
-def _task_entry(
-    task: int, rollouts: Sequence[int], rows: Sequence[Mapping[str, float]], fields: Sequence[str], expected: int
-) -> dict[str, Any]:
-    """One task across its repeats: which tasks are flaky, which never arrived, and (``rollout_infos``,
-    in rollout order) which of its ``rollouts`` (their indices) gave which numbers (``rows``)."""
-    entry: dict[str, Any] = {TASK_INDEX: task}
-    if len(rows) == 1:  # one rollout per task is common, and 100k tasks make this the hot loop
-        values = rows[0]
-        for field in fields:
-            if field in values:
-                add_one_value_summary(entry, field, values[field])
-    else:
-        columns = _columns(rows)
-        for field in fields:
-            if field in columns:
-                entry.update(field_summary(field, columns[field]))
-    entry["num_rollouts"] = len(rows)
-    entry["expected_num_rollouts"] = expected
-    entry["missing_num_rollouts"] = max(0, expected - len(rows))
-    entry["reward_profile_completion_pct"] = 100 * len(rows) / expected if expected else None
-    entry["rollout_infos"] = [_rollout_info(task, r, values) for r, values in zip(rollouts, rows, strict=True)]
-    return entry
-
-
-def _rollout_info(task: int, rollout: int, values: Mapping[str, float]) -> dict[str, Any]:
-    """One rollout as NeMo Gym lists it under its task: ``rollout_id`` (``"task:rollout"``) and its
-    indices as in the files, to join it to its full row, and the numbers the statistics used.
-
-    Only those numbers, never the row itself: the full rows stay in the rollouts file.
-    """
-    return {"rollout_id": f"{task}:{rollout}", TASK_INDEX: task, ROLLOUT_INDEX: rollout, **values}
 
 
 def _repeat_entry(

@@ -18,7 +18,7 @@ import orjson
 
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
-from pytest_rollouts.scoring.metrics import TaskEntries
+from pytest_rollouts.scoring.task_entries import TaskEntries
 from pytest_rollouts.store.jsonl import dumps, replaced_atomically
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ import math
 import statistics
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any
 
 from pytest_rollouts.store.jsonl import NonFinite
 
@@ -109,8 +110,12 @@ def ranked(xs: Sequence[float], ranks: Collection[int]) -> dict[int, float]:
     return found
 
 
+# A field's five summary names: ``mean/``, ``median/``, ``std/``, ``min/`` and ``max/`` it.
+SummaryNames = tuple[str, str, str, str, str]
+
+
 @functools.cache
-def _names(field: str) -> tuple[str, str, str, str, str]:
+def summary_names(field: str) -> SummaryNames:
     """One set of key strings per field, shared by every task's entry (100k tasks, 100k dicts)."""
     return f"mean/{field}", f"median/{field}", f"std/{field}", f"min/{field}", f"max/{field}"
 
@@ -119,12 +124,13 @@ def field_summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     """``mean/``, ``median/``, ``std/``, ``min/`` and ``max/`` of one field's values, as NeMo Gym names them."""
     # Population std (ddof=0), as NeMo Gym reports it: it describes these rollouts, and is 0.0,
     # not undefined, for a single one. Inferential spreads (se, sem) use the sample std (ddof=1).
+    names = summary_names(field)
     if len(xs) == 1:  # one rollout per task is common: skip the general path
         (x,) = xs
         out: dict[str, float | None] = {}
-        add_one_value_summary(out, field, x)
+        add_one_value_summary(out, names, x)
         return out
-    mean_, median_, std_, min_, max_ = _names(field)
+    mean_, median_, std_, min_, max_ = names
     mean = nan_mean(xs)
     if not math.isfinite(mean):  # an infinity among them: the rare path
         middle = written(median(xs))
@@ -132,10 +138,11 @@ def field_summary(field: str, xs: Sequence[float]) -> dict[str, float | None]:
     return {mean_: mean, median_: median(xs), std_: std_dev(xs, mean, ddof=0), min_: min(xs), max_: max(xs)}
 
 
-def add_one_value_summary(entry: dict[str, float | None], field: str, x: float) -> None:
-    """``field_summary`` of the one value ``x``, written into ``entry``: a task of one rollout, the
-    common case, and 100k tasks make a dict of five per task and its copy a hot loop."""
-    mean_, median_, std_, min_, max_ = _names(field)
+def add_one_value_summary(entry: dict[str, Any], names: SummaryNames, x: float) -> None:
+    """``field_summary`` of the one value ``x`` (of the field ``names`` are of, ``summary_names``),
+    written into ``entry``: a task of one rollout, the common case, and 100k tasks make a dict of
+    five per task and its copy a hot loop."""
+    mean_, median_, std_, min_, max_ = names
     entry[mean_] = x
     entry[median_] = x
     entry[std_] = 0.0
