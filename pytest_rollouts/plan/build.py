@@ -151,6 +151,7 @@ def materialize(
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts = PlannedRollouts()
     expected: dict[str, KeyIndex] = {}
+    create_params, add_seed = settings.responses_create_params, settings.repeats_add_seed
     last_position = -1
     offset = 0
     with LineReader() as reader, replaced_atomically(path) as out:
@@ -170,8 +171,8 @@ def materialize(
                 task_index=task.task_index,
                 rollout_index=rollout_index,
                 agent=task.agent,
-                create_params=settings.responses_create_params,
-                add_seed=settings.repeats_add_seed,
+                create_params=create_params,
+                add_seed=add_seed,
                 episode=task.episode,
                 via_server=via_server,
                 server_agent=server_agent,
@@ -180,17 +181,8 @@ def materialize(
             line = dumps(materialized)
             out.write(line + b"\n")
             index[task.task_index, rollout_index] = offset
-            rollouts.append(
-                PlannedRollout(
-                    task.slot,
-                    task.task_index,
-                    rollout_index,
-                    task.agent,
-                    offset,
-                    len(line),
-                    episode=task.episode,
-                    via_server=via_server,
-                )
+            rollouts.add(
+                task.slot, task.task_index, rollout_index, task.agent, offset, len(line), 0, task.episode, via_server
             )
             offset += len(line) + 1
     return Plan(rollouts, len(tasks), expected=expected)

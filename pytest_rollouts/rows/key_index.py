@@ -47,14 +47,16 @@ class KeyIndex(Mapping[Key, int]):
         return self._odd.get(key)
 
     def __setitem__(self, key: Key, offset: int) -> None:
-        at = self.position(key)
-        if at is not None:
-            self._offset[at] = offset
-            return
         task, rollout = key
         at = len(self._task)
-        if at and (self._task[-1], self._rollout[-1]) > key:
-            self._sorted = False
+        # Past the last key of keys added in order it is a new one (how rows are materialized):
+        # only a key that is not may be here already.
+        if at and not (self._sorted and (self._task[-1], self._rollout[-1]) < key):
+            found = self.position(key)
+            if found is not None:
+                self._offset[found] = offset
+                return
+            self._sorted = False  # not past the last key, and not the last key itself
         first = self._first.setdefault(task, at)
         self._task.append(task)
         self._rollout.append(rollout)

@@ -86,27 +86,56 @@ class PlannedRollouts:
         return set(self.agent_names)
 
     def append(self, rollout: PlannedRollout) -> None:
-        code = self._agent_codes.get(rollout.agent)
-        if code is None:
-            code = self._agent_codes[rollout.agent] = len(self.agent_names)
-            self.agent_names.append(rollout.agent)
-        values = (
+        self.add(
             rollout.slot,
             rollout.task_index,
             rollout.rollout_index,
+            rollout.agent,
             rollout.offset,
             rollout.length,
             rollout.first_attempt,
-            code,
             rollout.episode,
             rollout.via_server,
         )
-        columns = self._columns
-        for index, value in enumerate(values):
-            try:
-                columns[index].append(value)
-            except OverflowError:
-                columns[index] = _widened(columns[index], value)
+
+    def add(
+        self,
+        slot: int,
+        task_index: int,
+        rollout_index: int,
+        agent: str,
+        offset: int,
+        length: int,
+        first_attempt: int = 0,
+        episode: bool = False,
+        via_server: bool = False,
+    ) -> None:
+        """``append`` of a ``PlannedRollout`` made of these fields, without making it: materializing
+        plans one a rollout, and the object would be dropped at once."""
+        code = self._agent_codes.get(agent)
+        if code is None:
+            code = self._agent_codes[agent] = len(self.agent_names)
+            self.agent_names.append(agent)
+        size = len(self._columns[0])
+        try:  # one statement a column: a loop over them costs as much again as the appends
+            slots, tasks, rollouts, offsets, lengths, attempts, agents, episodes, via_servers = self._columns
+            slots.append(slot)
+            tasks.append(task_index)
+            rollouts.append(rollout_index)
+            offsets.append(offset)
+            lengths.append(length)
+            attempts.append(first_attempt)
+            agents.append(code)
+            episodes.append(episode)
+            via_servers.append(via_server)
+        except OverflowError:  # a value past its column's width: the columns not appended to yet, widened where needed
+            values = (slot, task_index, rollout_index, offset, length, first_attempt, code, episode, via_server)
+            for index, value in enumerate(values):
+                if len(self._columns[index]) == size:
+                    try:
+                        self._columns[index].append(value)
+                    except OverflowError:
+                        self._columns[index] = _widened(self._columns[index], value)
 
     def sort_by_task(self, key: Callable[[int], float]) -> None:
         """Reorder the rollouts by ``key`` of their task index, ascending and stable (as
