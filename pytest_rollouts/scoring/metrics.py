@@ -211,9 +211,25 @@ def compute_default_metrics(
 
     num_repeats = max(expected.values(), default=0)
     by_rollout = rows.by_repeat()
+    wanted = Counter(expected.get(t, 0) for t in tasks)  # how many tasks expect each number of rollouts
+    repeats = [
+        _repeat_head(r, by_rollout.get(r, ()), sum(n for e, n in wanted.items() if e > r))
+        for r in sorted(set(range(num_repeats)) | by_rollout.keys())
+    ]
     agent: dict[str, Any] = {}
     for field in fields:
-        agent.update(field_summary(field, rows.field(field)))
+        xs = rows.field(field)
+        summary = field_summary(field, xs)
+        agent.update(summary)
+        for entry in repeats:
+            ones = by_rollout.get(entry[ROLLOUT_INDEX], ())
+            if len(ones) == len(rows):  # a repeat of every rollout (one a task): the same values
+                entry.update(_repeat_spread(field, xs, summary))
+        del xs  # one field's values held at a time: a million rollouts' are 8 MB
+        for entry in repeats:
+            ones = by_rollout.get(entry[ROLLOUT_INDEX], ())
+            if ones and len(ones) != len(rows) and (xs := rows.field(field, ones)):
+                entry.update(_repeat_spread(field, xs, field_summary(field, xs)))
     if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
         for field in fields:
             means = [nan_mean(xs) for ones in by_rollout.values() if (xs := rows.field(field, ones))]
@@ -228,11 +244,6 @@ def compute_default_metrics(
         for name, value in agent.items()
         if name.startswith("mean/") or name == "sem_clustered/reward" or _is_pass_at_k_reward(name)
     }
-    wanted = Counter(expected.get(t, 0) for t in tasks)  # how many tasks expect each number of rollouts
-    repeats = [
-        _repeat_entry(r, rows, by_rollout.get(r, ()), fields, sum(n for e, n in wanted.items() if e > r))
-        for r in sorted(set(range(num_repeats)) | by_rollout.keys())
-    ]
     return {"agent_metrics": agent, "key_metrics": key, "group_level_metrics": groups, "repeat_level_metrics": repeats}
 
 
@@ -268,33 +279,24 @@ def _powers_of_two(largest: int) -> list[int]:
     return [1 << i for i in range(largest.bit_length())]
 
 
-def _repeat_entry(
-    rollout: int, rows: RolloutColumns, ones: Sequence[int], fields: Sequence[str], expected: int
-) -> dict[str, Any]:
-    """One rollout index across tasks: does the score drift between the first and later repeats?"""
-    entry: dict[str, Any] = {
-        ROLLOUT_INDEX: rollout,
-        "sample_count": len(ones),
-        "missing_count": max(0, expected - len(ones)),
+def _repeat_head(rollout: int, ones: Sequence[int], expected: int) -> dict[str, Any]:
+    """One rollout index across tasks (``ones``: its rollouts), before its fields' statistics
+    (``_repeat_spread``): does the score drift between the first and later repeats?"""
+    return {ROLLOUT_INDEX: rollout, "sample_count": len(ones), "missing_count": max(0, expected - len(ones))}
+
+
+def _repeat_spread(field: str, xs: Sequence[float], summary: dict[str, float | None]) -> dict[str, Any]:
+    """One field's statistics over one repeat's values ``xs``, their ``field_summary`` first."""
+    mean = summary[f"mean/{field}"]
+    std = std_dev(xs, mean, ddof=1)
+    sem = None if std is None else std / math.sqrt(len(xs))
+    p25, p75 = (xs[0], xs[0]) if len(xs) == 1 else statistics.quantiles(xs, n=4, method="inclusive")[::2]
+    low, high = interval(mean, sem)
+    return {
+        **summary,
+        f"sem/{field}": sem,
+        f"p25/{field}": written(p25),
+        f"p75/{field}": written(p75),
+        f"ci_low_95/{field}": low,
+        f"ci_high_95/{field}": high,
     }
-    for field in fields:
-        xs = rows.field(field, ones) if ones else ()
-        if not xs:
-            continue
-        stats = field_summary(field, xs)
-        mean = stats[f"mean/{field}"]
-        std = std_dev(xs, mean, ddof=1)
-        sem = None if std is None else std / math.sqrt(len(xs))
-        p25, p75 = (xs[0], xs[0]) if len(xs) == 1 else statistics.quantiles(xs, n=4, method="inclusive")[::2]
-        low, high = interval(mean, sem)
-        entry.update(stats)
-        entry.update(
-            {
-                f"sem/{field}": sem,
-                f"p25/{field}": written(p25),
-                f"p75/{field}": written(p75),
-                f"ci_low_95/{field}": low,
-                f"ci_high_95/{field}": high,
-            }
-        )
-    return entry

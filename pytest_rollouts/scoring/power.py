@@ -52,7 +52,7 @@ class Variance:
 def variance_components(rewards_by_task: Sequence[Sequence[float]]) -> Variance:
     """Method-of-moments components (one-way random effects): the pooled within-task variance, and
     the variance of the task means less the part their own sampling explains, at least 0."""
-    tasks = [list(ys) for ys in rewards_by_task if ys]
+    tasks = [ys for ys in rewards_by_task if ys]
     if len(tasks) < 2:
         raise ValueError("need at least two tasks with a score to measure how tasks differ")
     means = [nan_mean(ys) for ys in tasks]

@@ -102,7 +102,8 @@ def group_statistics(
     """One group's entry; with ``labels`` also split by dataset file (when the manifest names
     them) and by the ``--rollouts-group-by`` field."""
     entry: dict[str, Any] = {"reward_range": [options.reward_range.low, options.reward_range.high]}
-    entry.update(statistics_entry(rewards_by_task, unknown_by_task, options.reward_range))
+    whole = statistics_entry(rewards_by_task, unknown_by_task, options.reward_range)
+    entry.update(whole)
     entry["minimum_detectable_difference"] = _detectable(rewards_by_task)
     if labels is None:
         return entry
@@ -117,14 +118,30 @@ def group_statistics(
         for task in rewards_by_task.keys() | unknown_by_task.keys():
             split[label(task)].append(task)
         entry[name] = {
-            value: statistics_entry(
-                {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
-                {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
-                options.reward_range,
-            )
+            value: _part(tasks, rewards_by_task, unknown_by_task, options, whole if len(split) == 1 else None)
             for value, tasks in sorted(split.items())
         }
     return entry
+
+
+def _part(
+    tasks: list[int],
+    rewards_by_task: Mapping[int, Sequence[float]],
+    unknown_by_task: Mapping[int, int],
+    options: StatisticsOptions,
+    whole: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The entry of one value of a split, over its ``tasks``. ``whole``: the group's own entry, when
+    they are all of its tasks (one dataset file, the usual run): it is theirs too, as its sums are
+    exact whatever the order the tasks come in (``fsum``, and counts); not where rewards fall outside
+    the range, whose lowest and highest could be a zero of either sign, as the order met them."""
+    if whole is not None and "rewards_outside_range" not in whole:
+        return dict(whole)
+    return statistics_entry(
+        {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
+        {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
+        options.reward_range,
+    )
 
 
 def _detectable(rewards_by_task: Mapping[int, Sequence[float]]) -> float | None:
