@@ -26,6 +26,7 @@ from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER
 from pytest_rollouts.store.artifacts import (
     ArtifactPaths,
     ArtifactRow,
+    RowsDigest,
     artifact_rows,
     read_rows,
     rows_digest,
@@ -123,9 +124,10 @@ def build_plan(
     # finds and moves them), and again with their digest once they are whole.
     if records:
         write_manifest(paths.manifest, manifest)
-    plan = materialize(tasks, paths.materialized, settings, shaping)
+    digest = RowsDigest()
+    plan = materialize(tasks, paths.materialized, settings, shaping, digest)
     if records:
-        done = {"materialized_digest": rows_digest(paths.materialized), "fronted_by": fronted_by(tasks, shaping)}
+        done = {"materialized_digest": digest.hex(), "fronted_by": fronted_by(tasks, shaping)}
         write_manifest(paths.manifest, manifest.model_copy(update=done))
     return plan
 
@@ -138,7 +140,11 @@ def _record_new_place(paths: ArtifactPaths, manifest: RunManifest, recorded: Run
 
 
 def materialize(
-    tasks: Sequence[PlannedTask], path: Path, settings: Settings, shaping: RowShaping = RowShaping()
+    tasks: Sequence[PlannedTask],
+    path: Path,
+    settings: Settings,
+    shaping: RowShaping = RowShaping(),
+    digest: RowsDigest | None = None,
 ) -> Plan:
     """Write every planned rollout's request body, remembering where each one sits; a dataset with
     a prompt template has its rows' input built by it first (the scan checked every row fills).
@@ -146,7 +152,7 @@ def materialize(
     Written to a private file and renamed into place, so concurrent xdist workers
     (which all materialize the same rows) never interleave their writes. What a task's rollouts
     share (its row, its routing, its group's index) is worked out once a task: only the rollout
-    index, the line and where it sits change per rollout.
+    index, the line and where it sits change per rollout. ``digest`` takes each line as it is written.
     """
     path.parent.mkdir(parents=True, exist_ok=True)  # --rollouts-materialized may name a new folder
     rollouts = PlannedRollouts()
@@ -180,6 +186,8 @@ def materialize(
             )
             line = dumps(materialized)
             out.write(line + b"\n")
+            if digest is not None:
+                digest.add(line)
             index[task.task_index, rollout_index] = offset
             rollouts.add(
                 task.slot, task.task_index, rollout_index, task.agent, offset, len(line), 0, task.episode, via_server

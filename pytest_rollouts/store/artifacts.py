@@ -244,14 +244,30 @@ def recorded_materialized(manifest: Path) -> Path | None:
 
 
 def rows_digest(path: Path) -> str:
-    """The materialized inputs' fingerprint, which the run manifest records: the sha256 of each
-    line, summed, so it names the set of rows whatever their order (a run's rows reordered are
-    still its rows) and any row changed, added or dropped changes it."""
-    total = 0
+    """The materialized inputs' fingerprint, which the run manifest records (``RowsDigest``)."""
+    digest = RowsDigest()
     with open(path, "rb") as handle:
         for line in handle:
-            total += int.from_bytes(hashlib.sha256(line.rstrip(b"\r\n")).digest())
-    return f"{total % (1 << 256):064x}"
+            digest.add(line.rstrip(b"\r\n"))
+    return digest.hex()
+
+
+class RowsDigest:
+    """The sha256 of each line, summed, so it names the set of rows whatever their order (a run's
+    rows reordered are still its rows) and any row changed, added or dropped changes it. Taken as
+    the rows are written (``plan.build.materialize``), it spares reading the file back."""
+
+    __slots__ = ("_total",)
+
+    def __init__(self) -> None:
+        self._total = 0
+
+    def add(self, line: bytes) -> None:
+        """One line, without its line break."""
+        self._total += int.from_bytes(hashlib.sha256(line).digest())
+
+    def hex(self) -> str:
+        return f"{self._total % (1 << 256):064x}"
 
 
 def repair_tail(path: Path) -> int:

@@ -11,6 +11,7 @@ from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.plan.build import materialize
 from pytest_rollouts.plan.datasets import Task
 from pytest_rollouts.rows.planned import PlannedRollout, PlannedRollouts
+from pytest_rollouts.store.artifacts import RowsDigest, rows_digest
 
 from ..helpers import tasks, write_rows
 
@@ -69,3 +70,18 @@ def test_sorting_by_task_keeps_the_plan_order_among_equal_keys_as_list_sort_does
     rollouts = PlannedRollouts(given)
     rollouts.sort_by_task(lambda task_index: -longest.get(task_index, 0.0))
     assert list(rollouts) == sorted(given, key=lambda r: -longest.get(r.task_index, 0.0))
+
+
+def test_the_digest_taken_as_rows_are_written_is_that_of_the_file(tmp_path: Path) -> None:
+    """The manifest's ``materialized_digest`` is taken as materializing writes each line, not read
+    back from the file: it must be the one a resume computes from the file (``rows_digest``), or
+    every resume of a fresh run would refuse its own materialized inputs."""
+    data = write_rows(tmp_path / "data.jsonl", tasks(5))
+    offsets = [0]
+    for line in data.read_bytes().splitlines(keepends=True)[:-1]:
+        offsets.append(offsets[-1] + len(line))
+    planned = [Task("data.jsonl", data, offsets[i], i, "policy", 0, 2, False, i, i) for i in range(5)]
+    digest = RowsDigest()
+    materialize(planned, tmp_path / "m.jsonl", Settings(repeats_add_seed=True), digest=digest)
+    assert digest.hex() == rows_digest(tmp_path / "m.jsonl")
+    assert digest.hex() != RowsDigest().hex()
