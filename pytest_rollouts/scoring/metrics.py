@@ -216,20 +216,7 @@ def compute_default_metrics(
         _repeat_head(r, by_rollout.get(r, ()), sum(n for e, n in wanted.items() if e > r))
         for r in sorted(set(range(num_repeats)) | by_rollout.keys())
     ]
-    agent: dict[str, Any] = {}
-    for field in fields:
-        xs = rows.field(field)
-        summary = field_summary(field, xs)
-        agent.update(summary)
-        for entry in repeats:
-            ones = by_rollout.get(entry[ROLLOUT_INDEX], ())
-            if len(ones) == len(rows):  # a repeat of every rollout (one a task): the same values
-                entry.update(_repeat_spread(field, xs, summary))
-        del xs  # one field's values held at a time: a million rollouts' are 8 MB
-        for entry in repeats:
-            ones = by_rollout.get(entry[ROLLOUT_INDEX], ())
-            if ones and len(ones) != len(rows) and (xs := rows.field(field, ones)):
-                entry.update(_repeat_spread(field, xs, field_summary(field, xs)))
+    agent = _summaries(rows, fields, by_rollout, repeats)
     if len(by_rollout) > 1:  # run-to-run noise needs at least two repeats with data
         for field in fields:
             means = [nan_mean(xs) for ones in by_rollout.values() if (xs := rows.field(field, ones))]
@@ -277,6 +264,28 @@ def _pass_at_ks(
 
 def _powers_of_two(largest: int) -> list[int]:
     return [1 << i for i in range(largest.bit_length())]
+
+
+def _summaries(
+    rows: RolloutColumns, fields: Sequence[str], by_rollout: Mapping[int, Sequence[int]], repeats: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Each field's ``field_summary`` over every rollout, and each repeat's statistics of it written
+    into that repeat's entry (``repeats``; ``by_rollout``: each one's rollouts): a repeat of every
+    rollout (one a task, the usual run) takes the same values and summary, not a copy of them."""
+    agent: dict[str, Any] = {}
+    for field in fields:
+        xs = rows.field(field)
+        summary = field_summary(field, xs)
+        agent.update(summary)
+        for entry in repeats:
+            if len(by_rollout.get(entry[ROLLOUT_INDEX], ())) == len(rows):
+                entry.update(_repeat_spread(field, xs, summary))
+        del xs  # one field's values held at a time: a million rollouts' are 8 MB
+        for entry in repeats:
+            ones = by_rollout.get(entry[ROLLOUT_INDEX], ())
+            if ones and len(ones) != len(rows) and (xs := rows.field(field, ones)):
+                entry.update(_repeat_spread(field, xs, field_summary(field, xs)))
+    return agent
 
 
 def _repeat_head(rollout: int, ones: Sequence[int], expected: int) -> dict[str, Any]:
