@@ -14,6 +14,7 @@ An infinite result is a ``NonFinite``; the metrics file, strict JSON, writes it 
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import Counter
@@ -249,17 +250,32 @@ def _pass_at_ks(
     of tasks does not pass for the whole set. Every task weighs the same, whatever its n. A k
     asked for that no task reaches gives a null reward over 0 tasks.
     """
-    counts = [(len(ys), sum(map(is_correct, ys))) for ys in rewards_by_task]
+    # Tasks share a few (n, c) pairs (two with one rollout each): each is counted, and its estimates
+    # made once. Each mean is fmean's over the tasks' estimates, fsum's exact sum over their count.
+    pairs = Counter((len(ys), sum(map(is_correct, ys))) for ys in rewards_by_task)
     out: dict[str, float | int | None] = {}
-    for k in ks if ks is not None else _powers_of_two(max(n for n, _ in counts)):
-        enough = [(n, c) for n, c in counts if n >= k]
-        # Tasks share a few (n, c) pairs (two with one rollout each): each estimate is made once a pair.
-        estimates = {p: (pass_at_k(*p, k), pass_hat_k(*p, k)) for p in set(enough)}
-        out[f"pass@{k}/reward"] = statistics.fmean([estimates[p][0] for p in enough]) if enough else None
-        out[f"pass@{k}/num_tasks"] = len(enough)
-        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - len(enough)
-        out[f"pass^{k}/reward"] = statistics.fmean([estimates[p][1] for p in enough]) if enough else None
+    for k in ks if ks is not None else _powers_of_two(max(n for n, _ in pairs)):
+        enough = {(n, c): tasks for (n, c), tasks in pairs.items() if n >= k}
+        counted = sum(enough.values())
+        at_k = {p: pass_at_k(*p, k) for p in enough}
+        hat_k = {p: pass_hat_k(*p, k) for p in enough}
+        out[f"pass@{k}/reward"] = _task_mean(at_k, enough, counted)
+        out[f"pass@{k}/num_tasks"] = counted
+        out[f"pass@{k}/num_tasks_excluded"] = num_tasks - counted
+        out[f"pass^{k}/reward"] = _task_mean(hat_k, enough, counted)
     return out
+
+
+def _task_mean(
+    estimates: Mapping[tuple[int, int], float], tasks: Mapping[tuple[int, int], int], counted: int
+) -> float | None:
+    """The mean over ``counted`` tasks of the estimate of each one's (n, c) pair (``tasks``: how many
+    have each): ``statistics.fmean`` of the list of them, without the list."""
+    if not counted:
+        return None
+    return (
+        math.fsum(itertools.chain.from_iterable(itertools.repeat(estimates[p], m) for p, m in tasks.items())) / counted
+    )
 
 
 def _powers_of_two(largest: int) -> list[int]:
