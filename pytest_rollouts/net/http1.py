@@ -43,6 +43,10 @@ DECODED = {
 UNDECODED = frozenset({"br", "zstd", "compress", "x-compress"})
 # Where a target's head ends: a body of known size follows its length, a streamed one is chunked.
 LENGTH_FIELD = b"Content-Length: "
+# A streamed body waits this long for the server's go-ahead (``100 Continue``) before it is sent
+# anyway, as curl waits: a server that refuses it (a 404 where there is no such endpoint) answers
+# before any of it is read from disk and sent. One that ignores the expectation costs the wait.
+CONTINUE_WAIT_S = 1.0
 
 
 class HttpError(Exception):
@@ -109,6 +113,8 @@ class _Connection(asyncio.Protocol):
         self._headers_done = False
         self._until_close = False
         self._writable: asyncio.Future[None] | None = None
+        # Set by a 100 Continue: the server wants the body it was told to expect.
+        self._continue: asyncio.Future[None] | None = None
         self.reusable = False
         self.idle_since = 0.0
 
@@ -197,6 +203,8 @@ class _Connection(asyncio.Protocol):
             return
         if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue): the reply follows
             self._headers, self._body, self._headers_done = {}, [], False
+            if self._status == 100 and self._continue is not None and not self._continue.done():
+                self._continue.set_result(None)
             return
         self.reusable = self._parser.should_keep_alive()
         self._complete()
@@ -216,22 +224,31 @@ class _Connection(asyncio.Protocol):
             self._transport.write(data)
         return waiter
 
+    async def go_ahead(self, waiter: asyncio.Future[Reply]) -> None:
+        """Until the server asks for the body (``100 Continue``), replies without it (``waiter`` is
+        done), or ``CONTINUE_WAIT_S`` passed: ``stream`` then sends the body, or nothing."""
+        self._continue = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait((self._continue, waiter), timeout=CONTINUE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._continue = None
+
     async def stream(self, chunks: Iterable[bytes], waiter: asyncio.Future[Reply]) -> None:
         """Send ``chunks`` as a chunked body, each once the transport has room for it, until the
         reply is settled: a server that answers before reading the body (404 where it has no such
         endpoint, 401, 413) will not read the rest, and sending it anyway costs seconds at 100k rows."""
         assert self._transport is not None
+        pieces = iter(chunks)
         try:
-            for chunk in chunks:
-                if waiter.done() or not self.alive:
-                    break
+            # Settled first, then the next piece taken: a refusal reads none of them from disk.
+            while not waiter.done() and self.alive:
+                chunk = next(pieces, None)
+                if chunk is None:
+                    self._transport.write(b"0\r\n\r\n")
+                    return
                 if chunk:
                     self._transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
                 await (self._writable if self._writable is not None else asyncio.sleep(0))
-            else:
-                if not waiter.done() and self.alive:
-                    self._transport.write(b"0\r\n\r\n")
-                    return
         except BaseException:  # cancelled (its deadline), or the pieces failed: no one awaits the reply now
             waiter.cancel()
             raise
@@ -313,8 +330,12 @@ class Pool:
                 data = b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body))  # one copy of the body
                 reply = await connection.send(data, error_limit, read_limit)
             else:
-                head = target.head.removesuffix(LENGTH_FIELD) + b"Transfer-Encoding: chunked\r\n\r\n"
+                head = (
+                    target.head.removesuffix(LENGTH_FIELD)
+                    + b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+                )
                 waiter = connection.send(head, error_limit, read_limit)
+                await connection.go_ahead(waiter)
                 await connection.stream(body, waiter)
                 reply = await waiter
         except BaseException:  # cancelled or timed out mid-reply: what comes next on it is unknown

@@ -348,3 +348,72 @@ async def test_https_verifies_the_agent_against_the_trust_store(
         reply = await post(pool, agent.url)
         pool.close()
     assert reply.body == b'{"a":1}'
+
+
+CHUNK = b"x" * 65536
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = b""
+    while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+        body += (await reader.readexactly(size + 2))[:-2]
+    await reader.readuntil(b"\r\n")
+    return body
+
+
+async def stream_to(url: str, pieces: int, taken: list[int]) -> http1.Reply:
+    """A streamed body of ``pieces`` chunks, counting in ``taken`` those the client asked for."""
+
+    def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(pieces):
+            taken.append(1)
+            yield CHUNK
+
+    pool = Pool(connect_timeout=5)
+    try:
+        async with asyncio.timeout(10):
+            return await pool.request(Target.of("POST", url, "/aggregate_metrics", {}), chunks())
+    finally:
+        pool.close()
+
+
+@pytest.mark.asyncio
+async def test_a_streamed_body_waits_for_the_go_ahead_and_a_refusal_gets_none_of_it() -> None:
+    """A server without the endpoint answers 404 from the head (``Expect: 100-continue``): not a
+    byte of the body is read from disk or sent, however long it takes to answer."""
+
+    async def refuses(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        box.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        await asyncio.sleep(0.2)  # time enough to send it all, had the client not waited
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+
+    taken: list[int] = []
+    async with server(refuses) as agent:
+        reply = await stream_to(agent.url, 50, taken)
+    assert reply.status == 404 and taken == [], "a piece of the body was read to be sent"
+    assert b"\r\nExpect: 100-continue\r\n" in agent.heads[0]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("says_continue", [True, False], ids=["100-continue", "ignores-the-expectation"])
+async def test_a_streamed_body_goes_whole_on_the_go_ahead_or_after_the_wait(
+    says_continue: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that ignores the expectation still gets the body, once the client stops waiting."""
+    monkeypatch.setattr(http1, "CONTINUE_WAIT_S", 0.05)
+    received: list[bytes] = []
+
+    async def takes_it(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        box.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        if says_continue:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        received.append(await read_chunked(reader))
+        writer.write(ok(b'{"ok": true}'))
+        await writer.drain()
+
+    taken: list[int] = []
+    async with server(takes_it) as agent:
+        reply = await stream_to(agent.url, 5, taken)
+    assert reply.status == 200 and reply.body == b'{"ok": true}'
+    assert received == [CHUNK * 5] and len(taken) == 5
