@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
+from pytest_rollouts.dispatch.request_timeouts import RequestTimeouts
 from pytest_rollouts.model.spec import model_headers
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
@@ -50,6 +51,7 @@ class PlanAgents:
         posted, or a model agent's rollout run here (``model_runs``)."""
         h = self.header
         runs = self._model_runs(pool) if h.models else {}
+        timeouts = RequestTimeouts(h.timeout)
         return [
             runs[name]
             if name in runs
@@ -57,7 +59,7 @@ class PlanAgents:
                 post_run,
                 pool,
                 Target.of("POST", h.urls[name], "/run", {**JSON_HEADERS, **self.headers[name]}),
-                timeout=h.timeout,
+                timeouts=timeouts,
                 redact=self.redact,
             )
             for name in h.agents

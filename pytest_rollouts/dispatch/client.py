@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_rollouts.dispatch.request_timeouts import RequestTimeouts
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Reply, Target
 from pytest_rollouts.net.retry import retry_after_seconds
@@ -37,20 +38,24 @@ class Attempt:
     sent: float = 0.0
 
 
-async def post_run(pool: Pool, target: Target, body: bytes, timeout: float, redact: Redactor) -> Attempt:
-    """One attempt of at most ``timeout`` seconds, connecting included.
+async def post_run(pool: Pool, target: Target, body: bytes, timeouts: RequestTimeouts, redact: Redactor) -> Attempt:
+    """One attempt of at most ``timeouts.seconds``, connecting included.
 
     A failure's body is kept in part, cut to the sidecar's size by ``redact``, which redacts it first."""
     started = time.perf_counter()
+    task = timeouts.begin()
     try:
-        async with asyncio.timeout(timeout):
-            reply = await pool.request(target, body, error_limit=redact.keep(MAX_BODY_CHARS))
-    except TimeoutError:
-        failure = Failure(AGENT_REQUEST_FAILED, "TimeoutError", f"no reply from {target.url} within {timeout:g}s")
-        return Attempt(None, failure, time.perf_counter() - started)
+        reply = await pool.request(target, body, error_limit=redact.keep(MAX_BODY_CHARS))
+    except asyncio.CancelledError:
+        if not timeouts.end(task):
+            raise
+        message = f"no reply from {target.url} within {timeouts.seconds:g}s"
+        return Attempt(None, Failure(AGENT_REQUEST_FAILED, "TimeoutError", message), time.perf_counter() - started)
     except HttpError as exc:
         failure = Failure(AGENT_REQUEST_FAILED, exc.kind, str(exc) or exc.kind, retryable=True)
         return Attempt(None, failure, time.perf_counter() - started)
+    finally:
+        timeouts.end(task)  # again after a timeout, when it does nothing
     elapsed = time.perf_counter() - started
     status, raw = reply.status, reply.body
     if not 200 <= status < 300:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
+from pytest_rollouts.dispatch.request_timeouts import RequestTimeouts
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import Pool, Target
 
@@ -24,7 +25,9 @@ async def attempt_on(url: str, timeout: float = TIMEOUT) -> Attempt:
     (which blocks this loop, and would wait for a handler still sleeping on an open connection)."""
     pool = Pool(timeout)
     try:
-        return await post_run(pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, timeout, Redactor({}))
+        return await post_run(
+            pool, Target.of("POST", url, "/run", JSON_HEADERS), BODY, RequestTimeouts(timeout), Redactor({})
+        )
     finally:
         pool.close()
         await asyncio.sleep(0)
