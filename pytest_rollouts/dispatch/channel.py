@@ -8,6 +8,7 @@ ends when its input closes, so a dead pytest leaves nothing running.
 
 from __future__ import annotations
 
+import operator
 import os
 import select
 import subprocess
@@ -195,7 +196,7 @@ class Dispatcher:
             if isinstance(result, str):
                 raise DispatcherError(f"dispatching task slot {slot} failed:\n{result}")
             settled = settled + result
-        return sorted(settled, key=_by_rollout)
+        return sorted(settled, key=_BY_ROLLOUT)
 
     def claim(self, slots: list[int]) -> None:
         """Start these tasks now (an xdist worker's queue): one write for all of them."""
@@ -385,5 +386,5 @@ def _column(rollouts: PlannedRollouts, name: str, agents: list[str]) -> array:
     return array(column.typecode, map(codes.__getitem__, column))
 
 
-def _by_rollout(outcome: RolloutOutcome) -> int:
-    return outcome.rollout_index
+# An outcome's rollout index, read in C: a key function in Python is a call per outcome.
+_BY_ROLLOUT = operator.attrgetter("rollout_index")

@@ -64,7 +64,9 @@ def run_lean(item: pytest.Item) -> None:
     """One item through the lean protocol, with its file's hooks."""
     hooks = file_hooks(item)
     ihook = hooks.relay
-    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    # Both are properties worked out again on each access, and both hooks take them.
+    nodeid, location = item.nodeid, item.location
+    ihook.pytest_runtest_logstart(nodeid=nodeid, location=location)
     phases = [("call", item.runtest)]
     junitxml = item.config.option.xmlpath
     if junitxml:
@@ -80,7 +82,7 @@ def run_lean(item: pytest.Item) -> None:
         item.user_properties = SPENT  # type: ignore[assignment]
         if not item._report_sections:
             item._report_sections = SPENT  # type: ignore[assignment]
-    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    ihook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
 
 
 def run_items(session: pytest.Session) -> None:

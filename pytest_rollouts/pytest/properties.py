@@ -62,16 +62,17 @@ def record_outcomes(
             drained.append([task_index, o.rollout_index])
     user_properties.append((REWARDS, rewards))
     user_properties.append((ELAPSED, elapsed))
-    counts: tuple[tuple[str, object], ...] = (
-        (CACHED, cached),
-        (FAILURES, dict(Counter(failed)) if failed else None),
-        (MASKED, masked),
-        (NO_REWARD, unrewarded),
-        (DRAINED, drained),
-        (GIVEN_UP, given_up),
-        (OMITTED, omitted),
-    )
-    user_properties.extend((name, value) for name, value in counts if value)
+    if unscored or cached or masked or given_up:  # any count to tell: most items have none
+        counts: tuple[tuple[str, object], ...] = (
+            (CACHED, cached),
+            (FAILURES, dict(Counter(failed)) if failed else None),
+            (MASKED, masked),
+            (NO_REWARD, unrewarded),
+            (DRAINED, drained),
+            (GIVEN_UP, given_up),
+            (OMITTED, omitted),
+        )
+        user_properties.extend([(name, value) for name, value in counts if value])
     return unscored
 
 

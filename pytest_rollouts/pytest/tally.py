@@ -14,6 +14,7 @@ import pytest
 
 from pytest_rollouts.pytest.progress import rate
 from pytest_rollouts.pytest.properties import (
+    CACHED,
     DRAINED,
     ELAPSED,
     FAILURES,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.accounting import Outcomes
 
 SHOWN_FAILURES = 10
+# The properties of an item with nothing but results (``properties.record_outcomes``).
+_RESULTS_ONLY = frozenset({REWARDS, ELAPSED, CACHED})
 
 
 def unscored(props: Mapping[str, Any]) -> dict[str, int]:
@@ -65,10 +68,6 @@ class Tally:
         self.items += 1
         self.last_at = time.perf_counter()
         counts = self.counts
-        masked, unrewarded = props.get(MASKED, 0), props.get(NO_REWARD, 0)
-        counts.completed += masked + unrewarded
-        counts.masked += masked
-        counts.unrewarded += unrewarded
         for reward in props.get(REWARDS, ()):
             if reward is not None:  # None: a failure, a masked result or one without a reward
                 self.reward_sum += reward
@@ -79,7 +78,19 @@ class Tally:
             # controller the loop starts a worker start-up earlier, which is not dispatch time.
             self.started_at = max(self.started_at, self.last_at - max(elapsed))
         self.durations.extend(elapsed)
-        # Most items drained and failed nothing: no set or Counter update for them (a Counter's is Python).
+        # An item's other counts are among its properties only when not zero, and most items have none.
+        if not props.keys() <= _RESULTS_ONLY:
+            self._add_counts(props, report)
+
+    def _add_counts(self, props: Mapping[str, Any], report: pytest.TestReport) -> None:
+        """What an item's properties say beyond its rewards and latencies: masked, unrewarded,
+        drained, failed, given up and omitted rollouts, and the failure's example line."""
+        counts = self.counts
+        masked, unrewarded = props.get(MASKED, 0), props.get(NO_REWARD, 0)
+        counts.completed += masked + unrewarded
+        counts.masked += masked
+        counts.unrewarded += unrewarded
+        # No set or Counter update for an item that drained and failed nothing (a Counter's is Python).
         if DRAINED in props:
             self.drained.update((task, rollout) for task, rollout in props[DRAINED])
         if FAILURES in props:
