@@ -310,15 +310,26 @@ def test_last_failed_reruns_only_failed_items_with_resume_semantics(pytester: py
 
 
 def test_longest_first_starts_the_slowest_tasks_first(pytester: pytest.Pytester) -> None:
+    """The order follows the latencies the earlier run's rows record. They are written into its
+    failures file rather than made by a slow agent: ``elapsed_seconds`` is wall time, and on a loaded
+    machine the scheduling noise in it is as large as the gaps a test can afford (tens of
+    milliseconds), so measured latencies would let the noise decide the order."""
     write_rows(pytester.path / "data.jsonl", tasks(5))
-    delays = {0: 0.05, 1: 0.4, 2: 0.0, 3: 0.25, 4: 0.1}
+    recorded = {0: 0.05, 1: 0.4, 2: 0.0, 3: 0.25, 4: 0.1}
 
-    def slow_then_fail(row: dict[str, Any], seen: int) -> Reply:
-        return Reply(status=503, delay=delays[row["_ng_task_index"]]) if seen == 0 else verifier(row, seen)
+    def fail_then_verify(row: dict[str, Any], seen: int) -> Reply:
+        return Reply(status=503) if seen == 0 else verifier(row, seen)
 
-    with ScriptedAgent(slow_then_fail) as agent:
+    artifacts = Artifacts(pytester.path)
+    with ScriptedAgent(fail_then_verify) as agent:
         common = ("data.jsonl", f"--rollouts-agent={agent.url}", "--rollouts-retries=0", "--rollouts-parallel=1")
         run_rollouts(pytester, *common)
+        earlier = artifacts.failures
+        assert sorted(row["_ng_task_index"] for row in earlier) == [0, 1, 2, 3, 4]
+        write_rows(
+            artifacts.failures_path,
+            [{**row, "elapsed_seconds": recorded[row["_ng_task_index"]]} for row in earlier],
+        )
         agent.requests.clear()
         run_rollouts(pytester, *common, "--rollouts-resume", "--rollouts-longest-first")
         assert [r["_ng_task_index"] for r in agent.requests] == [1, 3, 4, 0, 2]
