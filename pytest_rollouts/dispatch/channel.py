@@ -264,8 +264,13 @@ class Dispatcher:
         finally:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.close()
+            # Its output ends as it exits: waited for here, the exit is seen at once, where ``wait``'s
+            # polling sleeps in doubling steps (up to 15 ms past a quick exit).
+            timeout = 0 if self._stuck else CLOSE_TIMEOUT_S
+            if timeout and self._nothing_to_read(proc.stdout.fileno(), timeout):
+                timeout = 0  # still running after the whole wait
             try:
-                proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns

@@ -127,7 +127,10 @@ class RolloutReporter:
             self.progress.tty_every_s = run.settings.progress_interval
         run.on_heartbeat = self._heartbeat
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """A rollout's status, ahead of pytest's subtests plugin (``tryfirst`` too, registered
+        before this one), which has nothing to say of a rollout and costs every report a lookup."""
         if not getattr(report, "user_properties", None):
             return None
         if self._words is None:

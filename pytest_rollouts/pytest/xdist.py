@@ -135,8 +135,9 @@ class CrashedWorkers:
             report.longrepr = f"{report.longrepr}; it runs again on another worker"
             setattr(report, CRASHED, RERUN)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        """pytest's default would show both as failures ('F')."""
+        """pytest's default would show both as failures ('F'); ahead of the rollout reporter's."""
         crashed = getattr(report, CRASHED, None)
         if crashed == RERUN:
             return "rerun", "R", "RERUN"

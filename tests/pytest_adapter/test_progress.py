@@ -267,3 +267,20 @@ def test_a_log_never_repeats_a_progress_line(pytester: pytest.Pytester) -> None:
     assert lines, result.stdout.str()
     counts = [line.split(" tasks done")[0] for line in lines]
     assert len(counts) == len(set(counts)), lines
+
+
+def test_a_rollouts_status_is_asked_of_the_reporter_before_pytests_subtests_plugin(pytester: pytest.Pytester) -> None:
+    """The status hook stops at the first answer: the reporter's spares each rollout report the
+    subtests plugin's lookup."""
+    pytester.makeconftest(
+        """
+        def pytest_collection_finish(session):
+            impls = session.config.hook.pytest_report_teststatus.get_hookimpls()
+            print("CALLED IN ORDER", *[impl.plugin_name for impl in reversed(impls)])
+        """
+    )
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    result = pytester.runpytest("data.jsonl", "--co", "-s")
+    [line] = [line for line in result.outlines if line.startswith("CALLED IN ORDER")]
+    order = line.split()[3:]
+    assert order.index("rollouts-reporter") < order.index("subtests"), order
