@@ -255,9 +255,12 @@ async def test_the_callers_loop_keeps_running_during_the_run() -> None:
 
 
 def test_cancelling_the_run_keeps_what_was_written_and_a_resume_completes_it(here: Path) -> None:
+    out = here / "out" / "r.jsonl"
+
     async def cancelled_midway(agent: ScriptedAgent) -> None:
         task = asyncio.create_task(run_from_config(config(agent, parallel=1)))
-        while agent.completed < 2:
+        # Two rows written, not two replies sent: the agent counts one before its reply is read.
+        while not out.exists() or out.read_bytes().count(b"\n") < 2:
             await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -266,7 +269,7 @@ def test_cancelling_the_run_keeps_what_was_written_and_a_resume_completes_it(her
 
     with ScriptedAgent(latency=0.05) as agent:
         asyncio.run(cancelled_midway(agent))
-        written = keys(here / "out" / "r.jsonl")
+        written = keys(out)
         assert 2 <= len(written) < 6
         sent = len(agent.requests)
         resumed = run(config(agent, resume=True))
