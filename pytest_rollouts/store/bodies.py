@@ -20,25 +20,17 @@ class Bodies:
         self.path = path
         self._fd = os.open(path, os.O_RDONLY)
         self._written = _written(self._fd)
-        # The last body read and where it was: a task's repeats come one after another and send
-        # the same bytes, read once for all of them.
-        self._last = b""
-        self._last_offset = -1
 
     def read(self, offset: int, length: int) -> bytes:
         """The body at ``offset``, never a stale read: the file is written whole before the run
         and never touched after, so any change to it in place (truncated, overwritten, as ``cp``
         onto it does) stops dispatch before a request reads the wrong bytes. An ``fstat`` per
-        read is about a microsecond. The repeats after the first take the bytes their first read,
-        as if all were read then."""
-        if offset == self._last_offset and length == len(self._last):
-            return self._last
+        rollout is about a microsecond."""
         if _written(self._fd) != self._written:
             raise ArtifactError(f"{self.path} was changed while the run was reading it")
         body = os.pread(self._fd, length, offset)
         if len(body) != length:
             raise ArtifactError(f"{self.path} was cut short while the run was reading it")
-        self._last, self._last_offset = body, offset
         return body
 
     def check(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 from typing import Any
 
 import pytest
@@ -124,23 +123,3 @@ def test_a_resume_that_finds_results_but_no_materialized_inputs_refuses(
     )
     assert agent.requests == []
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "nothing moved, nothing written"
-
-
-def test_a_tasks_repeats_share_one_read_of_its_body_and_the_next_body_is_checked(tmp_path: pathlib.Path) -> None:
-    """Read once for every repeat that follows it (the same bytes, as if all were read then); the
-    next body's read still finds the file changed in place."""
-    from pytest_rollouts.store.bodies import Bodies
-    from pytest_rollouts.store.jsonl import ArtifactError
-
-    path = tmp_path / "m.jsonl"
-    path.write_bytes(b'{"a": 1}\n{"b": 2}\n')
-    bodies = Bodies(path)
-    try:
-        first = bodies.read(0, 8)
-        with open(path, "r+b") as handle:  # written over, and longer: a change whatever the clock's grain
-            handle.write(b'{"c": 3}\n{"d": 4}\n{"e": 5}\n')
-        assert bodies.read(0, 8) == first == b'{"a": 1}'
-        with pytest.raises(ArtifactError, match="was changed while the run was reading it"):
-            bodies.read(9, 8)
-    finally:
-        bodies.close()
