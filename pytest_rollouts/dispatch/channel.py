@@ -56,6 +56,8 @@ FREED_BATCH = 32
 # stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
+# How long the end of the dispatcher's output is waited for once it said Closed (it exits in ms).
+EXIT_SEEN_S = 1.0
 READ_BYTES = 1 << 16
 
 
@@ -264,13 +266,13 @@ class Dispatcher:
         finally:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.close()
-            # Its output ends as it exits: waited for here, the exit is seen at once, where ``wait``'s
-            # polling sleeps in doubling steps (up to 15 ms past a quick exit).
-            timeout = 0 if self._stuck else CLOSE_TIMEOUT_S
-            if timeout and self._nothing_to_read(proc.stdout.fileno(), timeout):
-                timeout = 0  # still running after the whole wait
+            if not self._stuck:
+                # Its output ends as it exits: waited for here, the exit is seen at once, where
+                # ``wait``'s polling sleeps in doubling steps (up to 15 ms past a quick exit). A
+                # process it started may hold that output open: then ``wait`` polls, as it did.
+                self._nothing_to_read(proc.stdout.fileno(), EXIT_SEEN_S)
             try:
-                proc.wait(timeout=timeout)
+                proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns

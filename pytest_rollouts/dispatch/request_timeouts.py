@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
+# A timer may run this much early (uvloop's clock counts milliseconds): a request that has as
+# little left has run out, rather than the timer set again for a moment's time.
+EARLY_S = 1e-3
+
 
 class RequestTimeouts:
     def __init__(self, seconds: float) -> None:
@@ -36,7 +40,12 @@ class RequestTimeouts:
     def end(self, task: asyncio.Task[object]) -> bool:
         """The request of ``task`` ended; True if it ran out of time, and the ``CancelledError`` it
         ended with was this class's cancel (taken back now), not another one. Ending it again does nothing."""
-        if self._running.pop(task, None) is not None or task not in self._expired:
+        if self._running.pop(task, None) is not None:
+            if not self._running and self._timer is not None:  # none left to time: no timer outlives them
+                self._timer.cancel()
+                self._timer = None
+            return False
+        if task not in self._expired:
             return False
         return task.uncancel() <= self._expired.pop(task)
 
@@ -46,7 +55,7 @@ class RequestTimeouts:
         self._timer = None
         expired = []
         for task, (started, _) in self._running.items():
-            if started + self.seconds > now:
+            if started + self.seconds > now + EARLY_S:
                 self._timer = loop.call_at(started + self.seconds, self._expire)
                 break
             expired.append(task)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -28,21 +27,16 @@ from dataclasses import dataclass
 import httptools
 
 from pytest_rollouts.net.address import Address
+from pytest_rollouts.net.codings import CodingError, decoded, is_coded
 
 # A connection idle this long is not reused: servers close idle ones (uvicorn after 5 s), and a
 # request sent on one the server is closing fails, though the agent never saw it.
 KEEP_IDLE_S = 2.0
-# How each coding's body is tried: deflate with the zlib wrapper, then raw as some servers send it.
-DECODED = {
-    "gzip": (16 + zlib.MAX_WBITS,),
-    "x-gzip": (16 + zlib.MAX_WBITS,),
-    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
-}
-# Codings a server may use that this client cannot decode; any other name is passed through as
-# identity, as aiohttp does (``Content-Encoding: UTF-8`` is a common mistake).
-UNDECODED = frozenset({"br", "zstd", "compress", "x-compress"})
 # Where a target's head ends: a body of known size follows its length, a streamed one is chunked.
 LENGTH_FIELD = b"Content-Length: "
+# A streamed body's head: what it asks of the server before any of it is sent, or not.
+CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
+EXPECTING = b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
 # A streamed body waits this long for the server's go-ahead (``100 Continue``) before it is sent
 # anyway, as curl waits: a server that refuses it (a 404 where there is no such endpoint) answers
 # before any of it is read from disk and sent. One that ignores the expectation costs the wait.
@@ -224,35 +218,36 @@ class _Connection(asyncio.Protocol):
             self._transport.write(data)
         return waiter
 
-    async def go_ahead(self, waiter: asyncio.Future[Reply]) -> None:
-        """Until the server asks for the body (``100 Continue``), replies without it (``waiter`` is
-        done), or ``CONTINUE_WAIT_S`` passed: ``stream`` then sends the body, or nothing."""
-        self._continue = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait((self._continue, waiter), timeout=CONTINUE_WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self._continue = None
-
-    async def stream(self, chunks: Iterable[bytes], waiter: asyncio.Future[Reply]) -> None:
+    async def stream(self, chunks: Iterable[bytes], waiter: asyncio.Future[Reply], expect: bool) -> bool:
         """Send ``chunks`` as a chunked body, each once the transport has room for it, until the
         reply is settled: a server that answers before reading the body (404 where it has no such
-        endpoint, 401, 413) will not read the rest, and sending it anyway costs seconds at 100k rows."""
+        endpoint, 401, 413) will not read the rest, and sending it anyway costs seconds at 100k rows.
+        With ``expect`` (the head said ``Expect: 100-continue``), none goes before the server's
+        ``100 Continue``, its reply, or ``CONTINUE_WAIT_S``. True once a piece was taken."""
         assert self._transport is not None
-        pieces = iter(chunks)
+        pieces, taken = iter(chunks), False
         try:
+            if expect:
+                self._continue = asyncio.get_running_loop().create_future()
+                await asyncio.wait(
+                    (self._continue, waiter), timeout=CONTINUE_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                self._continue = None
             # Settled first, then the next piece taken: a refusal reads none of them from disk.
             while not waiter.done() and self.alive:
-                chunk = next(pieces, None)
+                chunk, taken = next(pieces, None), True
                 if chunk is None:
                     self._transport.write(b"0\r\n\r\n")
-                    return
+                    return taken
                 if chunk:
                     self._transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
                 await (self._writable if self._writable is not None else asyncio.sleep(0))
         except BaseException:  # cancelled (its deadline), or the pieces failed: no one awaits the reply now
+            self._continue = None
             waiter.cancel()
             raise
         self.reusable = False  # the body was cut short: what the server reads next on it is unknown
+        return taken
 
     @property
     def alive(self) -> bool:
@@ -270,11 +265,11 @@ class _Connection(asyncio.Protocol):
         body = b"".join(self._body)
         self._body = []
         encoding = self._headers.get(b"content-encoding", b"").strip().lower().decode("latin-1")
-        if body and (encoding in DECODED or encoding in UNDECODED):
+        if body and is_coded(encoding):
             try:
-                body = _decoded(body, encoding, self._cap)
-            except HttpError as exc:
-                waiter.set_exception(exc)
+                body = decoded(body, encoding, self._cap)
+            except CodingError as exc:
+                waiter.set_exception(HttpError("ClientPayloadError", str(exc)))
                 return
             except Exception as exc:  # MemoryError from a bomb: the waiter must still be answered
                 waiter.set_exception(HttpError("ClientPayloadError", f"cannot decode the reply: {exc!r}"))
@@ -286,24 +281,6 @@ class _Connection(asyncio.Protocol):
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
-
-
-def _decoded(body: bytes, encoding: str, cut: int | None) -> bytes:
-    """``cut``: an error reply's body is kept only to that many bytes (``error_limit``), so what its
-    start decodes to is kept, as many bytes again at most, or the raw bytes when even that fails:
-    its status says enough."""
-    for wbits in DECODED.get(encoding, ()):
-        try:
-            if cut is None:
-                return zlib.decompress(body, wbits)
-            return zlib.decompressobj(wbits).decompress(body, cut)
-        except zlib.error:
-            continue
-    if cut is not None:
-        return body
-    if encoding in DECODED:
-        raise HttpError("ClientPayloadError", f"the reply is not valid {encoding}")
-    raise HttpError("ClientPayloadError", f"the reply's Content-Encoding {encoding!r} is not supported")
 
 
 class Pool:
@@ -321,22 +298,22 @@ class Pool:
         body: bytes | Iterable[bytes] = b"",
         error_limit: int | None = None,
         read_limit: int | None = None,
+        *,
+        expect: bool = True,
     ) -> Reply:
         """One request on a kept-alive connection; limits as ``_Connection.send`` takes them. A
-        ``body`` of pieces is streamed chunked (``/aggregate_metrics`` reads rows from disk as sent)."""
+        ``body`` of pieces is streamed chunked (``/aggregate_metrics`` reads rows from disk as sent),
+        with ``Expect: 100-continue`` unless the server refused it (417): then asked again without."""
         connection = self._idle_connection(target) or await self._connect(target)
+        taken = False  # a piece of a streamed body
         try:
             if isinstance(body, bytes):
                 data = b"".join((target.head, str(len(body)).encode(), b"\r\n\r\n", body))  # one copy of the body
                 reply = await connection.send(data, error_limit, read_limit)
             else:
-                head = (
-                    target.head.removesuffix(LENGTH_FIELD)
-                    + b"Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
-                )
+                head = target.head.removesuffix(LENGTH_FIELD) + (EXPECTING if expect else CHUNKED)
                 waiter = connection.send(head, error_limit, read_limit)
-                await connection.go_ahead(waiter)
-                await connection.stream(body, waiter)
+                taken = await connection.stream(body, waiter, expect)
                 reply = await waiter
         except BaseException:  # cancelled or timed out mid-reply: what comes next on it is unknown
             connection.close()
@@ -348,6 +325,9 @@ class Pool:
         else:
             connection.close()
             self._open.discard(connection)
+        if reply.status == 417 and expect and not isinstance(body, bytes) and not taken:
+            # RFC 9110: a server that refuses the expectation gets the request again without it.
+            return await self.request(target, body, error_limit, read_limit, expect=False)
         return reply
 
     def close(self) -> None:

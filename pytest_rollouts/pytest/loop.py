@@ -64,7 +64,8 @@ def run_lean(item: pytest.Item) -> None:
     """One item through the lean protocol, with its file's hooks."""
     hooks = file_hooks(item)
     ihook = hooks.relay
-    # Both are properties worked out again on each access, and both hooks take them.
+    # Both are built on each access (a rollout item's own ``location``, pytest's ``nodeid`` from its
+    # node id), and both hooks take them.
     nodeid, location = item.nodeid, item.location
     ihook.pytest_runtest_logstart(nodeid=nodeid, location=location)
     phases = [("call", item.runtest)]

@@ -130,7 +130,9 @@ class RolloutReporter:
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         """A rollout's status, ahead of pytest's subtests plugin (``tryfirst`` too, registered
-        before this one), which has nothing to say of a rollout and costs every report a lookup."""
+        before this one), which has nothing to say of a rollout and costs every report a lookup.
+        Ahead, too, of any plugin or conftest registered later without ``tryfirst``: a rollout
+        report's status is this plugin's to give."""
         if not getattr(report, "user_properties", None):
             return None
         if self._words is None:

@@ -8,6 +8,7 @@ field and per dataset file. Keys are documented in docs/statistics.md.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -136,7 +137,7 @@ def _part(
     exact whatever the order the tasks come in (``fsum``, and counts); not where rewards fall outside
     the range, whose lowest and highest could be a zero of either sign, as the order met them."""
     if whole is not None and "rewards_outside_range" not in whole:
-        return dict(whole)
+        return copy.deepcopy(whole)  # its own lists: the two entries are written, never shared
     return statistics_entry(
         {t: rewards_by_task[t] for t in tasks if t in rewards_by_task},
         {t: unknown_by_task[t] for t in tasks if t in unknown_by_task},
