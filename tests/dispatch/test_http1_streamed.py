@@ -67,22 +67,28 @@ async def test_a_refusal_from_the_head_gets_none_of_the_body_however_long_it_tak
     assert b"\r\nExpect: 100-continue\r\n" in agent.heads[0]
 
 
+def takes_the_body(received: list[bytes], say_continue: bool) -> Any:
+    """A server that reads the whole body (after its ``100 Continue``, or without one) and answers 200."""
+
+    async def script(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        box.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        if say_continue:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        received.append(await read_chunked(reader))
+        writer.write(ok(b'{"ok": true}'))
+        await writer.drain()
+
+    return script
+
+
 @pytest.mark.asyncio
 async def test_the_body_goes_on_the_servers_go_ahead_without_waiting_out_the_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(http1, "CONTINUE_WAIT_S", 30.0)  # the request's own bound is 10 s
     received: list[bytes] = []
-
-    async def says_continue(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        box.heads.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        received.append(await read_chunked(reader))
-        writer.write(ok(b'{"ok": true}'))
-        await writer.drain()
-
     taken: list[int] = []
-    async with server(says_continue) as agent:
+    async with server(takes_the_body(received, say_continue=True)) as agent:
         reply = await stream_to(agent.url, 5, taken)
     assert reply.status == 200 and reply.body == b'{"ok": true}'
     assert received == [CHUNK * 5] and len(taken) == 5
@@ -94,15 +100,8 @@ async def test_a_server_that_ignores_the_expectation_gets_the_body_after_the_wai
 ) -> None:
     monkeypatch.setattr(http1, "CONTINUE_WAIT_S", 0.05)
     received: list[bytes] = []
-
-    async def reads_it(box: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        box.heads.append(await reader.readuntil(b"\r\n\r\n"))
-        received.append(await read_chunked(reader))
-        writer.write(ok(b"{}"))
-        await writer.drain()
-
     taken: list[int] = []
-    async with server(reads_it) as agent:
+    async with server(takes_the_body(received, say_continue=False)) as agent:
         reply = await stream_to(agent.url, 5, taken)
     assert reply.status == 200 and received == [CHUNK * 5]
 
