@@ -223,7 +223,8 @@ class _Connection(asyncio.Protocol):
         reply is settled: a server that answers before reading the body (404 where it has no such
         endpoint, 401, 413) will not read the rest, and sending it anyway costs seconds at 100k rows.
         With ``expect`` (the head said ``Expect: 100-continue``), none goes before the server's
-        ``100 Continue``, its reply, or ``CONTINUE_WAIT_S``. True once a piece was taken."""
+        ``100 Continue``, its reply, or ``CONTINUE_WAIT_S``. True once the body was begun (a piece
+        taken, or the end of an empty one sent): a 417 after that cannot be asked again without it."""
         assert self._transport is not None
         pieces, taken = iter(chunks), False
         try:
