@@ -13,6 +13,7 @@ import asyncio
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ from pytest_rollouts.dispatch.client import Attempt, Failure
 from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.dispatch.record import DispatchRecord
+from pytest_rollouts.dispatch.request_slots import RequestSlots
 from pytest_rollouts.dispatch.retry_budget import RetryBudget
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.retry import backoff_delay
@@ -89,11 +91,14 @@ class Attempts:
     With ``adaptive``, each agent's requests are held under its own limit as well (``concurrency.py``);
     with retries, every retry is spent from the run's one budget (``retry_budget.py``)."""
 
-    def __init__(self, header: PlanHeader, senders: list[Sender], redact: Redactor) -> None:
+    def __init__(
+        self, header: PlanHeader, senders: list[Sender], redact: Redactor, start: Callable[[int], None] | None = None
+    ) -> None:
+        """``start``: how a rollout admitted through ``slots`` begins (its task's ``run`` holding a slot)."""
         self._h = header
         self._senders = senders
         self._redact = redact
-        self._in_flight = asyncio.Semaphore(header.parallel)
+        self.slots = RequestSlots(header.parallel, start)
         # Requests enter as they start and leave as they end, so the first entry is the oldest.
         self.in_flight_since: dict[int, float] = {}
         self._deadline = Deadline(header.budget, header.margin) if header.budget else None
@@ -121,39 +126,43 @@ class Attempts:
         is the limit then). A dict built anew, so another thread may read it."""
         return {limit.agent: int(limit.limit) for limit in self._limits or ()}
 
-    async def run(self, planned: PlannedAttempt, rows: Rows) -> RolloutOutcome:
+    async def run(self, planned: PlannedAttempt, rows: Rows, *, holding: bool = False) -> RolloutOutcome:
         """This run's attempt at a rollout: its first try and up to ``retries`` more after no reply
         or a 429/502/503/504 (while the retry budget lasts), all carrying the attempt's index, and
-        one row for the whole attempt.
+        one row for the whole attempt. ``holding``: a slot is held for its first try (``slots.admit``).
 
         Resume caps attempts (runs that tried a rollout), so an outage that outlasts one run's
         retries costs that run one attempt, and the next ``--rollouts-resume`` sends it again.
         """
-        body, stamps, episode = self._prepared(planned)
+        try:
+            body, stamps, episode = self._prepared(planned)
+        except BaseException:
+            if holding:
+                self.slots.release()
+            raise
         # Tries that got no reply: the last one's row stands for the attempt once no retry follows it.
-        # A stop (Ctrl-C, -x) between tries leaves the attempt unfinished, as a stop in flight does:
-        # no row, so it spends none of the attempt cap and a resume sends it again.
+        # A stop between tries leaves the attempt unfinished, as a stop in flight does: no row, no cap spent.
         tries: list[Attempt] = []
         limit = self._limits[planned.agent] if self._limits is not None else None
         for number in range(self._h.retries + 1):
             # The try is awaited here rather than in a coroutine of its own: every resumption of
             # a rollout's task runs through each frame it awaits in.
             attempt: Attempt | str = ""
-            if limit is not None:  # its agent's adaptive limit, which then adapts to how the try went
-                await limit.acquire()
+            await self._slot_for(limit, holding)
+            holding = False
             try:
-                async with self._in_flight:
-                    # Asked once a request may go out, not at admission: an admitted rollout can wait
-                    # behind ``parallel`` others for longer than the whole budget.
-                    attempt = self._deadline.refuse() if self._deadline is not None else ""
-                    if not attempt:
-                        sent = self._going(planned.position, number)
-                        try:
-                            attempt = await self._senders[planned.agent](body)
-                        finally:
-                            del self.in_flight_since[planned.position]
-                        attempt.sent = sent
+                # Asked once a request may go out, not at admission: an admitted rollout can wait
+                # behind ``parallel`` others for longer than the whole budget.
+                attempt = self._deadline.refuse() if self._deadline is not None else ""
+                if not attempt:
+                    sent = self._going(planned.position, number)
+                    try:
+                        attempt = await self._senders[planned.agent](body)
+                    finally:
+                        del self.in_flight_since[planned.position]
+                    attempt.sent = sent
             finally:
+                self.slots.release()
                 if limit is not None:
                     _adapt(limit, attempt)
             if isinstance(attempt, str):
@@ -164,7 +173,7 @@ class Attempts:
                     attempt.reply = episode_reply(attempt.reply, episode["task_id"], self._redact)
                 try:
                     # Replies come in bursts (a wave of requests started together). Yielding once
-                    # lets the requests waiting on the semaphore go out before this one's row and
+                    # lets the requests waiting for a slot go out before this one's row and
                     # report are written: 2000 rollouts at 50 ms, span 1.81-1.88 s -> 1.77-1.78 s.
                     await asyncio.sleep(0)
                 finally:
@@ -176,6 +185,30 @@ class Attempts:
             tries.append(attempt)
             await asyncio.sleep(backoff_delay(self._h.retry_backoff, number, failure.retry_after))
         raise AssertionError("unreachable: the last try always returns")
+
+    async def _slot_for(self, limit: AdaptiveLimit | None, holding: bool) -> None:
+        """A request slot, and room under the agent's adaptive limit (which then adapts to how the
+        try went). A slot held while the agent has no room is given back for the wait: the agent's
+        rollouts must not hold every slot while other agents have room."""
+        if limit is None:
+            if not holding:
+                await self.slots.acquire()
+            return
+        if holding and not limit.has_room():
+            self.slots.release()
+            holding = False
+        try:
+            await limit.acquire()
+        except BaseException:
+            if holding:
+                self.slots.release()
+            raise
+        if not holding:
+            try:
+                await self.slots.acquire()
+            except BaseException:
+                _adapt(limit, "")
+                raise
 
     def _prepared(self, planned: PlannedAttempt) -> tuple[bytes, dict[str, Any], dict[str, Any] | None]:
         """The request body every try sends, the stamps the attempt's row carries, and the episode

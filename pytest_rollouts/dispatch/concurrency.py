@@ -74,6 +74,9 @@ class AdaptiveLimit:
         self._began = began
         self.points: list[list[float]] = [[0.0, int(self.limit)]]
 
+    def has_room(self) -> bool:
+        return self._in_flight < int(self.limit)
+
     async def acquire(self) -> None:
         while self._in_flight >= int(self.limit):
             waiter = asyncio.get_running_loop().create_future()

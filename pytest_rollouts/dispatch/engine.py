@@ -93,7 +93,7 @@ class Engine:
         self._bodies = Bodies(Path(header.bodies))
         self._rows = FileRows(Path(header.out), Path(header.failures), self._agents.redact)
         self._pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
-        self._attempts = Attempts(header, self._agents.senders(self._pool), self._agents.redact)
+        self._attempts = Attempts(header, self._agents.senders(self._pool), self._agents.redact, self._started)
         self._shared = SharedOutput(Path(header.out)) if header.shared_output else None
 
     # -- messages from pytest ------------------------------------------------------------
@@ -214,17 +214,26 @@ class Engine:
             return
         for position in self._by_slot[self._starts[slot] : self._starts[slot + 1]]:
             if not self._admitted[position]:
-                self._start(position)
+                self._start(position, first=True)
 
-    def _start(self, position: int) -> None:
+    def _start(self, position: int, *, first: bool = False) -> None:
+        """Admit ``position``: its task starts once a request slot is free (``request_slots.py``)."""
         self._admitted[position] = 1
         self._resident += 1
+        self._attempts.slots.admit(position, first=first)
+
+    def _started(self, position: int) -> None:
         self._spawn(self._run(position))
 
     async def _run(self, position: int) -> None:
         slot = self._col["slot"][position]
+        held = True  # the request slot this task was started with, until ``run`` takes it over
         try:
-            outcome = self._written_elsewhere(position) or await self._attempts.run(self._planned(position), self._rows)
+            outcome = self._written_elsewhere(position)
+            if outcome is None:
+                planned = self._planned(position)
+                held = False
+                outcome = await self._attempts.run(planned, self._rows, holding=True)
         except asyncio.CancelledError:
             raise
         except ArtifactError as exc:  # every later row would be lost too
@@ -234,6 +243,9 @@ class Engine:
             self._pending[slot] = 0
             self._post(encode(Error(slot, traceback.format_exc())))
             return
+        finally:
+            if held:  # found on disk, or its body unreadable: the slot is free again
+                self._attempts.slots.release()
         outcomes = self._outcomes.setdefault(slot, [])
         outcomes.append(outcome)
         if outcome.attempts:  # not drained, not found on disk
