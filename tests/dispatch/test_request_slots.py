@@ -99,3 +99,41 @@ async def test_the_engine_starts_no_more_rollout_tasks_than_requests_it_may_send
         await running
     assert [request["_ng_task_index"] for request in agent.requests][2] == 15
     assert sorted(row["_ng_task_index"] for row in read_rows(tmp_path / "r.jsonl")) == [*range(8), 15]
+
+
+async def test_an_agent_without_room_under_its_adaptive_limit_holds_no_slot(tmp_path: Path) -> None:
+    """Eight slots, each agent's adaptive limit starting at four, the slow agent's rollouts first in
+    the plan: its four waiting for room give their slots back, and the fast agent's rollouts all
+    finish while the slow agent's first replies are still on their way."""
+    from pytest_rollouts.dispatch import engine as engine_module
+
+    bodies = [orjson.dumps({"answer": i, "expected_answer": i, "_ng_task_index": i}) + b"\n" for i in range(16)]
+    (tmp_path / "m.jsonl").write_bytes(b"".join(bodies))
+    offsets = [sum(map(len, bodies[:i])) for i in range(16)]
+    with ScriptedAgent(latency=2.0) as slow, ScriptedAgent() as fast:
+        header = plan_header(
+            urls={"fast": fast.url, "slow": slow.url},
+            agents=["fast", "slow"],
+            bodies=str(tmp_path / "m.jsonl"),
+            out=str(tmp_path / "r.jsonl"),
+            failures=str(tmp_path / "f.jsonl"),
+            parallel=8,
+            limit=16,
+            adaptive=True,
+        )
+        values = {
+            "slot": range(16),
+            "task": range(16),
+            "agent": [1] * 8 + [0] * 8,  # the ``agents`` list's order: 1 is "slow"
+            "offset": offsets,
+            "length": [len(b) - 1 for b in bodies],
+        }
+        columns = {name: array("q", values.get(name, [0] * 16)) for name in COLUMNS}
+        engine = engine_module.Engine(header, columns, lambda data: None)
+        running = asyncio.create_task(engine.run())
+        while fast.completed < 8:
+            await asyncio.sleep(0.01)
+        slow_replied = slow.completed
+        engine.input_closed()
+        await running
+    assert slow_replied == 0
