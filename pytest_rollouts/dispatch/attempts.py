@@ -148,7 +148,8 @@ class Attempts:
             # The try is awaited here rather than in a coroutine of its own: every resumption of
             # a rollout's task runs through each frame it awaits in.
             attempt: Attempt | str = ""
-            await self._slot_for(limit, holding)
+            if limit is not None or not holding:
+                await self._slot_for(limit, holding)
             holding = False
             try:
                 # Asked once a request may go out, not at admission: an admitted rollout can wait

@@ -223,13 +223,19 @@ class Engine:
         self._attempts.slots.admit(position, first=first)
 
     def _started(self, position: int) -> None:
-        self._spawn(self._run(position))
+        """``_spawn`` without its ``_reap``: ``_run`` turns every exception into a message itself.
+        None once closing: a slot freed by a cancelled request must not send another."""
+        if self._closing.is_set():
+            return
+        task = asyncio.get_running_loop().create_task(self._run(position))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, position: int) -> None:
         slot = self._col["slot"][position]
         held = True  # the request slot this task was started with, until ``run`` takes it over
         try:
-            outcome = self._written_elsewhere(position)
+            outcome = None if self._shared is None else self._written_elsewhere(position)
             if outcome is None:
                 planned = self._planned(position)
                 held = False
@@ -275,8 +281,7 @@ class Engine:
 
     def _written_elsewhere(self, position: int) -> RolloutOutcome | None:
         """Under xdist, a task re-queued from a crashed worker may already have rows on disk."""
-        if self._shared is None:
-            return None
+        assert self._shared is not None
         return self._shared.outcome(self._col["task"][position], self._col["rollout"][position])
 
     async def _report_progress(self) -> None:
