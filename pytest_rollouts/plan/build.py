@@ -158,7 +158,7 @@ def materialize(
     rollouts = PlannedRollouts()
     expected: dict[str, KeyIndex] = {}
     create_params, add_seed = settings.responses_create_params, settings.repeats_add_seed
-    last_position = -1
+    last_position, last_path, prompt = -1, None, None
     offset = 0
     with LineReader() as reader, replaced_atomically(path) as out:
         counts = [(task.first_rollout, task.repeats) for task in tasks]
@@ -166,7 +166,10 @@ def materialize(
             if position != last_position:
                 task = tasks[position]
                 last_position = position
-                row = _task_row(task, reader, shaping)
+                if not task.episode and task.path is not last_path:  # a file's tasks come together
+                    last_path = task.path
+                    prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None else None
+                row = _task_row(task, reader, prompt)
                 via_server = shaping.via_server(task)
                 server_agent = shaping.servers.get(task.agent)
                 index = expected.get(task.agent)
@@ -196,13 +199,12 @@ def materialize(
     return Plan(rollouts, len(tasks), expected=expected)
 
 
-def _task_row(task: PlannedTask, reader: LineReader, shaping: RowShaping) -> dict[str, Any]:
+def _task_row(task: PlannedTask, reader: LineReader, prompt: PromptTemplate | None) -> dict[str, Any]:
     """``task``'s dataset row, read again from its file, its input built by the file's prompt
     template (``prompt_for``, which each door answers from what it read once a file) unless it is
     an episode."""
     row = parse_object(reader.read(task.path, task.offset), task.path, 0)
-    prompt = shaping.prompt_for(task.path) if shaping.prompt_for is not None and not task.episode else None
-    return row if prompt is None else prompt.apply(row)
+    return row if prompt is None or task.episode else prompt.apply(row)
 
 
 def _check_fingerprint(paths: ArtifactPaths, shown: str, option: str, recorded: RunManifest | None) -> None:
