@@ -76,6 +76,15 @@ class PlanAgents:
         cache = ResponseCache(Path(h.cache)) if h.cache else None
         return model_runs(h.models, self.headers, pool, bounds, h.model_parallel, h.timeout, self.redact, cache)
 
+    async def unhealthy_lines(self) -> list[str]:
+        """``unhealthy`` on a pool of its own, one line per agent: what a refusal shows. Nothing of
+        a dispatch (attempts, model agents) is needed for it, nor imported."""
+        pool = Pool(connect_timeout=CONNECT_TIMEOUT_S)
+        try:
+            return [agent.line() for agent in await self.unhealthy(pool)]
+        finally:
+            pool.close()
+
     async def unhealthy(self, pool: Pool) -> list[Unhealthy]:
         """The agents that fail the plan's health checks (none when it asks for none)."""
         health = self.header.health

@@ -3,8 +3,10 @@
 A dead agent would otherwise turn every one of its rollouts into an
 ``agent_request_failed`` row after the retries; checking first stops the session
 before any ``/run`` with one message that names the agent, its address and its reply.
-The checks run in the dispatcher process, which already has an HTTP client and an
-event loop (and keeps the connections for the first ``/run``), in parallel up to ``--rollouts-health-workers``.
+A pytest session's checks run in its dispatcher process, which has the HTTP client and an
+event loop loaded already: pytest asks it before it sends the plan (``CheckHealth``), so its own
+process loads neither. The Python API checks on the caller's loop. Either way in parallel up to
+``--rollouts-health-workers``, before any file is moved.
 
 A reply is judged by ``judge``: a 2xx is healthy unless its JSON body reports a
 failing ``status`` or failing named ``checks`` that are not ignored; a 404 means the

@@ -151,6 +151,16 @@ class PlanHeader:
 
 
 @dataclasses.dataclass(slots=True)
+class CheckHealth:
+    """Before any plan: check the health of ``header``'s agents (its headers, its health plan) and
+    answer ``HealthChecked``. pytest asks the dispatcher process it started early, which has the
+    HTTP client and an event loop loaded already, rather than loading them in its own process."""
+
+    tag: ClassVar[str] = "check_health"
+    header: PlanHeader
+
+
+@dataclasses.dataclass(slots=True)
 class Claim:
     """pytest waits on this task before the look-ahead reached it: start it now."""
 
@@ -174,6 +184,14 @@ class Close:
 
 
 # -- the engine to pytest ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class HealthChecked:
+    """The answer to ``CheckHealth``: one line per agent that failed its check (none: all healthy)."""
+
+    tag: ClassVar[str] = "health_checked"
+    unhealthy: list[str]
 
 
 @dataclasses.dataclass(slots=True)
@@ -246,8 +264,8 @@ class Closed:
         return DispatchRecord(self.limits, self.retries, self.retries_refused)
 
 
-ToEngine = Claim | Freed | Close
-FromEngine = Ready | Progress | Done | Error | Fatal | Closed
+ToEngine = CheckHealth | Claim | Freed | Close
+FromEngine = HealthChecked | Ready | Progress | Done | Error | Fatal | Closed
 Message = PlanHeader | ToEngine | FromEngine
 
 
@@ -299,6 +317,22 @@ class _PerTag(dict[str, Any]):
         return made
 
 
-_BY_TAG = {cls.tag: cls for cls in (PlanHeader, Claim, Freed, Close, Ready, Progress, Done, Error, Fatal, Closed)}
+_BY_TAG = {
+    cls.tag: cls
+    for cls in (
+        PlanHeader,
+        CheckHealth,
+        Claim,
+        Freed,
+        Close,
+        HealthChecked,
+        Ready,
+        Progress,
+        Done,
+        Error,
+        Fatal,
+        Closed,
+    )
+}
 _BUILDERS: dict[str, Builder] = _PerTag(builder)
 _ENCODERS: dict[str, Callable[[Any], Any]] = _PerTag(encoder)

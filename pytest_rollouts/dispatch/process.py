@@ -1,4 +1,4 @@
-"""The dispatcher process: start it, and stop one that never got a plan.
+"""The dispatcher process: start it, ask it the agents' health, and stop one that never got a plan.
 
 Its messages and its end after a plan are the channel's (``channel.py``); this is only the
 process, started early so its imports overlap with pytest's collection.
@@ -10,6 +10,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
+from pytest_rollouts.dispatch.messages import (
+    CheckHealth,
+    Fatal,
+    HealthChecked,
+    MessageError,
+    PlanHeader,
+    decode,
+    encode,
+)
 
 CLOSE_TIMEOUT_S = 60.0
 
@@ -28,6 +39,33 @@ def spawn_engine() -> subprocess.Popen[bytes]:
     # Unbuffered: pytest reads the engine's messages with ``os.read`` on the descriptor and
     # frames them itself, so a buffer in front of it would only go unused.
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, process_group=0)
+
+
+class HealthUnasked(RuntimeError):
+    """The dispatcher process failed or went away while it checked the agents: nothing was sent."""
+
+
+def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str]:
+    """One line per agent of ``header`` that fails its ``/health``, as the dispatcher process
+    (started, no plan yet) checks them: it has the event loop and HTTP client loaded already.
+
+    A blocking read, which Ctrl-C (and SIGTERM, as a session turns it into one) interrupts; an
+    end of its output (it died) is ``HealthUnasked``, never a wait for ever. Each agent's check is
+    bounded there (``dispatch/health.py``)."""
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        write_all(process.stdin.fileno(), encode(CheckHealth(header)))
+        reply = decode(read_frame(process.stdout))
+    except (ChannelClosed, OSError):
+        raise HealthUnasked(
+            f"the dispatcher process exited while it checked the agents' health ({exit_status(process)}); "
+            "nothing was sent"
+        ) from None
+    if isinstance(reply, Fatal):
+        raise HealthUnasked(f"the dispatcher process failed while it checked the agents' health: {reply.why}")
+    if not isinstance(reply, HealthChecked):
+        raise MessageError(f"message {reply.tag!r} is not the answer to a health check")
+    return reply.unhealthy
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.config.agents import Agents, AgentsError
 from pytest_rollouts.config.settings import Settings
-from pytest_rollouts.lifecycle.health import unhealthy, unhealthy_blocking
+from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.lifecycle.refusal import INTERRUPTED, USAGE, Refusal
 from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build_plan
 from pytest_rollouts.plan.files import put_back
@@ -96,16 +96,33 @@ class RunLifecycle:
         """The addresses of ``names`` (embedded agents started), their model agents, and their
         health (``/health`` on every agent not a model), or a ``Refusal``: for a fresh run, before
         any file is moved; for a resume, once the plan says which agents it still sends to.
-        ``recorded``: the dataset paths of the run resumed, for a process that collected none."""
+        ``recorded``: the dataset paths of the run resumed, for a process that collected none.
+
+        The checks run here, on the caller's loop: a door that dispatches in its own process
+        has the HTTP client loaded anyway (``clear_blocking`` is for one that has not)."""
         cleared, checked = self._addresses(agents, names, recorded)
-        return self._cleared(cleared, await unhealthy(settings, checked))
+        header = _health_header(settings, checked)
+        if header is None:
+            return self._cleared(cleared, [])
+        from pytest_rollouts.dispatch.agents import PlanAgents
+
+        return self._cleared(cleared, await PlanAgents.of(header).unhealthy_lines())
 
     def clear_blocking(
-        self, settings: Settings, agents: Agents, names: set[str], recorded: Callable[[], Any] = tuple
+        self,
+        settings: Settings,
+        agents: Agents,
+        names: set[str],
+        recorded: Callable[[], Any] = tuple,
+        *,
+        ask: Callable[[PlanHeader], list[str]],
     ) -> Cleared:
-        """``clear`` from synchronous code (a pytest session)."""
+        """``clear`` from synchronous code (a pytest session): ``ask`` checks the health of a plan
+        header's agents elsewhere (the session's dispatcher process, ``dispatch/process.py``), so
+        this process loads no event loop nor HTTP client for it. One line per unhealthy agent."""
         cleared, checked = self._addresses(agents, names, recorded)
-        return self._cleared(cleared, unhealthy_blocking(settings, checked))
+        header = _health_header(settings, checked)
+        return self._cleared(cleared, [] if header is None else ask(header))
 
     def _addresses(
         self, agents: Agents, names: set[str], recorded: Callable[[], Any]
@@ -315,3 +332,11 @@ class RunLifecycle:
         if report is not None and report.is_file() and not report.is_symlink():
             report.unlink()
         return "no metrics file written"
+
+
+def _health_header(settings: Settings, checked: Mapping[str, str]) -> PlanHeader | None:
+    """The header of a plan for the ``checked`` agents, which says what their checks need (their
+    headers, redaction, ``--rollouts-health-workers`` and ``-ignore``); None when none is asked."""
+    if settings.no_health_check or not checked:
+        return None
+    return PlanHeader.of(settings, checked, parallel=settings.parallel, limit=1)

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_rollouts.dispatch.channel import Dispatcher, DispatcherGone
-from pytest_rollouts.dispatch.process import spawn_engine, stop_unused
+from pytest_rollouts.dispatch.process import HealthUnasked, ask_health, spawn_engine, stop_unused
 from pytest_rollouts.dispatch.record import DispatchRecord
+from pytest_rollouts.lifecycle.refusal import Refusal
+from pytest_rollouts.pytest.health import refusal_said
 from pytest_rollouts.pytest.items import RolloutItem
 from pytest_rollouts.pytest.lock import hold
 from pytest_rollouts.pytest.role import role
@@ -39,15 +41,12 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.dispatch.messages import PlanHeader
     from pytest_rollouts.export.tracing import RunTrace
-    from pytest_rollouts.lifecycle.refusal import Refusal
     from pytest_rollouts.lifecycle.stages import RunLifecycle
     from pytest_rollouts.plan.declared import Declarations
     from pytest_rollouts.pytest.progress import Finished, InFlight
     from pytest_rollouts.scoring.output_scan import ReadAhead
-
-
-NO_HEALTH_CHECK = "Fix or restart them, or pass --rollouts-no-health-check (or --rollouts-health-ignore CHECK)."
 
 
 class RolloutRun:
@@ -111,10 +110,8 @@ class RolloutRun:
         return self.settings.paths
 
     def warm_engine(self) -> None:
-        """Start the dispatcher process early, so its imports overlap with collection.
-
-        Not for sessions that will run nothing: ``--co``, ``--help``, ``--fixtures``, ``--markers``.
-        """
+        """Start the dispatcher process early, so its imports overlap with collection (not for a
+        session that will run nothing: ``--co``, ``--help``, ``--fixtures``, ``--markers``)."""
         option = self.config.option
         informational = ("collectonly", "help", "showfixtures", "show_fixtures_per_test", "markers")
         if self._engine is None and not any(getattr(option, name, False) for name in informational):
@@ -196,8 +193,6 @@ class RolloutRun:
     def prepare(self, items: Sequence[pytest.Item]) -> None:
         """Once collection is final: clear the agents, set up the files and decide exactly what
         will be sent. Every refusal that sends nothing comes before anything is moved."""
-        from pytest_rollouts.lifecycle.refusal import Refusal
-
         selected = [item for item in items if isinstance(item, RolloutItem)]
         if (not selected and not self.numbering.empty_shard) or self.numbering.refusal:
             return
@@ -214,6 +209,8 @@ class RolloutRun:
             self._refuse(refusal)
         except OutputBusy as exc:
             self._refuse(Refusal(str(exc), where="lock"))
+        except HealthUnasked as exc:  # the dispatcher process died during the check: nothing was sent
+            self._refuse(self.life.refuse(str(exc), exit_status=pytest.ExitCode.INTERNAL_ERROR, where="dispatcher"))
         except OSError as exc:  # a read-only or missing place: nothing was sent
             self._refuse(Refusal(f"cannot write the artifacts next to {paths.out}: {exc}", where="lock"))
 
@@ -225,8 +222,9 @@ class RolloutRun:
         worker = role(self.config).worker
         if not worker:  # a stop during a slow health check ends the session as Ctrl-C does
             self.stops.install()
+        clear = partial(life.clear_blocking, settings, agents, recorded=self.numbering.recorded_datasets, ask=self._ask)
         if not self.numbering.resuming:
-            life.clear_blocking(settings, agents, {item.agent for item in selected}, self.numbering.recorded_datasets)
+            clear({item.agent for item in selected})
         assert self.numbering.manifest is not None
         plan = life.prepare(
             selected,
@@ -240,8 +238,13 @@ class RolloutRun:
             recorded=self.numbering.recorded,
         )
         if self.numbering.resuming and plan.rollouts:
-            life.clear_blocking(settings, agents, {r.agent for r in plan.rollouts}, self.numbering.recorded_datasets)
+            clear({r.agent for r in plan.rollouts})
         return plan
+
+    def _ask(self, header: PlanHeader) -> list[str]:
+        """The agents' health as this session's dispatcher process checks it (``pytest/health.py``)."""
+        self._engine = self._engine or spawn_engine()
+        return ask_health(self._engine, header)
 
     # -- the run loop --------------------------------------------------------------------
 
@@ -314,11 +317,7 @@ class RolloutRun:
         its exit status, 2 for unhealthy agents). An xdist worker must not end on its own (its
         controller would see it vanish with items queued, and crash): its first item fails with
         the reason and stops the session (``wait``), and its controller says it, once."""
-        why = str(refusal)
-        if refusal.where == "health":
-            from pytest_rollouts.dispatch.health import refusal_text
-
-            why = refusal_text(refusal.lines, "nothing was dispatched", NO_HEALTH_CHECK) + refusal.undo
+        why = refusal_said(refusal)
         if role(self.config).worker:
             self._stopped = why
             self.workers.refusal = (why, refusal.exit_status)

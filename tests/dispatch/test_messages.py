@@ -27,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES: list[messages.Message] = [
     plan_header(health=messages.HealthPlan(workers=2, ignored=["disk"]), headers={"a": {"X-Key": "k"}}),
     plan_header(budget=600.0, margin=1.5),
+    messages.CheckHealth(plan_header(health=messages.HealthPlan(workers=4, ignored=[]), headers={"a": {"X-Key": "k"}})),
+    messages.HealthChecked(["agent 'a' at http://127.0.0.1:9: HTTP 503"]),
+    messages.HealthChecked([]),
     messages.Claim(7),
     messages.Freed(32),
     messages.Close(),

@@ -232,6 +232,39 @@ def test_a_one_row_run_imports_no_machinery_it_does_not_use(pytester: pytest.Pyt
     assert dispatcher & {"pytest_rollouts.dispatch.model_runs", "pytest_rollouts.model.agent"} == set()
 
 
+# What pytest's process need not load when its dispatcher process checks the agents' health.
+UNUSED_BY_A_HEALTH_CHECK = (
+    "asyncio",
+    "ssl",
+    "httptools",
+    "pytest_rollouts.net.http1",
+    "pytest_rollouts.dispatch.agents",
+)
+
+
+def test_a_one_row_run_checks_health_without_an_event_loop_in_pytest(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """The health check ran on an event loop of pytest's own: asyncio, ssl, httptools and the HTTP
+    client, some 118 modules more than the dispatcher process, which has them loaded, needs. Looked
+    at once the row is reported, before scoring (a server's ``/aggregate_metrics`` is asked from here)."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    args = ["-q", "-p", "no:cacheprovider", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"]
+    code = (
+        "seen = set()\n"
+        "class Probe:\n"
+        "    def pytest_runtest_logfinish(self):\n"
+        f"        seen.update(m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in sys.modules)\n"
+        f"code = pytest.main({args!r}, plugins=[Probe()])\n"
+        "print('IMPORTED', json.dumps({'modules': sorted(seen), 'exit': int(code)}))\n"
+    )
+    imported, status = _imported(pytester.path, code, ())
+    assert status == 0
+    assert agent.health_checks == 1
+    assert len(agent.requests) == 1
+    assert imported == set()
+
+
 def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:
     write_rows(pytester.path / "data.jsonl", tasks(1))
     result = run_rollouts(pytester, "data.jsonl")

@@ -90,6 +90,41 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
     assert_no_traceback(err)
 
 
+def _children_running(pid: int, module: bytes) -> list[int]:
+    """The processes ``pid`` started that run ``module``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat, cmdline = (proc / "stat").read_text(), (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid and module in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_dispatcher_dying_during_health_checks_fails_the_session_clearly(pytester: pytest.Pytester) -> None:
+    """The dispatcher process checks the agents' health for pytest: killed while it does, the
+    session says so (exit 3) rather than waits, and the earlier results stay where they were."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    with ScriptedAgent() as agent:
+        subprocess.run(pytest_command(agent.url), cwd=pytester.path, check=True, capture_output=True)
+    before = (pytester.path / "out" / "r.jsonl").read_bytes()
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
+        with session(pytester.path, pytest_command(agent.url)) as proc:
+            wait_for(lambda: agent.health_checks > 0, "a health check")
+            [engine] = _children_running(proc.pid, b"pytest_rollouts.dispatch.engine")
+            os.kill(engine, signal.SIGKILL)
+            out, err = finish(proc)
+        assert agent.requests == []
+    assert proc.returncode == pytest.ExitCode.INTERNAL_ERROR, out + err
+    said = "the dispatcher process exited while it checked the agents' health (killed by signal 9); nothing was sent"
+    assert said in out + err, out + err
+    assert (pytester.path / "out" / "r.jsonl").read_bytes() == before
+    assert not [p for p in (pytester.path / "out").iterdir() if "prev" in p.name or "replaced" in p.name]
+    assert_no_traceback(err)
+
+
 def test_a_stop_under_xdist_before_any_result_puts_the_earlier_results_back(pytester: pytest.Pytester) -> None:
     """The workers had not said what they did when the controller's session ended: the earlier
     results stayed moved aside, without a line saying so, and the run read as one of nothing."""
