@@ -5,10 +5,9 @@ too. In one process they would take turns on the GIL, so dispatch runs here, in 
 process of its own (``python -m pytest_rollouts.dispatch.engine``), and talks to pytest over
 its stdin/stdout in the typed messages of ``messages.py``:
 
-- in: any ``CheckHealth`` (answered ``HealthChecked``), a ``PlanHeader``, the plan's columns,
-  then ``Claim`` (pytest waits on a task the look-ahead has not reached), ``Freed`` (pytest
-  consumed tasks: room to admit more), ``Close``. End of input (pytest died) closes too, so
-  nothing is left running.
+- in: health checks, then the plan (``intake.py``), then ``Claim`` (pytest waits on a task the
+  look-ahead has not reached), ``Freed`` (pytest consumed tasks: room to admit more),
+  ``Close``. End of input (pytest died) closes too, so nothing is left running.
 - out: ``Ready``, ``Done`` with a task's outcomes once each of its rows is written,
   ``Error`` for a bug that must fail the item rather than hang it, ``Fatal`` for a
   bug outside any one rollout (this process then closes), ``Closed``; ``Progress``
@@ -35,10 +34,10 @@ from typing import Any
 from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
-from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
+from pytest_rollouts.dispatch.frames import write_all
+from pytest_rollouts.dispatch.intake import read_plan
 from pytest_rollouts.dispatch.latency import LatencySketch
 from pytest_rollouts.dispatch.messages import (
-    CheckHealth,
     Claim,
     Close,
     Closed,
@@ -46,13 +45,11 @@ from pytest_rollouts.dispatch.messages import (
     Error,
     Fatal,
     Freed,
-    HealthChecked,
     MessageError,
     PlanHeader,
     Progress,
     Ready,
     decode,
-    decode_column,
     encode,
 )
 from pytest_rollouts.dispatch.pipes import Input, Output
@@ -60,7 +57,6 @@ from pytest_rollouts.dispatch.shared_output import SharedOutput
 from pytest_rollouts.net.http1 import Pool
 from pytest_rollouts.pacing import pace_process
 from pytest_rollouts.rows.masking import MaskingCounts
-from pytest_rollouts.rows.planned import COLUMNS
 from pytest_rollouts.rows.records import RolloutOutcome
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError
@@ -330,30 +326,10 @@ def _grouped_by_slot(slots: array) -> tuple[array, array]:
     return positions, starts
 
 
-async def _read_plan(stdin: Any, stdout: Any) -> tuple[PlanHeader, dict[str, array]] | None:
-    """The header and the plan's columns, or None when pytest closed the pipe first (it dispatched
-    nothing, or was stopped or killed while checking the agents or sending the plan).
-
-    Before the plan, pytest may ask for its agents' health (``CheckHealth``, as it clears them
-    before moving any file): each is answered here, on this process's loop and HTTP client."""
-    try:
-        header = decode(read_frame(stdin))
-        while isinstance(header, CheckHealth):
-            unhealthy = await PlanAgents.of(header.header).unhealthy_lines()
-            write_all(stdout.fileno(), encode(HealthChecked(unhealthy)))
-            header = decode(read_frame(stdin))
-        if not isinstance(header, PlanHeader):
-            raise MessageError(f"the plan must come first, not a {header.tag!r} message")
-        columns = {name: decode_column(read_frame(stdin)) for name in COLUMNS}
-    except (ChannelClosed, BrokenPipeError):  # pytest went away (an answer to it found the pipe closed)
-        return None
-    return header, columns
-
-
 async def _serve(stdin: Any, stdout: Any) -> str:
     """Serve one session; what it returns is the traceback of a crash, or ""."""
     try:
-        plan = await _read_plan(stdin, stdout)
+        plan = await read_plan(stdin, stdout)
     except MessageError as exc:  # pytest and this process disagree on the plan: say how, then stop
         why = f"the dispatcher could not read the plan: {exc}"
         write_all(stdout.fileno(), encode(Fatal(why)))
