@@ -47,3 +47,13 @@ def test_the_dispatcher_process_starts_without_the_email_package() -> None:
     code = "import sys, pytest_rollouts.dispatch.engine\nprint(sorted(m for m in sys.modules if m.startswith('email')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_dispatcher_process_starts_without_the_run_files_lifecycle() -> None:
+    """The rows it stamps named their two stamps from the run's files' lifecycle (``store/artifacts.py``),
+    which brought hashlib, shutil, glob, bz2 and lzma into every dispatcher's start-up, a one-row
+    run's too: the dispatcher writes rows, it never moves, repairs or digests a run's files."""
+    never = {"pytest_rollouts.store.artifacts", "hashlib", "shutil", "glob", "bz2", "lzma"}
+    code = f"import sys, pytest_rollouts.dispatch.engine\nprint(sorted(set(sys.modules) & {never!r}))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
