@@ -5,8 +5,9 @@ its controller; the run's metrics file (each agent's ``dispatch`` entry), its su
 report show it.
 
 Its types are not frozen, as the messages' are not (``messages.py``): both processes build them at
-every start-up, one row's run too, and a frozen dataclass costs nearly twice as much to build; a
-record is never changed in place, ``merged`` makes a new one.
+every start-up, and a frozen dataclass costs nearly twice as much to build (``docs/performance.md``);
+their fields hold lists and dicts, so they were never hashable, and a record is never changed in
+place (``merged`` makes a new one).
 """
 
 from __future__ import annotations

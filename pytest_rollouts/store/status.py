@@ -6,9 +6,9 @@ when it ends, with how it ended; ``pytest-rollouts status OUT`` reads it. It is 
 artifact: nothing reads it back to resume or score, so it is not fsynced (a crash leaves at worst
 the previous view, whose writer is then gone, which the reader says).
 
-Its types are not frozen: every run's session builds them as it starts, and a frozen dataclass costs
-nearly twice as much to build (``dispatch/messages.py``); a status is made whole and written, never
-changed.
+``RunStatus`` is not frozen: every run's session builds the type as it starts, and a frozen
+dataclass costs nearly twice as much to build (``docs/performance.md``); its fields hold dicts, so it
+was never hashable, and a status is made whole and written, never changed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def status_path(out: Path) -> Path:
     return out.with_name(out.name + SUFFIX)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OldestInFlight:
     """The request that has waited longest: its age in seconds, and its rollout's task and index."""
 

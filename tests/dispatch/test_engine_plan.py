@@ -10,7 +10,9 @@ import tracemalloc
 from pathlib import Path
 
 from pytest_rollouts.dispatch.engine import Engine
+from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.rows.planned import COLUMNS, PlannedRollout, PlannedRollouts
+from pytest_rollouts.store.status import RunStatus
 
 from ..helpers import plan_header
 
@@ -57,3 +59,11 @@ def test_the_dispatcher_process_starts_without_the_run_files_lifecycle() -> None
     code = f"import sys, pytest_rollouts.dispatch.engine\nprint(sorted(set(sys.modules) & {never!r}))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_record_and_status_types_built_at_every_start_up_are_not_frozen() -> None:
+    """Building a frozen dataclass costs nearly twice a plain one's (three more generated methods), and
+    the dispatcher's record types are built by both processes at every start-up, the status by every
+    session; their fields hold lists and dicts, so frozen only refused assignment."""
+    for cls in (LimitSeries, DispatchRecord, RunStatus):
+        assert not cls.__dataclass_params__.frozen, cls.__name__  # type: ignore[attr-defined]
