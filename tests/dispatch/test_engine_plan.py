@@ -9,6 +9,8 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from pytest_rollouts.dispatch.engine import Engine
 from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.rows.planned import COLUMNS, PlannedRollout, PlannedRollouts
@@ -43,19 +45,22 @@ def test_the_dispatcher_indexes_a_plan_of_50k_rollouts_in_under_20_bytes_each(tm
     assert held / len(rollouts) < 20
 
 
-def test_the_dispatcher_process_starts_without_the_email_package() -> None:
-    """Its start-up is part of every run, a one-row run's most of all: ``email`` (a dozen modules)
-    is only for a ``Retry-After`` given as a date, and imported when one comes."""
-    code = "import sys, pytest_rollouts.dispatch.engine\nprint(sorted(m for m in sys.modules if m.startswith('email')))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+# What a dispatcher's start-up (part of every run, a one-row run's most of all) must not import, and why.
+NOT_AT_START_UP = {
+    # A ``Retry-After`` given as a date needs ``email`` (a dozen modules): imported when one comes.
+    "email": {"email"},
+    # The rows it stamps once named their stamps from the run files' lifecycle, which brought hashlib,
+    # shutil, glob, bz2 and lzma: the dispatcher writes rows, it never moves, repairs or digests files.
+    "run files": {"pytest_rollouts.store.artifacts", "hashlib", "shutil", "glob", "bz2", "lzma"},
+    # Only a dispatch budget's margin takes quantiles (``statistics``, with ``fractions`` and
+    # ``decimal``), and only ``--rollouts-parallel auto:MAX`` adapts limits.
+    "budget and adaptive": {"statistics", "fractions", "pytest_rollouts.dispatch.concurrency"},
+}
 
 
-def test_the_dispatcher_process_starts_without_the_run_files_lifecycle() -> None:
-    """The rows it stamps named their two stamps from the run's files' lifecycle (``store/artifacts.py``),
-    which brought hashlib, shutil, glob, bz2 and lzma into every dispatcher's start-up, a one-row
-    run's too: the dispatcher writes rows, it never moves, repairs or digests a run's files."""
-    never = {"pytest_rollouts.store.artifacts", "hashlib", "shutil", "glob", "bz2", "lzma"}
+@pytest.mark.parametrize("what", NOT_AT_START_UP)
+def test_the_dispatcher_process_starts_without_what_few_runs_need(what: str) -> None:
+    never = NOT_AT_START_UP[what]
     code = f"import sys, pytest_rollouts.dispatch.engine\nprint(sorted(set(sys.modules) & {never!r}))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
