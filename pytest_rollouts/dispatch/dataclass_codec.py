@@ -59,9 +59,10 @@ def encoder(cls: type) -> Callable[[Any], Any]:
     tables = [(name, _table_columns(element)) for name in names if (element := _flat_element(hints[name])) is not None]
     if not tables:
         return lambda msg: msg
+    values_of = _getter(operator.attrgetter, names)
 
     def fields_of(msg: Any) -> dict[str, Any]:
-        fields = {name: getattr(msg, name) for name in names}
+        fields = dict(zip(names, values_of(msg), strict=True))  # in C: a comprehension is one more call
         for name, (columns, values) in tables:
             fields[name] = {"fields": columns, "rows": list(map(values, fields[name]))}
         return fields
