@@ -5,9 +5,10 @@ becomes one readable usage error that names where it came from. The model's fiel
 option table's (``options.py``): their defaults and descriptions come from there, their types
 and bounds are here. The Python API takes the same model, plus its datasets, as ``CollectionConfig``
 (``collection.py``).
-"""
 
-from __future__ import annotations
+Its annotations are evaluated as the class is made (no ``from __future__ import annotations``):
+pydantic would compile each of the model's sixty on its own, every run, as it built the model.
+"""
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -242,7 +243,7 @@ class Settings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _no_conflicts(self) -> Settings:
+    def _no_conflicts(self) -> "Settings":
         both = sorted(set(self.agent_map) & set(self.fan_out))
         if both:
             raise ValueError(
@@ -283,7 +284,7 @@ class Settings(BaseModel):
         ]
 
     @model_validator(mode="after")
-    def _regression_needs_baseline(self) -> Settings:
+    def _regression_needs_baseline(self) -> "Settings":
         same = self.baseline is not None and self.out is not None and self.baseline.resolve() == self.out.resolve()
         if same:  # the run moves the earlier results at --rollouts-out aside: it would compare with itself
             raise ValueError(f"{self.source_of('baseline')} is this run's own output; name the earlier run's file")
@@ -361,7 +362,7 @@ class Settings(BaseModel):
     _text = field_validator("*", mode="before")(utf8_text)
 
     @property
-    def paths(self) -> ArtifactPaths:
+    def paths(self) -> "ArtifactPaths":
         """The run's files: named after ``out``, the materialized inputs where asked."""
         from pytest_rollouts.store.artifacts import ArtifactPaths
 

@@ -10,16 +10,14 @@ files (``artifact_rows.FileRows``), or the caller itself (``run_examples``).
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.dispatch.agents import Sender
 from pytest_rollouts.dispatch.client import Attempt, Failure
-from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.dispatch.request_slots import RequestSlots
@@ -47,6 +45,9 @@ from pytest_rollouts.rows.schema import (
     persisted,
 )
 from pytest_rollouts.store.jsonl import dumps, loads
+
+if TYPE_CHECKING:  # the dispatcher loads adaptive limits only for a run that asks for them
+    from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
 
 
 @dataclass(slots=True)
@@ -106,7 +107,11 @@ class Attempts:
         # this turns it into wall-clock time for its outcome's ``started``.
         self._to_wall = time.time() - time.monotonic()
         began = time.monotonic()
-        self._limits = [AdaptiveLimit(a, header.parallel, began) for a in header.agents] if header.adaptive else None
+        self._limits: list[AdaptiveLimit] | None = None
+        if header.adaptive:
+            from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
+
+            self._limits = [AdaptiveLimit(a, header.parallel, began) for a in header.agents]
         self._budget = RetryBudget(header.retry_budget) if header.retries else None
         # By agent (the plan's ``agent`` column): retries sent, and those the budget refused.
         self._retried: Counter[int] = Counter()
@@ -351,6 +356,8 @@ class Deadline:
             return self._margin
         if len(self.durations) < self.MIN_DURATIONS:
             return 0.0
+        import statistics  # only a run with a dispatch budget gets here: not every dispatcher's start-up
+
         return statistics.quantiles(self.durations, n=4, method="inclusive")[2]
 
     def refuse(self) -> str:

@@ -1,6 +1,6 @@
 """Dataclasses over JSON by field name: how a dispatcher message's type is written and checked.
 
-A type is resolved once, at import, into an encoder and a builder: the per-message cost is a key
+A type is resolved once, on first use, into an encoder and a builder: the per-message cost is a key
 comparison and a constructor. A field one side adds and the other does not know is a ``Mismatch``
 naming its place, never a value read into the wrong field. A list of flat dataclasses (a task's
 outcomes) goes as a table whose columns are named once.
@@ -9,8 +9,10 @@ outcomes) goes as a table whose columns are named once.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import operator
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -30,18 +32,37 @@ class Mismatch(Exception):
 Builder = Callable[[Any], Any]
 
 
+def _field_types(cls: type) -> dict[str, Any]:
+    """Each field's type: its annotation, evaluated in its module if postponed (a string, under
+    ``from __future__ import annotations``), all of them in one ``eval``.
+
+    ``typing.get_type_hints`` compiles each annotation on its own, which was most of what resolving
+    a message type cost (a plan header's 27 fields: 0.5 ms, against 0.1 ms in one expression). A
+    field annotated in a base class is left to it.
+    """
+    own = inspect.get_annotations(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    if any(name not in own for name in names):
+        return typing.get_type_hints(cls)
+    postponed = [name for name in names if isinstance(own[name], str)]
+    expression = "(" + "".join(f"{own[name]}," for name in postponed) + ")"
+    evaluated = eval(expression, vars(sys.modules[cls.__module__])) if postponed else ()
+    return {name: own[name] for name in names} | dict(zip(postponed, evaluated, strict=True))
+
+
 def encoder(cls: type) -> Callable[[Any], Any]:
     """What ``cls`` goes over the pipe as: itself (orjson writes a dataclass by field name), except
     that a list of flat dataclasses goes as a table, its field names once and a list of values
     per element (a task's outcomes: their names written and read once, not once per rollout)."""
     names = [f.name for f in dataclasses.fields(cls)]
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     tables = [(name, _table_columns(element)) for name in names if (element := _flat_element(hints[name])) is not None]
     if not tables:
         return lambda msg: msg
+    values_of = _getter(operator.attrgetter, names)
 
     def fields_of(msg: Any) -> dict[str, Any]:
-        fields = {name: getattr(msg, name) for name in names}
+        fields = dict(zip(names, values_of(msg), strict=True))  # in C: a comprehension is one more call
         for name, (columns, values) in tables:
             fields[name] = {"fields": columns, "rows": list(map(values, fields[name]))}
         return fields
@@ -55,7 +76,7 @@ def _flat_element(hint: Any) -> type | None:
     if typing.get_origin(hint) is not list or not args or not dataclasses.is_dataclass(args[0]):
         return None
     element: type = args[0]  # type: ignore[assignment]
-    inner = typing.get_type_hints(element).values()
+    inner = _field_types(element).values()
     return None if any(_nested(hint) is not None for hint in inner) else element
 
 
@@ -79,9 +100,9 @@ def _getter(make: Callable[..., Callable[[Any], Any]], names: list[str]) -> Call
 def builder(cls: type) -> Builder:
     """Check a JSON object's keys against ``cls``'s fields, then build it (nested dataclasses too).
 
-    Resolved once per type, at import: the per-message cost is a key comparison and a constructor.
+    Resolved once per type: the per-message cost is a key comparison and a constructor.
     """
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     expected = frozenset(names)
     nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)

@@ -3,6 +3,11 @@
 The dispatcher process sends it when it closes (``messages.Closed``); an xdist worker hands it to
 its controller; the run's metrics file (each agent's ``dispatch`` entry), its summary and its
 report show it.
+
+Its types are not frozen, as the messages' are not (``messages.py``): both processes build them at
+every start-up, and a frozen dataclass costs nearly twice as much to build (``docs/performance.md``);
+their fields hold lists and dicts, so they were never hashable, and a record is never changed in
+place (``merged`` makes a new one).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class LimitSeries:
     """One agent's limit over time: ``points`` are ``[seconds since dispatch began, limit]``."""
 
@@ -23,7 +28,7 @@ class LimitSeries:
     worker: str = ""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class DispatchRecord:
     """How dispatch went, for the metrics file and the summary: each adaptive limit over time
     (none unless ``--rollouts-parallel auto:MAX``), the retries sent and those the budget refused."""

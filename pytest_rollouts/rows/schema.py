@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 # The two stamps every row of a run's files is keyed by are spelled in the store, which checks each
 # row it reads for them; they are named here with the others.
-from pytest_rollouts.store.artifacts import ROLLOUT_INDEX as ROLLOUT_INDEX
-from pytest_rollouts.store.artifacts import TASK_INDEX as TASK_INDEX
+from pytest_rollouts.store.stamps import ROLLOUT_INDEX as ROLLOUT_INDEX
+from pytest_rollouts.store.stamps import TASK_INDEX as TASK_INDEX
 
 if TYPE_CHECKING:
     from pytest_rollouts.dispatch.client import Attempt, Failure

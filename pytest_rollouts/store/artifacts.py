@@ -22,9 +22,9 @@ from typing import Any, NamedTuple, TypeGuard
 from pytest_rollouts.store.jsonl import JsonlError, dumps, parse_object, scan_lines
 
 # Every row of a run's files (materialized inputs, outputs, failures) names its rollout by these two
-# stamps; rows/schema.py takes their names from here, as the rows read here are checked for them.
-TASK_INDEX = "_ng_task_index"
-ROLLOUT_INDEX = "_ng_rollout_index"
+# stamps, and the rows read here are checked for them.
+from pytest_rollouts.store.stamps import ROLLOUT_INDEX, TASK_INDEX
+
 # What a run's files add to its stem, but its output's ``.jsonl`` (NeMo Gym's names).
 FAILURES = "_failures.jsonl"
 MATERIALIZED = "_materialized_inputs.jsonl"

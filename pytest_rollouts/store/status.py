@@ -5,6 +5,10 @@ while the run goes (a reader sees the previous file or the next, never half of o
 when it ends, with how it ended; ``pytest-rollouts status OUT`` reads it. It is a view, not an
 artifact: nothing reads it back to resume or score, so it is not fsynced (a crash leaves at worst
 the previous view, whose writer is then gone, which the reader says).
+
+``RunStatus`` is not frozen: every run's session builds the type as it starts, and a frozen
+dataclass costs nearly twice as much to build (``docs/performance.md``); its fields hold dicts, so it
+was never hashable, and a status is made whole and written, never changed.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ class OldestInFlight:
     rollout: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunStatus:
     """What the file says. ``total`` and ``done`` count the rollouts this session dispatches (a resume's
     settled ones are not among them); ``failed`` counts those of them that failed, by class (a result

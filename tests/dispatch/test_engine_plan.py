@@ -9,8 +9,12 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from pytest_rollouts.dispatch.engine import Engine
+from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
 from pytest_rollouts.rows.planned import COLUMNS, PlannedRollout, PlannedRollouts
+from pytest_rollouts.store.status import RunStatus
 
 from ..helpers import plan_header
 
@@ -41,9 +45,30 @@ def test_the_dispatcher_indexes_a_plan_of_50k_rollouts_in_under_20_bytes_each(tm
     assert held / len(rollouts) < 20
 
 
-def test_the_dispatcher_process_starts_without_the_email_package() -> None:
-    """Its start-up is part of every run, a one-row run's most of all: ``email`` (a dozen modules)
-    is only for a ``Retry-After`` given as a date, and imported when one comes."""
-    code = "import sys, pytest_rollouts.dispatch.engine\nprint(sorted(m for m in sys.modules if m.startswith('email')))"
+# What a dispatcher's start-up (part of every run, a one-row run's most of all) must not import, and why.
+NOT_AT_START_UP = {
+    # A ``Retry-After`` given as a date needs ``email`` (a dozen modules): imported when one comes.
+    "email": {"email"},
+    # The rows it stamps once named their stamps from the run files' lifecycle, which brought hashlib,
+    # shutil, glob, bz2 and lzma: the dispatcher writes rows, it never moves, repairs or digests files.
+    "run files": {"pytest_rollouts.store.artifacts", "hashlib", "shutil", "glob", "bz2", "lzma"},
+    # Only a dispatch budget's margin takes quantiles (``statistics``, with ``fractions`` and
+    # ``decimal``), and only ``--rollouts-parallel auto:MAX`` adapts limits.
+    "budget and adaptive": {"statistics", "fractions", "pytest_rollouts.dispatch.concurrency"},
+}
+
+
+@pytest.mark.parametrize("what", NOT_AT_START_UP)
+def test_the_dispatcher_process_starts_without_what_few_runs_need(what: str) -> None:
+    never = NOT_AT_START_UP[what]
+    code = f"import sys, pytest_rollouts.dispatch.engine\nprint(sorted(set(sys.modules) & {never!r}))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_record_and_status_types_built_at_every_start_up_are_not_frozen() -> None:
+    """Building a frozen dataclass costs nearly twice a plain one's (three more generated methods), and
+    the dispatcher's record types are built by both processes at every start-up, the status by every
+    session; their fields hold lists and dicts, so frozen only refused assignment."""
+    for cls in (LimitSeries, DispatchRecord, RunStatus):
+        assert not cls.__dataclass_params__.frozen, cls.__name__  # type: ignore[attr-defined]

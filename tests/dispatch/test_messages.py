@@ -3,6 +3,7 @@ one that one side has and the other lacks is an error naming it, never a shifted
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pytest_rollouts.dispatch import messages
+from pytest_rollouts.dispatch import dataclass_codec, messages
 from pytest_rollouts.dispatch.frames import FrameBuffer, frame
 from pytest_rollouts.dispatch.messages import MessageError, decode, decode_column, encode, encode_column
 from pytest_rollouts.rows.masking import MaskingCounts
@@ -156,3 +157,34 @@ def test_a_plan_column_the_engine_cannot_read_stops_it_saying_so(tmp_path: Path,
     reply = _engine_answer(tmp_path, encode(plan_header()) + frame(payload))
     assert isinstance(reply, messages.Fatal)
     assert reply.why.startswith("the dispatcher could not read the plan: not a plan column: b'" + payload[:1].decode())
+
+
+def test_a_message_type_resolves_without_compiling_each_annotation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both processes resolve the types they meet as they start: ``typing.get_type_hints`` compiled
+    each annotation on its own (a plan header's 27), most of what resolving a type cost."""
+
+    def one_at_a_time(*args: object, **kwargs: object) -> None:
+        raise AssertionError("typing.get_type_hints compiles each annotation on its own")
+
+    monkeypatch.setattr(typing, "get_type_hints", one_at_a_time)
+    for cls in typing.get_args(messages.Message):
+        dataclass_codec.builder(cls)
+        dataclass_codec.encoder(cls)
+
+
+@dataclasses.dataclass
+class _Outcomes:
+    outcomes: list[RolloutOutcome]
+
+
+@dataclasses.dataclass
+class _TaskOutcomes(_Outcomes):
+    slot: int
+
+
+def test_a_field_its_base_class_annotates_is_resolved_too() -> None:
+    """Only a type's own annotations are evaluated together; one a base class holds is evaluated with it."""
+    msg = _TaskOutcomes([RolloutOutcome(0, 1.0, None, "", 0.5, 1)], 3)
+    sent = orjson.loads(orjson.dumps(dataclass_codec.encoder(_TaskOutcomes)(msg)))
+    assert sent["outcomes"]["fields"][:2] == ["rollout_index", "reward"]
+    assert dataclass_codec.builder(_TaskOutcomes)(sent) == msg
