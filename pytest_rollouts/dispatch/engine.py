@@ -134,8 +134,8 @@ class Engine:
         self._send(encode(Closed(self._rollouts_sent, record.limits, record.retries, record.retries_refused)))
 
     async def _begin(self) -> None:
-        """Start dispatching. The agents' health was checked before any file was moved, by the
-        process that prepared the run (``lifecycle``), so the plan's header asks for none here."""
+        """Start dispatching. The agents' health was checked before any file was moved (for a pytest
+        session by this process, asked before the plan: ``intake.py``), so the plan asks for none."""
         self._spawn(sync_periodically(self._sync, self._bodies))
         self._send(encode(Ready()))
         self._admit()
