@@ -286,7 +286,7 @@ class RolloutRun:
         if this.owns_run:  # xdist workers never score; their controller does
             from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
-            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
+            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected), servers=bool(urls.keys() - models))
             self._dispatcher.on_idle = self.read_ahead.step
         from pytest_rollouts.export.tracing import RunTrace
 

@@ -242,27 +242,40 @@ UNUSED_BY_A_HEALTH_CHECK = (
 )
 
 
-def test_a_one_row_run_checks_health_without_an_event_loop_in_pytest(
+def test_a_one_row_run_checks_health_without_an_event_loop_and_loads_one_while_it_waits(
     pytester: pytest.Pytester, agent: ScriptedAgent
 ) -> None:
     """The health check ran on an event loop of pytest's own: asyncio, ssl, httptools and the HTTP
-    client, some 118 modules more than the dispatcher process, which has them loaded, needs. Looked
-    at once the row is reported, before scoring (a server's ``/aggregate_metrics`` is asked from here)."""
+    client, some 118 modules more than the dispatcher process, which has them loaded, needs. None is
+    loaded once the agents are cleared; while the run waits on the dispatcher, pytest's process imports
+    the client a server's ``/aggregate_metrics`` is asked with at the end (``ReadAhead``), so the
+    session's end does not wait for that import."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
     args = ["-q", "-p", "no:cacheprovider", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"]
     code = (
-        "seen = set()\n"
+        "seen = {}\n"
         "class Probe:\n"
-        "    def pytest_runtest_logfinish(self):\n"
-        f"        seen.update(m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in sys.modules)\n"
+        "    @pytest.hookimpl(trylast=True)\n"
+        "    def pytest_collection_finish(self):\n"
+        f"        seen['cleared'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in sys.modules]\n"
+        "    @pytest.hookimpl(tryfirst=True)\n"
+        "    def pytest_sessionfinish(self):\n"
+        "        seen['finishing'] = 'pytest_rollouts.net.http1' in sys.modules\n"
         f"code = pytest.main({args!r}, plugins=[Probe()])\n"
-        "print('IMPORTED', json.dumps({'modules': sorted(seen), 'exit': int(code)}))\n"
+        "print('SEEN', json.dumps(seen))\n"
     )
-    imported, status = _imported(pytester.path, code, ())
-    assert status == 0
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("SEEN ")]
+    assert lines and proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(lines[0].removeprefix("SEEN ")) == {"cleared": [], "finishing": True}
     assert agent.health_checks == 1
     assert len(agent.requests) == 1
-    assert imported == set()
 
 
 def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:
