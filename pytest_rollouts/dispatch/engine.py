@@ -222,13 +222,13 @@ class Engine:
         self._attempts.slots.admit(position, first=first)
 
     def _started(self, position: int) -> None:
-        """``_spawn`` without its ``_reap``: ``_run`` turns every exception into a message itself.
-        None once closing: a slot freed by a cancelled request must not send another."""
+        """``_spawn``'s task, its slot held. None once closing: a slot freed by a cancelled request
+        must not send another."""
         if self._closing.is_set():
             return
         task = asyncio.get_running_loop().create_task(self._run(position))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._reap)
 
     async def _run(self, position: int) -> None:
         slot = self._col["slot"][position]

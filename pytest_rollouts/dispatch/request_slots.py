@@ -52,7 +52,7 @@ class RequestSlots:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # handed a slot, then cancelled: pass it on
                 self.release()
-            else:  # still queued: a free slot must never sit behind it
+            elif waiter in self._waiters:  # still queued (a release may have passed over it already)
                 self._waiters.remove(waiter)
             raise
 

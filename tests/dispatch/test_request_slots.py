@@ -137,3 +137,19 @@ async def test_an_agent_without_room_under_its_adaptive_limit_holds_no_slot(tmp_
         engine.input_closed()
         await running
     assert slow_replied == 0
+
+
+async def test_a_wait_cancelled_and_passed_over_by_a_release_ends_cancelled() -> None:
+    """Close cancels every task at once: a try in flight releases its slot before a cancelled
+    waiter's task resumes, and release passes over (pops) that waiter."""
+    started: list[int] = []
+    slots = RequestSlots(1, started.append)
+    await slots.acquire()
+    waiting = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    slots.release()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    slots.admit(0)
+    assert started == [0]
