@@ -188,3 +188,24 @@ def test_a_field_its_base_class_annotates_is_resolved_too() -> None:
     sent = orjson.loads(orjson.dumps(dataclass_codec.encoder(_TaskOutcomes)(msg)))
     assert sent["outcomes"]["fields"][:2] == ["rollout_index", "reward"]
     assert dataclass_codec.builder(_TaskOutcomes)(sent) == msg
+
+
+@dataclasses.dataclass
+class _Quoted:
+    one: "RolloutOutcome"  # noqa: UP037 (quoted on purpose: a forward reference inside a postponed annotation)
+    many: list["RolloutOutcome"]  # noqa: UP037
+
+
+def test_a_quoted_name_inside_an_annotation_resolves_to_its_type() -> None:
+    """One ``eval`` of ``list["Inner"]`` leaves the string ``'Inner'``: the outcomes would decode as
+    plain dicts, silently. Such a type is resolved as ``typing.get_type_hints`` resolves it."""
+    outcome = RolloutOutcome(0, 1.0, None, "", 0.5, 1)
+    sent = orjson.loads(orjson.dumps(dataclass_codec.encoder(_Quoted)(_Quoted(outcome, [outcome]))))
+    assert sent["many"]["fields"][:2] == ["rollout_index", "reward"]
+    assert dataclass_codec.builder(_Quoted)(sent) == _Quoted(outcome, [outcome])
+
+
+@pytest.mark.parametrize("cls", sorted(messages._BY_TAG.values(), key=lambda cls: cls.tag), ids=lambda cls: cls.tag)
+def test_each_message_type_resolves_as_typing_does(cls: type) -> None:
+    hints = typing.get_type_hints(cls)
+    assert dataclass_codec._field_types(cls) == {field.name: hints[field.name] for field in dataclasses.fields(cls)}
