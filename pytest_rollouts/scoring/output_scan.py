@@ -6,7 +6,6 @@ while pytest waits on its dispatcher, long before the run is scored.
 
 from __future__ import annotations
 
-import importlib
 import io
 import math
 import time
@@ -33,8 +32,6 @@ READ_CHUNK_BYTES = 1 << 20
 # again only after a pause (a look costs syscalls; rows come by hundreds).
 READ_AHEAD_BYTES = 1 << 16
 READ_AHEAD_PAUSE_S = 0.1
-# What asking a server for its metrics imports on its first request (``net/blocking.py``).
-SERVER_CLIENT = "pytest_rollouts.net.http1"
 
 
 class GroupRows:
@@ -212,8 +209,8 @@ class ReadAhead:
     """A scan advanced while pytest would block on the dispatcher, a little at a time.
 
     With ``servers`` (the run has agents to ask for ``/aggregate_metrics``), the first step imports
-    the HTTP client scoring will ask them with (asyncio, ssl, httptools: some 40 ms of CPU), which
-    the end of the run would otherwise wait for while every rollout is already done.
+    the HTTP client scoring will ask them with (``net/blocking.py``), which the end of the run
+    would otherwise wait for while every rollout is already done.
     """
 
     def __init__(self, scan: OutputScan, *, servers: bool = False) -> None:
@@ -225,7 +222,9 @@ class ReadAhead:
         """Read the outputs written so far (about ``READ_AHEAD_BYTES``); True when more is probably waiting."""
         if self._client:
             self._client = False
-            importlib.import_module(SERVER_CLIENT)
+            from pytest_rollouts.net.blocking import load_client
+
+            load_client()
             return True
         now = time.monotonic()
         if now < self._after:
