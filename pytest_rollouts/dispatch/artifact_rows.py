@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.net.auth import Redactor
-from pytest_rollouts.rows.schema import TRAJECTORY, persisted, success_row
+from pytest_rollouts.rows.schema import persisted, success_row
 from pytest_rollouts.rows.trajectory import with_perf
 from pytest_rollouts.store.bodies import Bodies
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlAppender
@@ -38,7 +38,7 @@ class FileRows:
     def result(self, reply: dict[str, Any], stamps: dict[str, Any], elapsed: float) -> None:
         """Stored with an ``ng_perf`` built from its ``ng_trajectory`` when it brings one and no ``ng_perf``:
         NeMo Gym's collector adds it to what it stores, not to what ``run_examples`` hands back."""
-        row = success_row(with_perf(reply, elapsed) if TRAJECTORY in reply else reply, stamps, elapsed)
+        row = success_row(with_perf(reply, elapsed), stamps, elapsed)
         self._outputs.append_line(self._redact.line(row))
 
     def failure(self, row: dict[str, Any]) -> None:

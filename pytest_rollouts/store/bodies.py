@@ -26,8 +26,7 @@ class Bodies:
         and never touched after, so any change to it in place (truncated, overwritten, as ``cp``
         onto it does) stops dispatch before a request reads the wrong bytes. An ``fstat`` per
         rollout is about a microsecond."""
-        stat = os.fstat(self._fd)
-        if (stat.st_size, stat.st_mtime_ns) != self._written:
+        if _written(self._fd) != self._written:
             raise ArtifactError(f"{self.path} was changed while the run was reading it")
         body = os.pread(self._fd, length, offset)
         if len(body) != length:
@@ -69,8 +68,7 @@ class Bodies:
 
 
 def _written(fd: int) -> tuple[int, int]:
-    """What changes when a file is written to: its size and modification time (``read`` takes them
-    itself, once per rollout)."""
+    """What changes when a file is written to: its size and modification time."""
     stat = os.fstat(fd)
     return stat.st_size, stat.st_mtime_ns
 
