@@ -243,3 +243,17 @@ def embedded(page: bytes, element: str) -> Any:
     match = re.search(rb'<script type="application/json" id="' + element.encode() + rb'">(.*?)</script>', page, re.S)
     assert match is not None
     return json.loads(match.group(1))
+
+
+def dispatchers_of(parent: int) -> list[int]:
+    """The dispatcher processes ``parent`` started that still run (a reaped one is gone from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        if ppid == parent and b"pytest_rollouts.dispatch.engine" in command:
+            found.append(int(stat.parent.name))
+    return found

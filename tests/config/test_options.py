@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,7 @@ from pytest_rollouts.config.values import check_url
 from pytest_rollouts.options import OPTIONS
 
 from ..agents import ScriptedAgent
-from ..helpers import QUIET, Artifacts, keys, run_rollouts, tasks, write_rows
+from ..helpers import QUIET, Artifacts, dispatchers_of, keys, run_rollouts, tasks, write_rows
 
 
 @pytest.mark.parametrize(
@@ -84,21 +83,7 @@ def test_a_session_refused_at_configure_leaves_no_dispatcher_process(pytester: p
     write_rows(pytester.path / "data.jsonl", tasks(1))
     result = run_rollouts(pytester, "data.jsonl", "--rollouts-agent=http://127.0.0.1:9", "--rollouts-timeout=inf")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert _dispatchers_of(os.getpid()) == []
-
-
-def _dispatchers_of(parent: int) -> list[int]:
-    """The dispatcher processes ``parent`` started that still run (a reaped one is gone from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            command = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue  # it ended while we looked
-        if ppid == parent and b"pytest_rollouts.dispatch.engine" in command:
-            found.append(int(stat.parent.name))
-    return found
+    assert dispatchers_of(os.getpid()) == []
 
 
 def test_an_output_path_that_is_a_directory_is_refused_and_left_alone(pytester: pytest.Pytester) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ..agents import Reply, ScriptedAgent
-from ..helpers import Artifacts, one_rollout_dispatcher, pytest_command, run_rollouts, tasks, write_rows
+from ..helpers import Artifacts, dispatchers_of, one_rollout_dispatcher, pytest_command, run_rollouts, tasks, write_rows
 from .stops import BOUND_S, assert_no_traceback, engines, finish, gone, session, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,19 +90,6 @@ def test_a_stop_during_health_checks_ends_at_once_and_says_what_to_do(pytester: 
     assert_no_traceback(err)
 
 
-def _children_running(pid: int, module: bytes) -> list[int]:
-    """The processes ``pid`` started that run ``module``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            stat, cmdline = (proc / "stat").read_text(), (proc / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if proc.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid and module in cmdline:
-            found.append(int(proc.name))
-    return found
-
-
 def test_a_dispatcher_dying_during_health_checks_fails_the_session_clearly(pytester: pytest.Pytester) -> None:
     """The dispatcher process checks the agents' health for pytest: killed while it does, the
     session says so (exit 3) rather than waits, and the earlier results stay where they were."""
@@ -113,7 +100,7 @@ def test_a_dispatcher_dying_during_health_checks_fails_the_session_clearly(pytes
     with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=60)) as agent:
         with session(pytester.path, pytest_command(agent.url)) as proc:
             wait_for(lambda: agent.health_checks > 0, "a health check")
-            [engine] = _children_running(proc.pid, b"pytest_rollouts.dispatch.engine")
+            [engine] = dispatchers_of(proc.pid)
             os.kill(engine, signal.SIGKILL)
             out, err = finish(proc)
         assert agent.requests == []
