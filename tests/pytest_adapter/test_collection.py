@@ -247,7 +247,8 @@ def test_a_one_row_run_checks_health_without_an_event_loop_and_loads_one_while_i
 ) -> None:
     """The health check ran on an event loop of pytest's own: asyncio, ssl, httptools and the HTTP
     client, some 118 modules more than the dispatcher process, which has them loaded, needs. None is
-    loaded once the agents are cleared; while the run waits on the dispatcher, pytest's process imports
+    loaded once the agents are cleared, nor as the first item starts (the status file is written
+    first); while the items wait on the dispatcher, pytest's process imports
     the client a server's ``/aggregate_metrics`` is asked with at the end (``ReadAhead``), so the
     session's end does not wait for that import."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
@@ -258,6 +259,8 @@ def test_a_one_row_run_checks_health_without_an_event_loop_and_loads_one_while_i
         "    @pytest.hookimpl(trylast=True)\n"
         "    def pytest_collection_finish(self):\n"
         f"        seen['cleared'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in sys.modules]\n"
+        "    def pytest_runtest_logstart(self):\n"
+        "        seen.setdefault('first item', 'pytest_rollouts.net.http1' in sys.modules)\n"
         "    @pytest.hookimpl(tryfirst=True)\n"
         "    def pytest_sessionfinish(self):\n"
         "        seen['finishing'] = 'pytest_rollouts.net.http1' in sys.modules\n"
@@ -273,7 +276,7 @@ def test_a_one_row_run_checks_health_without_an_event_loop_and_loads_one_while_i
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SEEN ")]
     assert lines and proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(lines[0].removeprefix("SEEN ")) == {"cleared": [], "finishing": True}
+    assert json.loads(lines[0].removeprefix("SEEN ")) == {"cleared": [], "first item": False, "finishing": True}
     assert agent.health_checks == 1
     assert len(agent.requests) == 1
 
