@@ -29,12 +29,6 @@ class RequestFailed(RequestError):
     """Refused, reset, or a reply that is not HTTP."""
 
 
-def load_client() -> None:
-    """Import what ``request`` imports on its first call (the HTTP client: asyncio, ssl, httptools,
-    about 126 M instructions), for a caller that has idle time before its first request."""
-    import pytest_rollouts.net.http1  # noqa: F401
-
-
 def request(
     method: str,
     url: str,

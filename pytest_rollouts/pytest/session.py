@@ -286,7 +286,7 @@ class RolloutRun:
         if this.owns_run:  # xdist workers never score; their controller does
             from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
-            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected), servers=bool(urls.keys() - models))
+            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
         from pytest_rollouts.export.tracing import RunTrace
 
         self.trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
@@ -301,7 +301,7 @@ class RolloutRun:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             return  # see _refuse
         self.dispatched = True
-        if self.read_ahead is not None:  # from the first item on: no rows before, and the status file first
+        if self.read_ahead is not None:  # from the first item on: no rows before
             self._dispatcher.on_idle = self.read_ahead.step
         self.life.sent()
 

@@ -206,26 +206,14 @@ class OutputScan:
 
 
 class ReadAhead:
-    """A scan advanced while pytest would block on the dispatcher, a little at a time.
+    """A scan advanced while pytest would block on the dispatcher, a little at a time."""
 
-    With ``servers`` (the run has agents to ask for ``/aggregate_metrics``), the first step imports
-    the HTTP client scoring will ask them with (``net/blocking.py``), which the end of the run
-    would otherwise wait for while every rollout is already done.
-    """
-
-    def __init__(self, scan: OutputScan, *, servers: bool = False) -> None:
+    def __init__(self, scan: OutputScan) -> None:
         self.scan = scan
         self._after = 0.0
-        self._client = servers
 
     def step(self) -> bool:
         """Read the outputs written so far (about ``READ_AHEAD_BYTES``); True when more is probably waiting."""
-        if self._client:
-            self._client = False
-            from pytest_rollouts.net.blocking import load_client
-
-            load_client()
-            return True
         now = time.monotonic()
         if now < self._after:
             return False
