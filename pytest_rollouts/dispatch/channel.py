@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
+from pytest_rollouts.dispatch.lingering import Lingering
 from pytest_rollouts.dispatch.messages import (
     Claim,
     Close,
@@ -37,7 +38,7 @@ from pytest_rollouts.dispatch.messages import (
     encode,
     encode_column,
 )
-from pytest_rollouts.dispatch.process import CLOSE_TIMEOUT_S, exit_status, spawn_engine
+from pytest_rollouts.dispatch.process import end_process, exit_status, spawn_engine
 from pytest_rollouts.dispatch.record import DispatchRecord
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.planned import COLUMNS, PlannedRollouts
@@ -56,8 +57,6 @@ FREED_BATCH = 32
 # stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
-# How long the end of the dispatcher's output is waited for once it said Closed (it exits in ms).
-EXIT_SEEN_S = 1.0
 READ_BYTES = 1 << 16
 
 
@@ -239,15 +238,18 @@ class Dispatcher:
         """
         return self._last_position[slot] < self._limit + self._freed_sent - self._claimed_rollouts
 
-    def close(self) -> None:
-        """Cancel whatever still runs; the engine flushes and fsyncs the artifacts before it exits."""
+    def close(self, *, linger: bool = False) -> Lingering | None:
+        """Cancel whatever still runs; the engine flushes and fsyncs the artifacts and says ``Closed``.
+        With ``linger``, a process that closed cleanly is kept (and returned) to send the run's
+        ``/aggregate_metrics``; otherwise it is ended here."""
         proc, self._proc = self._proc, None
         if proc is None:
-            return
+            return None
         if not self._plan_sent:
             # Stopped before the whole plan went out (Ctrl-C, an error building it): the engine has
             # opened no artifact and sent nothing, and it may be still starting or stopped itself.
             proc.kill()
+        lingering = None
         try:
             if self._plan_sent:
                 self._write_to(proc, encode(Close()))
@@ -255,6 +257,7 @@ class Dispatcher:
                     msg = self._read_from(proc)
                     if isinstance(msg, Closed):
                         self.sent, self.record = msg.rollouts_sent, msg.record
+                        lingering = Lingering(proc) if linger and not self.failure else None
                         break
                     if isinstance(msg, Fatal):  # its last writes failed: the run must not pass as whole
                         self._stop(msg.why)
@@ -264,22 +267,9 @@ class Dispatcher:
         except (ChannelClosed, BrokenPipeError, OSError):
             pass
         finally:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.close()
-            if not self._stuck:
-                # Its output ends as it exits: waited for here, the exit is seen at once, where
-                # ``wait``'s polling sleeps in doubling steps (up to 15 ms past a quick exit). A
-                # process it started may hold that output open: then ``wait`` polls, as it did.
-                self._nothing_to_read(proc.stdout.fileno(), EXIT_SEEN_S)
-            try:
-                proc.wait(timeout=0 if self._stuck else CLOSE_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns
-                    proc.wait(timeout=CLOSE_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self._stop(f"the dispatcher process (pid {proc.pid}) did not exit, even when killed")
-            proc.stdout.close()
+            if lingering is None and (why := end_process(proc, stuck=self._stuck)):
+                self._stop(why)
+        return lingering
 
     def _store(self, msg: FromEngine) -> None:
         if isinstance(msg, Done):

@@ -7,7 +7,8 @@ its stdin/stdout in the typed messages of ``messages.py``:
 
 - in: health checks, then the plan (``intake.py``), then ``Claim`` (pytest waits on a task the
   look-ahead has not reached), ``Freed`` (pytest consumed tasks: room to admit more),
-  ``Close``. End of input (pytest died) closes too, so nothing is left running.
+  ``Close``. End of input (pytest died) closes too, so nothing is left running. After
+  ``Closed``, ``PostMetrics`` until the input ends (``metrics_relay.py``).
 - out: ``Ready``, ``Done`` with a task's outcomes once each of its rows is written,
   ``Error`` for a bug that must fail the item rather than hang it, ``Fatal`` for a
   bug outside any one rollout (this process then closes), ``Closed``; ``Progress``
@@ -52,6 +53,7 @@ from pytest_rollouts.dispatch.messages import (
     decode,
     encode,
 )
+from pytest_rollouts.dispatch.metrics_relay import Relay
 from pytest_rollouts.dispatch.pipes import Input, Output
 from pytest_rollouts.dispatch.shared_output import SharedOutput
 from pytest_rollouts.net.http1 import Pool
@@ -340,8 +342,11 @@ async def _serve(stdin: Any, stdout: Any) -> str:
     _, output = await loop.connect_write_pipe(Output, stdout)
     engine = output.receiver = Engine(*plan, output.send)
     pace_process()
-    await loop.connect_read_pipe(lambda: Input(engine), stdin)
+    _, pipe = await loop.connect_read_pipe(lambda: Input(engine), stdin)
     await engine.run()
+    if not (engine.crashed or pipe.closed or output.closed):  # pytest may still ask for its /aggregate_metrics
+        relay = pipe.receiver = output.receiver = Relay(output.send)
+        await relay.serve()
     output.close()
     return engine.crashed
 

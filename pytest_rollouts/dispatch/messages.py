@@ -183,6 +183,21 @@ class Close:
     tag: ClassVar[str] = "close"
 
 
+@dataclasses.dataclass(slots=True)
+class PostMetrics:
+    """After ``Closed``: send a group's ``/aggregate_metrics`` (its body as ``rows/metric_body.py``
+    reads it from ``out``) and answer ``MetricsPosted``. pytest's process has no event loop or HTTP
+    client loaded, and this process has both."""
+
+    tag: ClassVar[str] = "post_metrics"
+    url: str
+    headers: dict[str, str]
+    out: str
+    order: list[int]
+    added: list[dict[str, Any]]
+    timeout: float
+
+
 # -- the engine to pytest ------------------------------------------------------------------
 
 
@@ -264,8 +279,20 @@ class Closed:
         return DispatchRecord(self.limits, self.retries, self.retries_refused)
 
 
-ToEngine = CheckHealth | Claim | Freed | Close
-FromEngine = HealthChecked | Ready | Progress | Done | Error | Fatal | Closed
+@dataclasses.dataclass(slots=True)
+class MetricsPosted:
+    """The answer to ``PostMetrics``: the reply's status and body (latin-1, so any bytes pass), or
+    ``failed`` (no reply: why, naming no URL), or ``unreadable`` (a row of the body could not be read)."""
+
+    tag: ClassVar[str] = "metrics_posted"
+    status: int = 0
+    body: str = ""
+    failed: str = ""
+    unreadable: str = ""
+
+
+ToEngine = CheckHealth | Claim | Freed | Close | PostMetrics
+FromEngine = HealthChecked | Ready | Progress | Done | Error | Fatal | Closed | MetricsPosted
 Message = PlanHeader | ToEngine | FromEngine
 
 
@@ -332,6 +359,8 @@ _BY_TAG = {
         Error,
         Fatal,
         Closed,
+        PostMetrics,
+        MetricsPosted,
     )
 }
 _BUILDERS: dict[str, Builder] = _PerTag(builder)

@@ -23,21 +23,24 @@ class Receiver(Protocol):
 
 
 class Input(asyncio.Protocol):
-    """pytest's messages, split back into frames and handed on one by one."""
+    """pytest's messages, split back into frames and handed on one by one to ``receiver`` (the
+    engine, then once it closed the metrics relay)."""
 
     def __init__(self, receiver: Receiver) -> None:
-        self._receiver = receiver
+        self.receiver = receiver
+        self.closed = False
         self._frames = FrameBuffer()
 
     def data_received(self, data: bytes) -> None:
         try:
             for raw in self._frames.feed(data):
-                self._receiver.handle(raw)
+                self.receiver.handle(raw)
         except Exception as exc:
-            self._receiver.crash(exc)
+            self.receiver.crash(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._receiver.input_closed()
+        self.closed = True
+        self.receiver.input_closed()
 
 
 class Output(asyncio.Protocol):
@@ -46,12 +49,14 @@ class Output(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.receiver: Receiver | None = None
+        self.closed = False
         self._transport: asyncio.WriteTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         if self.receiver is not None:
             self.receiver.input_closed()
 

@@ -1,4 +1,5 @@
-"""The dispatcher process: start it, ask it the agents' health, and stop one that never got a plan.
+"""The dispatcher process: start it, ask it the agents' health, stop one that never got a plan,
+and end one that did.
 
 Its messages and its end after a plan are the channel's (``channel.py``); this is only the
 process, started early so its imports overlap with pytest's collection.
@@ -7,6 +8,7 @@ process, started early so its imports overlap with pytest's collection.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,8 @@ from pytest_rollouts.dispatch.messages import (
 )
 
 CLOSE_TIMEOUT_S = 60.0
+# How long the end of the dispatcher's output is waited for once its input is closed (it exits in ms).
+EXIT_SEEN_S = 1.0
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
@@ -85,3 +89,28 @@ def exit_status(proc: subprocess.Popen[bytes]) -> str:
     except subprocess.TimeoutExpired:
         return "still running"
     return f"killed by signal {-code}" if code < 0 else f"code {code}"
+
+
+def end_process(process: subprocess.Popen[bytes], *, stuck: bool = False) -> str:
+    """Close its input, which ends it, and wait for it to exit (killed after ``CLOSE_TIMEOUT_S``, or
+    at once when ``stuck``); why it did not, or "".
+
+    Its output ends as it exits: waited for here, the exit is seen at once, where ``wait``'s polling
+    sleeps in doubling steps (up to 15 ms past a quick exit). A process it started may hold that
+    output open: then ``wait`` polls, as it did."""
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.close()
+        if not stuck:
+            select.select([process.stdout], [], [], EXIT_SEEN_S)
+        try:
+            process.wait(timeout=0 if stuck else CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns
+                process.wait(timeout=CLOSE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return f"the dispatcher process (pid {process.pid}) did not exit, even when killed"
+        return ""
+    finally:
+        process.stdout.close()

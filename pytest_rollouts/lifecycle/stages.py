@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.rows.manifest import RunManifest
     from pytest_rollouts.scoring.aggregate import RunScore
     from pytest_rollouts.scoring.output_scan import OutputScan
+    from pytest_rollouts.scoring.server_metrics import MetricsPost
 
 
 @dataclass
@@ -258,10 +259,12 @@ class RunLifecycle:
         drained: frozenset[Key] = frozenset(),
         trace: RunTrace | None = None,
         dispatch: Mapping[str, Mapping[str, Any]] | None = None,
+        post: MetricsPost | None = None,
     ) -> RunScore:
         """The run scored from its files on disk (``coverage_only``: a stopped run says what it
         covered); a row that cannot be read refuses the score. ``dispatch``: each agent's entry
-        of how dispatch went (``dispatch/record.py``), for the metrics file.
+        of how dispatch went (``dispatch/record.py``), for the metrics file; ``post``: who sends
+        ``/aggregate_metrics`` (``score_run``).
 
         Scoring is imported here: an xdist worker, which never scores, does not pay for it."""
         from pytest_rollouts.scoring.configured import score_configured
@@ -276,6 +279,7 @@ class RunLifecycle:
                 outputs=outputs,
                 drained=drained,
                 dispatch=dispatch,
+                post=post,
             )
         except JsonlError as exc:
             raise Refusal(f"cannot score the run: {exc}", where="score") from None

@@ -166,6 +166,7 @@ def score_session(
             drained=drained,
             trace=run.trace,
             dispatch=run.run_dispatch_record().by_agent(),
+            post=None if run.lingering is None else run.lingering.post_metrics,
         )
     except Refusal as refusal:
         raise pytest.UsageError(str(refusal)) from None

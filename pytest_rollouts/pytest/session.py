@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.config.agents import Agents
     from pytest_rollouts.config.routing import Routing
     from pytest_rollouts.config.settings import Settings
+    from pytest_rollouts.dispatch.lingering import Lingering
     from pytest_rollouts.dispatch.messages import PlanHeader
     from pytest_rollouts.export.tracing import RunTrace
     from pytest_rollouts.lifecycle.stages import RunLifecycle
@@ -79,6 +80,8 @@ class RolloutRun:
         self.read_ahead: ReadAhead | None = None
         self._dispatcher: Dispatcher | None = None
         self._engine: subprocess.Popen[bytes] | None = None
+        # The dispatcher process once it closed, kept to send the run's ``/aggregate_metrics``.
+        self.lingering: Lingering | None = None
         self.workers = Workers(config, lambda: self.paths)
         # The ``job`` span of this process's dispatch, when a tracer provider is set (export/tracing.py).
         self.trace: RunTrace | None = None
@@ -119,11 +122,8 @@ class RolloutRun:
 
     def configure(self, *, warm: bool) -> None:
         """Fail fast (exit 4) on bad settings or an unreadable head server, before collecting anything.
-
-        ``warm``: a session asked for rollouts on the command line, which dispatches itself, starts
-        its dispatcher process now, so its imports overlap with collection however few rows there
-        are. Others start it at their first dataset.
-        """
+        ``warm`` (rollouts asked for on the command line): start the dispatcher process now, so its imports
+        overlap with collection however few rows there are. Others start it at their first dataset."""
         if warm:
             self.warm_engine()  # first: its imports then overlap with pydantic's in this process
         if self.settings.head_server is not None:
@@ -166,8 +166,7 @@ class RolloutRun:
         self.numbering.number_tasks(items, lambda: refuse_missing_head_datasets(self.config, self))
 
     def began(self) -> bool:
-        """This session started the run: it dispatched (or was stopped while handing the plan over,
-        not refused), or its xdist workers did."""
+        """This session started the run: it dispatched (or was stopped handing the plan over), or its workers did."""
         return self.dispatched or (self._handed_over and not self._stopped) or self.workers.started()
 
     def holds_no_task(self) -> bool:
@@ -306,9 +305,8 @@ class RolloutRun:
         self.life.sent()
 
     def put_back_unsent(self) -> str:
-        """A fresh run stopped before its first request leaves the files as it found them, as a
-        refusal does (``RunLifecycle.put_back_unsent``); what to tell. Not on an xdist worker (its
-        controller decides for all), nor after a refusal, which put the files back itself."""
+        """A fresh run stopped before its first request leaves its files as found, as a refusal does (what to
+        tell). Not on an xdist worker (its controller decides), nor after a refusal (it put them back)."""
         if self._stopped or self.dispatched or role(self.config).worker:
             return ""
         return self.life.put_back_unsent()
@@ -361,9 +359,8 @@ class RolloutRun:
             self.on_heartbeat()
 
     def live(self) -> tuple[InFlight | None, Finished | None]:
-        """What this process's dispatcher last reported, (None, None) when it does not dispatch: (requests
-        in flight, the oldest's age, its task and rollout) and (tasks finished, rollouts sent, failures
-        by class, [p50, p90] latency, masking counts)."""
+        """What this process's dispatcher last reported (None, None when it does not dispatch): requests in flight,
+        the oldest's age, task, rollout; and tasks finished, rollouts sent, failures, [p50, p90] latency, masking."""
         dispatcher = self._dispatcher
         return (None, None) if dispatcher is None else (dispatcher.in_flight, dispatcher.finished)
 
@@ -379,14 +376,16 @@ class RolloutRun:
         """Stop dispatch: every artifact is flushed and fsynced after this."""
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
-            dispatcher.close()
+            self.lingering = dispatcher.close(linger=self.read_ahead is not None)  # where the run is scored
             self.sent += dispatcher.sent
             self.dispatch_record = self.dispatch_record.merged(dispatcher.record)
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
     def close(self) -> None:
-        """Stop the embedded agents; they outlive dispatch so ``/aggregate_metrics`` can reach them."""
+        """End the dispatcher process and the embedded agents: both outlive dispatch for ``/aggregate_metrics``."""
         self.finish()
+        if self.lingering is not None:
+            self.lingering.end()
         if self._engine is not None:
             stop_unused(self._engine)
             self._engine = None

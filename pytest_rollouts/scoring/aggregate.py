@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import read_manifest
+from pytest_rollouts.rows.metric_body import metric_input
 from pytest_rollouts.rows.records import reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, ROLLOUT_INDEX, TASK_INDEX
@@ -33,7 +34,7 @@ from pytest_rollouts.scoring.run_statistics import (
     group_statistics,
     task_labels,
 )
-from pytest_rollouts.scoring.server_metrics import MetricsServerError, metric_input, server_metrics
+from pytest_rollouts.scoring.server_metrics import MetricsPost, MetricsServerError, server_metrics
 from pytest_rollouts.scoring.usage import usage_summary
 from pytest_rollouts.store.artifacts import ArtifactPaths, artifact_rows
 from pytest_rollouts.store.jsonl import ArtifactError, JsonlError, LineReader, parse_object
@@ -102,6 +103,7 @@ def score_run(
     dispatch: Mapping[str, Mapping[str, Any]] | None = None,
     statistics: StatisticsOptions = DEFAULT_STATISTICS,
     baseline: RunComparison | str | None = None,
+    post: MetricsPost | None = None,
 ) -> RunScore:
     """``perf_summary`` is this session's latency and throughput, added to groups whose server gave none.
 
@@ -111,6 +113,7 @@ def score_run(
     ``statistics``: the reward range, pass@k's k and the grouping field of each group's ``statistics``.
     ``baseline``: the comparison with ``--rollouts-baseline``, written into each group's ``statistics``.
     ``dispatch``: by group, how its dispatch went (adaptive limits, retries), written as its ``dispatch``.
+    ``post``: who sends a group's ``/aggregate_metrics`` (a pytest session: its dispatcher process).
     """
     scan = outputs.current() if outputs is not None else OutputScan.of_files(paths)
     scan.advance()
@@ -121,7 +124,7 @@ def score_run(
     # The manifest, read once: the tasks' datasets for the statistics, the split for the metrics file.
     recorded = read_manifest(paths.manifest) if write_metrics else None
     labels = task_labels(paths.materialized, recorded, statistics.group_by) if write_metrics else None
-    metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, samples, statistics, labels, latest)
+    metrics = _GroupMetrics(paths, agent_url, agent_headers, timeout, post, samples, statistics, labels, latest)
     failed = {k: c for k, (c, _) in latest.items()}
     for name, group in sorted(scan.groups.items()):
         accounting = account(group.states(), failed, policy, drained)
@@ -152,6 +155,7 @@ class _GroupMetrics:
     agent_url: Callable[[str], str | None]
     agent_headers: Callable[[str], Mapping[str, str]]
     timeout: float
+    post: MetricsPost | None
     samples: _Samples
     statistics: StatisticsOptions
     labels: TaskLabels | None
@@ -173,7 +177,7 @@ class _GroupMetrics:
         if url is not None:
             try:
                 server = server_metrics(
-                    url, self.agent_headers(name), self.paths.out, group.output_offsets, added, self.timeout
+                    url, self.agent_headers(name), self.paths.out, group.output_offsets, added, self.timeout, self.post
                 )
             except MetricsServerError as exc:
                 server, score.note = None, f"{exc}; computed locally instead"

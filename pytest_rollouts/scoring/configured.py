@@ -15,6 +15,7 @@ from pytest_rollouts.scoring.aggregate import RunScore, score_run
 from pytest_rollouts.scoring.intervals import RewardRange
 from pytest_rollouts.scoring.output_scan import OutputScan
 from pytest_rollouts.scoring.run_statistics import StatisticsOptions
+from pytest_rollouts.scoring.server_metrics import MetricsPost
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import JsonlError
 
@@ -32,9 +33,10 @@ def score_configured(
     outputs: OutputScan | None = None,
     drained: frozenset[Key] = frozenset(),
     dispatch: Mapping[str, Mapping[str, Any]] | None = None,
+    post: MetricsPost | None = None,
 ) -> RunScore:
     """``coverage_only``: a run stopped by the user is not scored, but says what it covered.
-    Raises ``JsonlError`` for a row that cannot be read."""
+    ``post`` sends ``/aggregate_metrics`` (``score_run``). Raises ``JsonlError`` for a row that cannot be read."""
     policy = ScoringPolicy(settings.count_as_zero, settings.count_missing_as_zero)
     with paced():
         return score_run(
@@ -48,6 +50,7 @@ def score_configured(
             outputs=outputs,
             drained=drained,
             dispatch=dispatch,
+            post=post,
             statistics=statistics_options(settings),
             baseline=None if coverage_only else compare_with_baseline(settings),
         )

@@ -49,6 +49,11 @@ EXAMPLES: list[messages.Message] = [
     messages.Error(5, "Traceback ..."),
     messages.Fatal("cannot write out/r.jsonl"),
     messages.Closed(3),
+    messages.PostMetrics(
+        "http://127.0.0.1:9", {"Authorization": "Bearer k"}, "out/r.jsonl", [0, -1, 120], [{"reward": 0.0}], 30.0
+    ),
+    messages.MetricsPosted(200, '{"mean/reward": 0.5}'),
+    messages.MetricsPosted(failed="Server disconnected"),
 ]
 
 

@@ -242,38 +242,46 @@ UNUSED_BY_A_HEALTH_CHECK = (
 )
 
 
-def test_a_one_row_run_checks_health_without_an_event_loop(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+def test_a_one_row_run_loads_no_event_loop_in_pytests_process(pytester: pytest.Pytester) -> None:
     """The health check ran on an event loop of pytest's own: asyncio, ssl, httptools and the HTTP
-    client, some 118 modules more than the dispatcher process, which has them loaded, needs. None is
-    loaded once the agents are cleared, nor while the items wait on the dispatcher: a Ctrl-C inside
-    that import would leave asyncio half-imported for the end's ``/aggregate_metrics``."""
+    client, some 118 modules more than the dispatcher process, which has them loaded, needs. So did
+    the run's ``/aggregate_metrics`` at the end (about 126 M instructions in every session). Both are
+    asked of the dispatcher process now: none of them is loaded once the agents are cleared, nor
+    when the session ends, and the server's metrics are the run's."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
-    args = ["-q", "-p", "no:cacheprovider", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"]
-    code = (
-        "seen = {}\n"
-        "before = set(sys.modules)\n"
-        "class Probe:\n"
-        "    @pytest.hookimpl(trylast=True)\n"
-        "    def pytest_collection_finish(self):\n"
-        f"        seen['cleared'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in set(sys.modules) - before]\n"
-        "    @pytest.hookimpl(tryfirst=True)\n"
-        "    def pytest_sessionfinish(self):\n"
-        f"        seen['finishing'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in set(sys.modules) - before]\n"
-        f"code = pytest.main({args!r}, plugins=[Probe()])\n"
-        "print('SEEN', json.dumps(seen))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
-        cwd=pytester.path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    metrics = {"agent_metrics": {"mean/reward": 0.25}, "key_metrics": {"mean/reward": 0.25}}
+    with ScriptedAgent(aggregate=lambda body: metrics) as agent:
+        args = ["-q", "-p", "no:cacheprovider", "data.jsonl", "--rollouts-out=out/r.jsonl"]
+        args.append(f"--rollouts-agent={agent.url}")
+        code = (
+            "seen = {}\n"
+            "before = set(sys.modules)\n"
+            "class Probe:\n"
+            "    @pytest.hookimpl(trylast=True)\n"
+            "    def pytest_collection_finish(self):\n"
+            f"        seen['cleared'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in set(sys.modules) - before]\n"
+            "    @pytest.hookimpl(trylast=True)\n"
+            "    def pytest_unconfigure(self):\n"
+            f"        seen['ended'] = [m for m in {UNUSED_BY_A_HEALTH_CHECK!r} if m in set(sys.modules) - before]\n"
+            f"code = pytest.main({args!r}, plugins=[Probe()])\n"
+            "print('SEEN', json.dumps(seen))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
+            cwd=pytester.path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SEEN ")]
     assert lines and proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(lines[0].removeprefix("SEEN ")) == {"cleared": [], "finishing": []}
+    assert json.loads(lines[0].removeprefix("SEEN ")) == {"cleared": [], "ended": []}
     assert agent.health_checks == 1
     assert len(agent.requests) == 1
+    [body] = agent.aggregate_bodies
+    assert [row["_ng_task_index"] for row in body["verify_responses"]] == [0]
+    [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    assert (group["metrics_source"], group["key_metrics"]) == ("server", {"mean/reward": 0.25})
 
 
 def test_named_file_without_an_agent_is_a_clear_error(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,95 @@
+"""pytest's side of the dispatcher process after ``Closed``: the run's ``/aggregate_metrics`` sent
+through it (``metrics_relay.py``), so pytest's process never loads an event loop or the HTTP
+client; then the process ended, once scoring is done.
+
+Each request is bounded there by its own timeout; here the answer is waited for a little longer
+than that, and a process that does not answer by then is ended: the group's metrics are computed
+locally, as for any server that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
+from pytest_rollouts.dispatch.messages import Fatal, MessageError, MetricsPosted, PostMetrics, decode, encode
+from pytest_rollouts.dispatch.process import end_process, exit_status
+from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout
+from pytest_rollouts.store.jsonl import JsonlError
+
+# Past a request's own timeout, how long its answer is waited for before the process is taken as stuck.
+ANSWER_GRACE_S = 5.0
+READ_BYTES = 1 << 16
+
+
+class Lingering:
+    """A dispatcher process that said ``Closed``; ``post_metrics`` is a ``scoring.MetricsPost``."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process: subprocess.Popen[bytes] | None = process
+        self._frames = FrameBuffer()
+        self._inbox: deque[bytes] = deque()
+
+    def post_metrics(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        out: Path,
+        order: Iterable[int],
+        added: list[dict[str, Any]],
+        timeout: float,
+    ) -> tuple[int, bytes]:
+        """One group's request, sent by the dispatcher process: the reply's status and body.
+        ``RequestFailed`` or ``RequestTimeout`` without one, ``JsonlError`` for a row it could not read."""
+        process = self._process
+        if process is None:
+            raise RequestFailed("the dispatcher process has ended")
+        assert process.stdin is not None and process.stdout is not None
+        msg = PostMetrics(url, dict(headers), str(out), list(order), added, timeout)
+        try:
+            write_all(process.stdin.fileno(), encode(msg), timeout + ANSWER_GRACE_S)
+            answer = self._answer(process.stdout.fileno(), time.monotonic() + timeout + ANSWER_GRACE_S)
+        except (TimeoutError, ChannelStuck):
+            self.end(stuck=True)
+            raise RequestTimeout(
+                f"the dispatcher process did not answer within {timeout + ANSWER_GRACE_S:g}s"
+            ) from None
+        except (ChannelClosed, OSError) as exc:
+            self.end()
+            why = exit_status(process) if isinstance(exc, ChannelClosed) else exc
+            raise RequestFailed(f"the dispatcher process went away ({why})") from None
+        if isinstance(answer, Fatal):
+            self.end()
+            raise RequestFailed(f"the dispatcher process failed: {answer.why.splitlines()[0]}")
+        if answer.unreadable:
+            raise JsonlError(answer.unreadable)
+        if answer.failed:
+            raise RequestFailed(answer.failed)
+        return answer.status, answer.body.encode("latin-1")
+
+    def end(self, *, stuck: bool = False) -> None:
+        """Close its input: it cancels what it still sends and exits (``stuck``: killed at once)."""
+        process, self._process = self._process, None
+        if process is not None:
+            end_process(process, stuck=stuck)
+
+    def _answer(self, fd: int, deadline: float) -> MetricsPosted | Fatal:
+        while not self._inbox:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            data = os.read(fd, READ_BYTES)
+            if not data:
+                raise ChannelClosed("the dispatcher channel closed")
+            self._inbox.extend(self._frames.feed(data))
+        answer = decode(self._inbox.popleft())
+        if not isinstance(answer, MetricsPosted | Fatal):
+            raise MessageError(f"message {answer.tag!r} is not the answer to a metrics request")
+        return answer
