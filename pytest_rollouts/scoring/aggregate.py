@@ -176,9 +176,9 @@ class _GroupMetrics:
         url = self.agent_url(name)
         if url is not None:
             try:
-                server = server_metrics(
-                    url, self.agent_headers(name), self.paths.out, group.output_offsets, added, self.timeout, self.post
-                )
+                order, in_order = group.metric_order(added)
+                headers = self.agent_headers(name)
+                server = server_metrics(url, headers, self.paths.out, order, in_order, self.timeout, self.post)
             except MetricsServerError as exc:
                 server, score.note = None, f"{exc}; computed locally instead"
             if server is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_rollouts.rows.fronting import recorded_fronted_by
 from pytest_rollouts.rows.key_index import KeyIndex
+from pytest_rollouts.rows.metric_body import ADDED
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.accounting import ROW_MASKED, ROW_READ, ROW_UNREWARDED, Key
@@ -106,30 +107,16 @@ class GroupRows:
         left = {task: n - len(scored.get(task, ())) - masked.get(task, 0) for task, n in expected.items()}
         return {task: n for task, n in left.items() if n > 0}
 
-    @property
-    def output_offsets(self) -> Mapping[Key, int]:
-        """Each real row's key and where it sits in the output file."""
-        return _Offsets(self)
-
-
-class _Offsets(Mapping[Key, int]):
-    """``GroupRows.output_offsets``: a view, not a dict of a million keys."""
-
-    def __init__(self, group: GroupRows) -> None:
-        self._group = group
-
-    def __getitem__(self, key: Key) -> int:
-        at = self._group.expected.position(key)
-        if at is None or self._group.offsets[at] < 0:
-            raise KeyError(key)
-        return self._group.offsets[at]
-
-    def __iter__(self) -> Iterator[Key]:
-        index = self._group.expected
-        return (index.key(at) for at in self._group.real_order())
-
-    def __len__(self) -> int:
-        return sum(1 for offset in self._group.offsets if offset >= 0)
+    def metric_order(self, added: Sequence[dict[str, Any]] = ()) -> tuple[array, list[dict[str, Any]]]:
+        """The group's ``/aggregate_metrics`` body by key (``rows/metric_body.py``): each real row's
+        offset in the output file, or ``ADDED`` for the next of the zeros the policies ``added``,
+        which are returned in that order too."""
+        if not added:
+            return array("q", map(self.offsets.__getitem__, self.real_order())), []
+        by_place = {self.expected.position(key_of(row)): row for row in added}
+        places = self.real_order(by_place)
+        order = array("q", (ADDED if at in by_place else self.offsets[at] for at in places))
+        return order, [by_place[at] for at in places if at in by_place]
 
 
 class OutputScan:

@@ -8,17 +8,14 @@ with any header value it echoes redacted. A pytest session has its dispatcher pr
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.blocking import RequestError, request
-from pytest_rollouts.rows.metric_body import ADDED, ROUTE, metrics_request
-from pytest_rollouts.rows.resume import key_of
-from pytest_rollouts.scoring.accounting import Key
+from pytest_rollouts.rows.metric_body import ROUTE, metrics_request
 from pytest_rollouts.scoring.metrics_shape import odd_values
 from pytest_rollouts.store.jsonl import object_from
 
@@ -59,7 +56,7 @@ def server_metrics(
     url: str,
     headers: Mapping[str, str],
     out: Path,
-    output_offsets: Mapping[Key, int],
+    order: Iterable[int],
     added: list[dict[str, Any]],
     timeout: float,
     post: MetricsPost | None = None,
@@ -67,15 +64,15 @@ def server_metrics(
     """POST the group's rows to its server; None when it has no such endpoint (404/405).
     ``MetricsServerError`` when it failed, or replied with metrics the run cannot read (``odd_values``).
 
-    ``output_offsets``: where the group's rows sit in ``out``; ``added``: the zeros the scoring
-    policies add to them. ``timeout`` bounds the whole request, reply included: a server that
-    trickles its answer must not hold the session open. ``post`` sends it (by default: ``post_here``).
+    ``order`` and ``added``: the group's rows as ``GroupRows.metric_order`` gives them (where each
+    sits in ``out``, and the zeros the scoring policies add). ``timeout`` bounds the whole request,
+    reply included: a server that trickles its answer must not hold the session open. ``post``
+    sends it (by default: ``post_here``).
     """
     address = Address.parse(url, ROUTE)
     redact = Redactor({"": address.with_credentials(headers)})
-    order, extra = _order(output_offsets, added)
     try:
-        status, body = (post or post_here)(url, headers, out, order, extra, timeout)
+        status, body = (post or post_here)(url, headers, out, order, added, timeout)
     except RequestError as exc:  # refused, reset, too slow, or a reply that is not HTTP
         raise MetricsServerError(f"{address.shown} failed: {redact(str(exc))}") from None
     if status in NOT_IMPLEMENTED:
@@ -92,18 +89,3 @@ def server_metrics(
     if odd:  # what the summary, the report, the gates and the exports would read as numbers
         raise MetricsServerError(f"{address.shown} replied with an odd {'; '.join(odd)}")
     return metrics
-
-
-def _order(
-    output_offsets: Mapping[Key, int], added: list[dict[str, Any]]
-) -> tuple[Iterator[int], list[dict[str, Any]]]:
-    """The body's rows sorted by task then rollout: each an offset in the output file, or ``ADDED``
-    for the next of the added rows (sorted too).
-
-    ``output_offsets`` iterates its keys in that order (a group's view of its scan does), and the
-    added zeros are of keys without a row: the two are merged as they go, never a set and a sorted
-    list of a million keys."""
-    extra = {key_of(row): row for row in added}
-    ordered = sorted(extra)
-    order = (ADDED if key in extra else output_offsets[key] for key in heapq.merge(output_offsets, ordered))
-    return order, [extra[key] for key in ordered]

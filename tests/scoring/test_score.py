@@ -459,7 +459,7 @@ def _scan_state(scan: OutputScan) -> dict[str, Any]:
         name: (
             list(g.states()),
             [(r.task(i), r.rollout(i), r.values(i)) for i in range(len(r))],
-            dict(g.output_offsets),
+            g.metric_order(),
             g.fields,
         )
         for name, g in scan.groups.items()
