@@ -107,15 +107,15 @@ class GroupRows:
         left = {task: n - len(scored.get(task, ())) - masked.get(task, 0) for task, n in expected.items()}
         return {task: n for task, n in left.items() if n > 0}
 
-    def metric_order(self, added: Sequence[dict[str, Any]] = ()) -> tuple[array, list[dict[str, Any]]]:
+    def metric_order(self, added: Sequence[dict[str, Any]] = ()) -> tuple[Iterator[int], list[dict[str, Any]]]:
         """The group's ``/aggregate_metrics`` body by key (``rows/metric_body.py``): each real row's
         offset in the output file, or ``ADDED`` for the next of the zeros the policies ``added``,
-        which are returned in that order too."""
+        which are returned in that order too. The offsets are looked up as they are taken."""
         if not added:
-            return array("q", map(self.offsets.__getitem__, self.real_order())), []
+            return map(self.offsets.__getitem__, self.real_order()), []
         by_place = {self.expected.position(key_of(row)): row for row in added}
         places = self.real_order(by_place)
-        order = array("q", (ADDED if at in by_place else self.offsets[at] for at in places))
+        order = (ADDED if at in by_place else self.offsets[at] for at in places)
         return order, [by_place[at] for at in places if at in by_place]
 
 

@@ -459,7 +459,7 @@ def _scan_state(scan: OutputScan) -> dict[str, Any]:
         name: (
             list(g.states()),
             [(r.task(i), r.rollout(i), r.values(i)) for i in range(len(r))],
-            g.metric_order(),
+            list(g.metric_order()[0]),
             g.fields,
         )
         for name, g in scan.groups.items()
