@@ -61,7 +61,7 @@ class Lingering:
             raise RequestTimeout(
                 f"the dispatcher process did not answer within {timeout + ANSWER_GRACE_S:g}s"
             ) from None
-        except (ChannelClosed, OSError) as exc:
+        except (ChannelClosed, OSError, MessageError) as exc:  # gone, or no longer speaking its part
             self.end()
             why = exit_status(process) if isinstance(exc, ChannelClosed) else exc
             raise RequestFailed(f"the dispatcher process went away ({why})") from None
