@@ -57,4 +57,3 @@ def test_a_dispatcher_stopped_while_it_sends_the_metrics_is_given_up_after_the_t
         "computed locally instead"
     )
     assert not Path(f"/proc/{dispatcher}").exists(), "killed and reaped"
-
