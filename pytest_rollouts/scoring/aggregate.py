@@ -201,7 +201,7 @@ class _GroupMetrics:
             score.metrics[STATISTICS]["baseline_comparison"] = baseline.group_entry(name)
         real = group.rollouts() if added else rollouts
         usage = usage_summary(real)
-        if usage is not None and "usage_summary" not in score.metrics:
+        if usage is not None and score.metrics.get("usage_summary") is None:
             score.metrics["usage_summary"] = usage
         if masking := masking_metrics(name, accounting.coverage, real):
             score.metrics.setdefault(MASKING, masking)

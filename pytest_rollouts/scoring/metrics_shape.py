@@ -18,6 +18,9 @@ from typing import Any
 
 # Sections whose every value is a number (null: undefined, as local metrics write it).
 NUMBERS = ("key_metrics", "agent_metrics", "usage_summary", "perf_summary")
+# Of those, the ones a reply may give as null for none at all: NeMo Gym 0.7.0's agents answer
+# ``"perf_summary": null``, and the run then writes its own, as for a reply without one.
+MAY_BE_NULL = frozenset(("usage_summary", "perf_summary"))
 USAGE = "usage_summary"
 # What every usage_summary holds (``scoring/usage.py``); a total without its mean is half of one.
 USAGE_COUNT = "num_rollouts"
@@ -53,6 +56,8 @@ def odd_values(metrics: Mapping[str, Any]) -> list[str]:
         if section not in metrics:
             continue
         values = metrics[section]
+        if values is None and section in MAY_BE_NULL:
+            continue
         if not isinstance(values, Mapping):
             odd.append(f"{section}: {_shown(values)}, not an object")
             continue

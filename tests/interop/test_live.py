@@ -133,6 +133,9 @@ def test_our_run_equals_nemo_gyms(stack, complete, tmp_path: Path, mode: str) ->
     _finished(_ours(stack, out, *MODES[mode][0]))
     _same_run(out, complete[mode])
     assert artifacts(tmp_path)["_materialized_inputs"] == artifacts(complete[mode].parent)["_materialized_inputs"]
+    # NeMo Gym's own metrics, asked of its server (its "perf_summary": null was once refused as odd).
+    [entry] = orjson.loads((tmp_path / "rollouts_aggregate_metrics.json").read_bytes())
+    assert entry["metrics_source"] == "server", entry.get("metrics_note")
 
 
 @pytest.mark.parametrize("mode", MODES)

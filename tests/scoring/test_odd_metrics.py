@@ -56,6 +56,19 @@ def test_an_odd_metrics_reply_is_named_and_the_runs_own_metrics_stand(
     assert main(["report", str(pytester.path / "out" / "r.jsonl"), "-o", str(pytester.path / "again.html")]) == 0
 
 
+def test_a_metrics_reply_with_null_summaries_stands_and_the_run_writes_its_own(pytester: pytest.Pytester) -> None:
+    """NeMo Gym 0.7.0's agents answer ``"perf_summary": null``: their whole reply was refused as odd
+    ("perf_summary: None, not an object") and every such run's metrics were computed locally."""
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    reply = {"agent_metrics": METRICS, "key_metrics": METRICS, "usage_summary": None, "perf_summary": None}
+    with ScriptedAgent(aggregate=lambda body: reply) as agent:
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    [entry] = orjson.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_bytes())
+    assert (entry["metrics_source"], entry["key_metrics"]) == ("server", METRICS), entry.get("metrics_note")
+    assert entry["perf_summary"]["count"] == 3 and entry["usage_summary"]["num_rollouts"] == 3
+
+
 def test_a_metrics_reply_cannot_rename_its_group(pytester: pytest.Pytester) -> None:
     """A server's reply that names an ``agent_ref`` (or an environment server) renamed its group in
     the metrics file: two entries for one agent, none for the other, and ``report`` printed them."""
