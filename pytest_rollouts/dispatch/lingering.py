@@ -22,10 +22,14 @@ from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBu
 from pytest_rollouts.dispatch.messages import Fatal, MessageError, MetricsPosted, PostMetrics, decode, encode
 from pytest_rollouts.dispatch.process import end_process, exit_status
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout
-from pytest_rollouts.store.jsonl import JsonlError
+from pytest_rollouts.store.jsonl import JsonlError, dumps
 
 # Past a request's own timeout, how long its answer is waited for before the process is taken as stuck.
 ANSWER_GRACE_S = 5.0
+# The dispatcher reads its input at once, whatever its request is doing: this long without taking
+# any of a message, it is stuck.
+WRITE_LIMIT_S = 60.0
+POLL_S = 60.0
 READ_BYTES = 1 << 16
 
 
@@ -52,9 +56,10 @@ class Lingering:
         if process is None:
             raise RequestFailed("the dispatcher process has ended")
         assert process.stdin is not None and process.stdout is not None
-        msg = PostMetrics(url, dict(headers), str(out), list(order), added, timeout)
+        rows = [dumps(row).decode() for row in added]  # NaN and big integers, which orjson alone refuses
+        msg = PostMetrics(url, dict(headers), str(out), list(order), rows, timeout)
         try:
-            write_all(process.stdin.fileno(), encode(msg), timeout + ANSWER_GRACE_S)
+            write_all(process.stdin.fileno(), encode(msg), WRITE_LIMIT_S)
             answer = self._answer(process.stdout.fileno(), time.monotonic() + timeout + ANSWER_GRACE_S)
         except (TimeoutError, ChannelStuck):
             self.end(stuck=True)
@@ -81,10 +86,14 @@ class Lingering:
             end_process(process, stuck=stuck)
 
     def _answer(self, fd: int, deadline: float) -> MetricsPosted | Fatal:
+        poller = select.poll()  # not select: a caller may hold over 1024 descriptors
+        poller.register(fd, select.POLLIN)
         while not self._inbox:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
                 raise TimeoutError
+            if not poller.poll(min(left, POLL_S) * 1000):  # a timeout of days is past poll's range
+                continue
             data = os.read(fd, READ_BYTES)
             if not data:
                 raise ChannelClosed("the dispatcher channel closed")

@@ -194,7 +194,8 @@ class PostMetrics:
     headers: dict[str, str]
     out: str
     order: list[int]
-    added: list[dict[str, Any]]
+    # The added rows, each as JSON text (``rows/metric_body.py``).
+    added: list[str]
     timeout: float
 
 

@@ -9,6 +9,7 @@ answering each ``PostMetrics`` with ``MetricsPosted``; pytest's side is ``dispat
 from __future__ import annotations
 
 import asyncio
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -43,21 +44,27 @@ class Relay:
         task.add_done_callback(self._posts.discard)
 
     def crash(self, exc: BaseException) -> None:
-        """A message pytest should not have sent: say so, and end (pytest scores locally)."""
-        self._send(encode(Fatal("a bug in the dispatcher:\n" + "".join(traceback.format_exception(exc)))))
+        """A message out of place, or a bug while sending: said on stderr and to pytest (which then
+        scores locally), and the relay ends."""
+        why = "a bug in the dispatcher:\n" + "".join(traceback.format_exception(exc))
+        sys.stderr.write(f"pytest-rollouts: the metrics relay stopped: {why}\n")
+        self._send(encode(Fatal(why)))
         self._ended.set()
 
     def input_closed(self) -> None:
         self._ended.set()
 
     async def _post(self, msg: PostMetrics) -> None:
-        route, headers, body = metrics_request(msg.headers, Path(msg.out), msg.order, msg.added)
+        added = [row.encode() for row in msg.added]
+        route, headers, body = metrics_request(msg.headers, Path(msg.out), msg.order, added)
         try:
             reply = await bounded("POST", msg.url, route, headers, body, timeout=msg.timeout)
         except RequestError as exc:
             answer = MetricsPosted(failed=str(exc))
         except JsonlError as exc:
             answer = MetricsPosted(unreadable=str(exc))
+        except OSError as exc:  # the output file gone or unreadable: no body to send
+            answer = MetricsPosted(failed=f"cannot read the rows to send: {exc}")
         except Exception as exc:
             self.crash(exc)
             return

@@ -102,7 +102,10 @@ def end_process(process: subprocess.Popen[bytes], *, stuck: bool = False) -> str
     try:
         process.stdin.close()
         if not stuck:
-            select.select([process.stdout], [], [], EXIT_SEEN_S)
+            # poll, not select: a caller holding over 1024 descriptors (a trainer) is no error.
+            poller = select.poll()
+            poller.register(process.stdout.fileno(), select.POLLIN)
+            poller.poll(EXIT_SEEN_S * 1000)
         try:
             process.wait(timeout=0 if stuck else CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

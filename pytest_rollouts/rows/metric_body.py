@@ -22,7 +22,7 @@ ROUTE = "/aggregate_metrics"
 
 
 def metrics_request(
-    headers: Mapping[str, str], out: Path, order: Iterable[int], added: Iterable[dict[str, Any]]
+    headers: Mapping[str, str], out: Path, order: Iterable[int], added: Iterable[bytes]
 ) -> tuple[str, dict[str, str], Iterator[bytes]]:
     """The request's route, head and body (``metrics_body``), as both senders send it."""
     return ROUTE, {**headers, "Content-Type": "application/json"}, metrics_body(out, order, added)
@@ -37,19 +37,23 @@ def metric_input(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def metrics_body(out: Path, order: Iterable[int], added: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+def metrics_body(out: Path, order: Iterable[int], added: Iterable[bytes]) -> Iterator[bytes]:
     """``{"verify_responses": [...]}`` in chunks of about ``BODY_CHUNK_BYTES`` (one send each, not
     one per row): each of ``order`` is the row at that offset of ``out``, or (``ADDED``) the next
-    of ``added``, which are metric input already."""
+    of ``added``: metric input already, each written as JSON (``store.jsonl.dumps``: NaN and
+    integers past 64 bits as Python's ``json`` writes them, which a dispatcher message cannot carry)."""
     return _batches(_verify_responses(out, order, iter(added)))
 
 
-def _verify_responses(out: Path, order: Iterable[int], added: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+def _verify_responses(out: Path, order: Iterable[int], added: Iterator[bytes]) -> Iterator[bytes]:
     yield b'{"verify_responses":['
     with LineReader() as reader:
         for position, offset in enumerate(order):
-            row = next(added) if offset == ADDED else metric_input(parse_object(reader.read(out, offset), out, 0))
-            yield (b"," if position else b"") + dumps(row)
+            if offset == ADDED:
+                row = next(added)
+            else:
+                row = dumps(metric_input(parse_object(reader.read(out, offset), out, 0)))
+            yield (b"," if position else b"") + row
     yield b"]}"
 
 

@@ -17,7 +17,7 @@ from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.blocking import RequestError, request
 from pytest_rollouts.rows.metric_body import ROUTE, metrics_request
 from pytest_rollouts.scoring.metrics_shape import odd_values
-from pytest_rollouts.store.jsonl import object_from
+from pytest_rollouts.store.jsonl import dumps, object_from
 
 NOT_IMPLEMENTED = frozenset({404, 405})
 # How much of a metrics server's error reply the metrics note shows.
@@ -47,7 +47,7 @@ def post_here(
     url: str, headers: Mapping[str, str], out: Path, order: Iterable[int], added: list[dict[str, Any]], timeout: float
 ) -> tuple[int, bytes]:
     """``MetricsPost`` from this process, on a private event loop (``net/blocking.py``)."""
-    route, head, body = metrics_request(headers, out, order, added)
+    route, head, body = metrics_request(headers, out, order, map(dumps, added))
     reply = request("POST", url, route, head, body, timeout=timeout)
     return reply.status, reply.body
 

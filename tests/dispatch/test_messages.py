@@ -50,7 +50,7 @@ EXAMPLES: list[messages.Message] = [
     messages.Fatal("cannot write out/r.jsonl"),
     messages.Closed(3),
     messages.PostMetrics(
-        "http://127.0.0.1:9", {"Authorization": "Bearer k"}, "out/r.jsonl", [0, -1, 120], [{"reward": 0.0}], 30.0
+        "http://127.0.0.1:9", {"Authorization": "Bearer k"}, "out/r.jsonl", [0, -1, 120], ['{"reward":NaN}'], 30.0
     ),
     messages.MetricsPosted(200, '{"mean/reward": 0.5}'),
     messages.MetricsPosted(failed="Server disconnected"),

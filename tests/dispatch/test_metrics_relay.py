@@ -7,11 +7,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-from ..agents import Reply, ScriptedAgent
+from pytest_rollouts.store.jsonl import dumps
+
+from ..agents import Reply, ScriptedAgent, verifier
 from ..helpers import dispatchers_of, pytest_command, tasks, write_rows
 from ..resume.stops import assert_no_traceback, finish, session, wait_for
 
@@ -57,3 +62,28 @@ def test_a_dispatcher_stopped_while_it_sends_the_metrics_is_given_up_after_the_t
         "computed locally instead"
     )
     assert not Path(f"/proc/{dispatcher}").exists(), "killed and reaped"
+
+
+@pytest.mark.parametrize("value", ["NaN", "123456789012345678901234567890"])
+def test_an_added_zero_holding_nan_or_a_big_integer_reaches_the_server(pytester: pytest.Pytester, value: str) -> None:
+    """A policy's zero carries its task's dataset fields, which may hold NaN or an integer past 64
+    bits (read as Python's ``json`` reads them). Sent in a dispatcher message as rows, they were a
+    ``TypeError`` out of scoring: no metrics file, exit 1. They go as JSON text, as the body has them."""
+    rows = [f'{{"responses_create_params": {{"input": "q{i}"}}, "weight": {value}}}' for i in range(3)]
+    (pytester.path / "data.jsonl").write_text("\n".join(rows) + "\n")
+
+    def behaviour(row: dict[str, Any], seen: int) -> Reply:
+        if row["_ng_task_index"] == 0:
+            return Reply(status=400, json={"error": "bad"})
+        return Reply(raw=orjson.dumps(verifier(row, seen).json)[:-1] + f', "weight": {value}}}'.encode())
+
+    metrics = {"agent_metrics": {"mean/reward": 0.5}, "key_metrics": {"mean/reward": 0.5}}
+    with ScriptedAgent(behaviour, aggregate=lambda body: metrics) as agent:
+        command = pytest_command(agent.url, "--rollouts-count-as-zero=agent_run_error")
+        done = subprocess.run(command, cwd=pytester.path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == pytest.ExitCode.OK, done.stdout + done.stderr
+        [body] = agent.aggregate_bodies
+    zero = body["verify_responses"][0]
+    assert (zero["_ng_task_index"], zero["reward"], dumps(zero["weight"])) == (0, 0.0, value.encode())
+    [group] = json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    assert group["metrics_source"] == "server"
