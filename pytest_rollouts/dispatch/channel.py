@@ -9,7 +9,6 @@ ends when its input closes, so a dead pytest leaves nothing running.
 from __future__ import annotations
 
 import operator
-import os
 import select
 import subprocess
 import time
@@ -57,7 +56,6 @@ FREED_BATCH = 32
 # stopped process): pytest fails rather than waits.
 SILENCE_LIMIT_S = 120.0
 STUCK_GRACE_S = 5.0
-READ_BYTES = 1 << 16
 
 
 class DispatcherError(RuntimeError):
@@ -339,10 +337,7 @@ class Dispatcher:
                     f"the dispatcher process sent nothing for {SILENCE_LIMIT_S:.0f} s: it is stuck "
                     "(a blocked file system? a stopped process?) and was stopped"
                 )
-            data = os.read(fd, READ_BYTES)
-            if not data:
-                raise ChannelClosed("the dispatcher channel closed")
-            self._inbox.extend(self._received.feed(data))
+            self._inbox.extend(self._received.read(fd))
         msg = decode(self._inbox.popleft())
         if not isinstance(msg, FromEngine):
             raise MessageError(f"message {msg.tag!r} is not one the engine sends")

@@ -344,11 +344,13 @@ async def _serve(stdin: Any, stdout: Any) -> str:
     pace_process()
     _, pipe = await loop.connect_read_pipe(lambda: Input(engine), stdin)
     await engine.run()
-    if not (engine.crashed or pipe.closed or output.closed):  # pytest may still ask for its /aggregate_metrics
+    crashed = engine.crashed
+    if not (crashed or pipe.closed or output.closed):  # pytest may still ask for its /aggregate_metrics
         relay = pipe.receiver = output.receiver = Relay(output.send)
+        del engine, plan  # let go of the plan and the engine's state (arrays per rollout) while it relays
         await relay.serve()
     output.close()
-    return engine.crashed
+    return crashed
 
 
 def _runner() -> Callable[[Coroutine[Any, Any, str]], str]:

@@ -13,6 +13,7 @@ import time
 from typing import BinaryIO
 
 _LENGTH = struct.Struct(">I")
+READ_BYTES = 1 << 16
 
 
 class ChannelClosed(EOFError):
@@ -78,6 +79,14 @@ class FrameBuffer:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+
+    def read(self, fd: int) -> list[bytes]:
+        """One read of ``fd`` (what is there, up to ``READ_BYTES``), and the frames it completes;
+        ``ChannelClosed`` at the end of its input."""
+        data = os.read(fd, READ_BYTES)
+        if not data:
+            raise ChannelClosed("the dispatcher channel closed")
+        return self.feed(data)
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buffer += data

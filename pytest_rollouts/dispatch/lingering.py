@@ -9,20 +9,17 @@ locally, as for any server that failed.
 
 from __future__ import annotations
 
-import os
 import select
 import subprocess
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any
 
 from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
 from pytest_rollouts.dispatch.messages import Fatal, MessageError, MetricsPosted, PostMetrics, decode, encode
 from pytest_rollouts.dispatch.process import end_process, exit_status
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout
-from pytest_rollouts.store.jsonl import JsonlError, dumps
+from pytest_rollouts.rows.metric_body import MetricsRequest
+from pytest_rollouts.store.jsonl import JsonlError
 
 # Past a request's own timeout, how long its answer is waited for before the process is taken as stuck.
 ANSWER_GRACE_S = 5.0
@@ -30,7 +27,6 @@ ANSWER_GRACE_S = 5.0
 # any of a message, it is stuck.
 WRITE_LIMIT_S = 60.0
 POLL_S = 60.0
-READ_BYTES = 1 << 16
 
 
 class Lingering:
@@ -41,23 +37,15 @@ class Lingering:
         self._frames = FrameBuffer()
         self._inbox: deque[bytes] = deque()
 
-    def post_metrics(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        out: Path,
-        order: Iterable[int],
-        added: list[dict[str, Any]],
-        timeout: float,
-    ) -> tuple[int, bytes]:
+    def post_metrics(self, metrics: MetricsRequest) -> tuple[int, bytes]:
         """One group's request, sent by the dispatcher process: the reply's status and body.
         ``RequestFailed`` or ``RequestTimeout`` without one, ``JsonlError`` for a row it could not read."""
         process = self._process
         if process is None:
             raise RequestFailed("the dispatcher process has ended")
         assert process.stdin is not None and process.stdout is not None
-        rows = [dumps(row).decode() for row in added]  # NaN and big integers, which orjson alone refuses
-        msg = PostMetrics(url, dict(headers), str(out), list(order), rows, timeout)
+        timeout, added = metrics.timeout, [row.decode() for row in metrics.added]
+        msg = PostMetrics(metrics.url, dict(metrics.headers), str(metrics.out), list(metrics.order), added, timeout)
         try:
             write_all(process.stdin.fileno(), encode(msg), WRITE_LIMIT_S)
             answer = self._answer(process.stdout.fileno(), time.monotonic() + timeout + ANSWER_GRACE_S)
@@ -94,10 +82,7 @@ class Lingering:
                 raise TimeoutError
             if not poller.poll(min(left, POLL_S) * 1000):  # a timeout of days is past poll's range
                 continue
-            data = os.read(fd, READ_BYTES)
-            if not data:
-                raise ChannelClosed("the dispatcher channel closed")
-            self._inbox.extend(self._frames.feed(data))
+            self._inbox.extend(self._frames.read(fd))
         answer = decode(self._inbox.popleft())
         if not isinstance(answer, MetricsPosted | Fatal):
             raise MessageError(f"message {answer.tag!r} is not the answer to a metrics request")

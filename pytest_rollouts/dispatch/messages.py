@@ -194,7 +194,7 @@ class PostMetrics:
     headers: dict[str, str]
     out: str
     order: list[int]
-    # The added rows, each as JSON text (``rows/metric_body.py``).
+    # The added rows, each as JSON text (``rows/metric_body.MetricsRequest``).
     added: list[str]
     timeout: float
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pytest_rollouts.dispatch.messages import Fatal, MessageError, MetricsPosted, PostMetrics, decode, encode
 from pytest_rollouts.net.blocking import RequestError, bounded
-from pytest_rollouts.rows.metric_body import metrics_request
+from pytest_rollouts.rows.metric_body import MetricsRequest
 from pytest_rollouts.store.jsonl import JsonlError
 
 
@@ -56,9 +56,9 @@ class Relay:
 
     async def _post(self, msg: PostMetrics) -> None:
         added = [row.encode() for row in msg.added]
-        route, headers, body = metrics_request(msg.headers, Path(msg.out), msg.order, added)
+        metrics = MetricsRequest(msg.url, msg.headers, Path(msg.out), msg.order, added, msg.timeout)
         try:
-            reply = await bounded("POST", msg.url, route, headers, body, timeout=msg.timeout)
+            reply = await bounded("POST", msg.url, *metrics.parts(), timeout=msg.timeout)
         except RequestError as exc:
             answer = MetricsPosted(failed=str(exc))
         except JsonlError as exc:

@@ -2,13 +2,14 @@
 
 Built where the request is sent: in pytest's process for the Python API and an xdist controller,
 in the dispatcher process for a pytest session (``dispatch/metrics_relay.py``), which has the HTTP
-client loaded. Both get the same ``order`` (a row's byte offset in the output file, or ``ADDED``)
-and the same rows, so the two bodies cannot differ.
+client loaded. Both get the same ``MetricsRequest`` (its ``order``: a row's byte offset in the
+output file, or ``ADDED``), so the two bodies cannot differ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,24 @@ BODY_CHUNK_BYTES = 1 << 16
 ROUTE = "/aggregate_metrics"
 
 
-def metrics_request(
-    headers: Mapping[str, str], out: Path, order: Iterable[int], added: Iterable[bytes]
-) -> tuple[str, dict[str, str], Iterator[bytes]]:
-    """The request's route, head and body (``metrics_body``), as both senders send it."""
-    return ROUTE, {**headers, "Content-Type": "application/json"}, metrics_body(out, order, added)
+@dataclass
+class MetricsRequest:
+    """One group's ``/aggregate_metrics``, as whichever process sends it needs it: where to, and the
+    body's recipe (``metrics_body``). ``added``: the zeros the scoring policies add, already written
+    as JSON (``store.jsonl.dumps``: NaN and integers past 64 bits as Python's ``json`` writes them,
+    which a dispatcher message cannot carry as values)."""
+
+    url: str
+    headers: Mapping[str, str]
+    out: Path
+    order: Iterable[int]
+    added: list[bytes]
+    timeout: float
+
+    def parts(self) -> tuple[str, dict[str, str], Iterator[bytes]]:
+        """The route, head and body, as both senders send them."""
+        head = {**self.headers, "Content-Type": "application/json"}
+        return ROUTE, head, metrics_body(self.out, self.order, self.added)
 
 
 def metric_input(row: dict[str, Any]) -> dict[str, Any]:
@@ -40,8 +54,7 @@ def metric_input(row: dict[str, Any]) -> dict[str, Any]:
 def metrics_body(out: Path, order: Iterable[int], added: Iterable[bytes]) -> Iterator[bytes]:
     """``{"verify_responses": [...]}`` in chunks of about ``BODY_CHUNK_BYTES`` (one send each, not
     one per row): each of ``order`` is the row at that offset of ``out``, or (``ADDED``) the next
-    of ``added``: metric input already, each written as JSON (``store.jsonl.dumps``: NaN and
-    integers past 64 bits as Python's ``json`` writes them, which a dispatcher message cannot carry)."""
+    of ``added``, metric input already written as JSON."""
     return _batches(_verify_responses(out, order, iter(added)))
 
 

@@ -8,14 +8,14 @@ with any header value it echoes redacted. A pytest session has its dispatcher pr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.blocking import RequestError, request
-from pytest_rollouts.rows.metric_body import ROUTE, metrics_request
+from pytest_rollouts.rows.metric_body import ROUTE, MetricsRequest
 from pytest_rollouts.scoring.metrics_shape import odd_values
 from pytest_rollouts.store.jsonl import dumps, object_from
 
@@ -28,27 +28,13 @@ class MetricsServerError(RuntimeError):
     """A server that has ``/aggregate_metrics`` but failed to answer it."""
 
 
-class MetricsPost(Protocol):
-    """Sends one group's request: ``order`` and ``added`` as ``rows/metric_body.metrics_body`` takes
-    them. Its reply's status and body; ``RequestError`` without one."""
-
-    def __call__(
-        self,
-        url: str,
-        headers: Mapping[str, str],
-        out: Path,
-        order: Iterable[int],
-        added: list[dict[str, Any]],
-        timeout: float,
-    ) -> tuple[int, bytes]: ...
+# Sends one group's request: its reply's status and body; ``RequestError`` without one.
+MetricsPost = Callable[[MetricsRequest], tuple[int, bytes]]
 
 
-def post_here(
-    url: str, headers: Mapping[str, str], out: Path, order: Iterable[int], added: list[dict[str, Any]], timeout: float
-) -> tuple[int, bytes]:
+def post_here(metrics: MetricsRequest) -> tuple[int, bytes]:
     """``MetricsPost`` from this process, on a private event loop (``net/blocking.py``)."""
-    route, head, body = metrics_request(headers, out, order, map(dumps, added))
-    reply = request("POST", url, route, head, body, timeout=timeout)
+    reply = request("POST", metrics.url, *metrics.parts(), timeout=metrics.timeout)
     return reply.status, reply.body
 
 
@@ -72,7 +58,7 @@ def server_metrics(
     address = Address.parse(url, ROUTE)
     redact = Redactor({"": address.with_credentials(headers)})
     try:
-        status, body = (post or post_here)(url, headers, out, order, added, timeout)
+        status, body = (post or post_here)(MetricsRequest(url, headers, out, order, list(map(dumps, added)), timeout))
     except RequestError as exc:  # refused, reset, too slow, or a reply that is not HTTP
         raise MetricsServerError(f"{address.shown} failed: {redact(str(exc))}") from None
     if status in NOT_IMPLEMENTED:
