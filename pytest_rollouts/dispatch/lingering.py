@@ -1,6 +1,6 @@
 """pytest's side of the dispatcher process after ``Closed``: the run's ``/aggregate_metrics`` sent
-through it (``metrics_relay.py``), so pytest's process never loads an event loop or the HTTP
-client; then the process ended, once scoring is done.
+through it (``metrics_relay.py``), so pytest's process loads no event loop or HTTP client for it;
+then the process ended, once scoring is done.
 
 Each request is bounded there by its own timeout; here the answer is waited for a little longer
 than that, and a process that does not answer by then is ended: the group's metrics are computed

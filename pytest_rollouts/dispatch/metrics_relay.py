@@ -2,7 +2,7 @@
 
 Every rollout is done and every artifact closed, but this process has an event loop and the HTTP
 client loaded, which pytest's process would import only for these few requests (asyncio, ssl and
-httptools: more than a one-row session's whole scoring). So it stays until pytest closes its input,
+httptools: about 70 M instructions of a one-row session). So it stays until pytest closes its input,
 answering each ``PostMetrics`` with ``MetricsPosted``; pytest's side is ``dispatch/lingering.py``.
 """
 

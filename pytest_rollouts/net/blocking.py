@@ -42,7 +42,7 @@ def request(
     running event loop.
 
     asyncio and httptools are imported here, on a process's first such request: a pytest session
-    has its dispatcher process send its requests, and never loads them.
+    has its dispatcher process send ``/aggregate_metrics``, and loads them only for a head server.
     """
     import asyncio
 
