@@ -34,6 +34,8 @@ class Lingering:
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process: subprocess.Popen[bytes] | None = process
+        # Why it did not exit once ended (here, or by a failed request), or "": ``end`` returns it.
+        self._unended = ""
         self._frames = FrameBuffer()
         self._inbox: deque[bytes] = deque()
 
@@ -67,11 +69,16 @@ class Lingering:
             raise RequestFailed(answer.failed)
         return answer.status, answer.body.encode("latin-1")
 
-    def end(self, *, stuck: bool = False) -> None:
-        """Close its input: it cancels what it still sends and exits (``stuck``: killed at once)."""
+    def end(self, *, stuck: bool = False) -> str:
+        """Close its input: it cancels what it still sends and exits (``stuck``: killed at once).
+
+        Why it did not exit even when killed, or "": for the caller to say, as nothing else
+        reports it after scoring. A process ended already (a request that failed ended it) is not
+        ended again, but why it did not exit then is returned again."""
         process, self._process = self._process, None
         if process is not None:
-            end_process(process, stuck=stuck)
+            self._unended = end_process(process, stuck=stuck)
+        return self._unended
 
     def _answer(self, fd: int, deadline: float) -> MetricsPosted | Fatal:
         poller = select.poll()  # not select: a caller may hold over 1024 descriptors

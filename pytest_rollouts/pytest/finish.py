@@ -53,8 +53,8 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
             say(put_back)
     not_here = this.worker or config.option.collectonly
     if not_here or not end.scored or put_back or (run is None and not tally.items):
-        if run is not None:
-            run.close()
+        if run is not None and (unended := run.close()):
+            say("rollouts: " + unended)
         return Ending(judge_run(None, end), put_back=put_back)
     from pytest_rollouts.pytest.session import RolloutRun
 
@@ -70,7 +70,8 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
         return _stopped(end, f"Interrupted while scoring: {run.life.withdraw_conclusions()}", put_back)
     finally:
-        run.close()
+        if unended := run.close():  # after scoring, only this says it
+            say("rollouts: " + unended)
     verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
         from pytest_rollouts.lifecycle.stages import PublishStopped

@@ -381,11 +381,11 @@ class RolloutRun:
             self.dispatch_record = self.dispatch_record.merged(dispatcher.record)
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
-    def close(self) -> None:
-        """End the dispatcher process and the embedded agents: both outlive dispatch for ``/aggregate_metrics``."""
+    def close(self) -> str:
+        """End the dispatcher process and the embedded agents: both outlive dispatch for ``/aggregate_metrics``.
+        Why the dispatcher process did not exit, even when killed, or "": for the caller to say."""
         self.finish()
-        if self.lingering is not None:
-            self.lingering.end()
+        unended = "" if self.lingering is None else self.lingering.end()
         if self._engine is not None:
             stop_unused(self._engine)
             self._engine = None
@@ -394,6 +394,7 @@ class RolloutRun:
         if self.trace is not None:
             self.trace.end()
             self.trace = None
+        return unended
 
     def shown(self, path: Path) -> str:
         return os.path.relpath(path, self.config.invocation_params.dir)
