@@ -12,6 +12,8 @@ MAX_SHARDS = 1_000_000
 MAX_SECONDS = 30 * 24 * 3600.0
 # A timeout or budget below a millisecond ends every rollout before its request is written.
 MIN_SECONDS = 0.001
+# One agent's ``GET /health`` (``dispatch/health.py``), and so what pytest waits for its dispatcher's answer.
+HEALTH_CHECK_S = 10.0
 
 
 class AdaptiveParallel(int):

@@ -10,10 +10,13 @@ import os
 import select
 import struct
 import time
+from collections import deque
 from typing import BinaryIO
 
 _LENGTH = struct.Struct(">I")
 READ_BYTES = 1 << 16
+# poll takes milliseconds in a C int (about 24.8 days): a longer wait goes in steps of this.
+POLL_STEP_S = 60.0
 
 
 class ChannelClosed(EOFError):
@@ -72,6 +75,23 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes:
         chunks.append(data)
         size -= len(data)
     return b"".join(chunks)
+
+
+def next_frame(fd: int, frames: FrameBuffer, inbox: deque[bytes], deadline: float) -> bytes:
+    """The next frame of ``fd``: the first one ``inbox`` holds, or read (the frames after it go to
+    ``inbox``); ``TimeoutError`` at ``deadline`` (``time.monotonic``), ``ChannelClosed`` at its end.
+
+    Waits by ``poll``, not ``select``: a caller may hold descriptors past 1024 (a trainer with
+    many files open), which ``select`` refuses."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while not inbox:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        if poller.poll(min(left, POLL_STEP_S) * 1000):
+            inbox.extend(frames.read(fd))
+    return inbox.popleft()
 
 
 class FrameBuffer:

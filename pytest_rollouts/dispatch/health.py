@@ -24,12 +24,12 @@ from typing import Any
 
 import orjson
 
+from pytest_rollouts.config.bounds import HEALTH_CHECK_S
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Target
 
 HEALTH_PATH = "/health"
-TIMEOUT_S = 10.0
 HEALTHY_WORDS = frozenset({"ok", "healthy", "pass", "passed", "up", "ready", "true"})
 SHOWN_BODY_CHARS = 300
 # A reply listing many checks must be read whole to be judged; only its start is shown.
@@ -120,10 +120,10 @@ async def check_agents(
 
 async def _check(pool: Pool, target: Target, ignored: Collection[str], redact: Redactor) -> str | None:
     try:
-        async with asyncio.timeout(TIMEOUT_S):
+        async with asyncio.timeout(HEALTH_CHECK_S):
             reply = await pool.request(target, read_limit=MAX_JUDGED_BYTES)
     except TimeoutError:
-        return f"no reply within {TIMEOUT_S:g}s"
+        return f"no reply within {HEALTH_CHECK_S:g}s"
     except HttpError as exc:
         return f"{exc.kind}: {exc}"
     return judge(reply.status, reply.body, ignored, redact)

@@ -9,12 +9,11 @@ locally, as for any server that failed.
 
 from __future__ import annotations
 
-import select
 import subprocess
 import time
 from collections import deque
 
-from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, write_all
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, next_frame, write_all
 from pytest_rollouts.dispatch.messages import Fatal, MessageError, MetricsPosted, PostMetrics, decode, encode
 from pytest_rollouts.dispatch.process import end_process, exit_status
 from pytest_rollouts.net.blocking import RequestFailed, RequestTimeout
@@ -26,7 +25,6 @@ ANSWER_GRACE_S = 5.0
 # The dispatcher reads its input at once, whatever its request is doing: this long without taking
 # any of a message, it is stuck.
 WRITE_LIMIT_S = 60.0
-POLL_S = 60.0
 
 
 class Lingering:
@@ -81,16 +79,7 @@ class Lingering:
         return self._unended
 
     def _answer(self, fd: int, deadline: float) -> MetricsPosted | Fatal:
-        poller = select.poll()  # not select: a caller may hold over 1024 descriptors
-        poller.register(fd, select.POLLIN)
-        while not self._inbox:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            if not poller.poll(min(left, POLL_S) * 1000):  # a timeout of days is past poll's range
-                continue
-            self._inbox.extend(self._frames.read(fd))
-        answer = decode(self._inbox.popleft())
+        answer = decode(next_frame(fd, self._frames, self._inbox, deadline))
         if not isinstance(answer, MetricsPosted | Fatal):
             raise MessageError(f"message {answer.tag!r} is not the answer to a metrics request")
         return answer

@@ -7,13 +7,17 @@ process, started early so its imports overlap with pytest's collection.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import subprocess
 import sys
+import time
+from collections import deque
 from pathlib import Path
 
-from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
+from pytest_rollouts.config.bounds import HEALTH_CHECK_S
+from pytest_rollouts.dispatch.frames import ChannelClosed, FrameBuffer, next_frame, write_all
 from pytest_rollouts.dispatch.messages import (
     CheckHealth,
     Fatal,
@@ -27,6 +31,9 @@ from pytest_rollouts.dispatch.messages import (
 CLOSE_TIMEOUT_S = 60.0
 # How long the end of the dispatcher's output is waited for once its input is closed (it exits in ms).
 EXIT_SEEN_S = 1.0
+# What the dispatcher process may take to start (its imports: a tenth of a second, seconds on a
+# loaded machine or a cold disk) before its health checks' own bound counts.
+START_LIMIT_S = 60.0
 
 
 def spawn_engine() -> subprocess.Popen[bytes]:
@@ -53,13 +60,20 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
     """One line per agent of ``header`` that fails its ``/health``, as the dispatcher process
     (started, no plan yet) checks them: it has the event loop and HTTP client loaded already.
 
-    A blocking read, which Ctrl-C (and SIGTERM, as a session turns it into one) interrupts; an
-    end of its output (it died) is ``HealthUnasked``, never a wait for ever. Each agent's check is
-    bounded there (``dispatch/health.py``)."""
+    Each agent's check is bounded there (``dispatch/health.py``), and the answer here: a process
+    that died is ``HealthUnasked`` at once, one that gives no answer (stopped, or stuck in the
+    kernel) once ``answer_limit_s`` passed. Ctrl-C (and SIGTERM, as a session turns it into one)
+    ends the wait too."""
     assert process.stdin is not None and process.stdout is not None
+    limit = answer_limit_s(header)
     try:
-        write_all(process.stdin.fileno(), encode(CheckHealth(header)))
-        reply = decode(read_frame(process.stdout))
+        write_all(process.stdin.fileno(), encode(CheckHealth(header)), limit)
+        reply = decode(next_frame(process.stdout.fileno(), FrameBuffer(), deque(), time.monotonic() + limit))
+    except TimeoutError:
+        raise HealthUnasked(
+            f"the dispatcher process (pid {process.pid}) gave no answer to the agents' health check in "
+            f"{limit:g}s: it is stopped or stuck; nothing was sent"
+        ) from None
     except (ChannelClosed, OSError):
         raise HealthUnasked(
             f"the dispatcher process exited while it checked the agents' health ({exit_status(process)}); "
@@ -70,6 +84,13 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
     if not isinstance(reply, HealthChecked):
         raise MessageError(f"message {reply.tag!r} is not the answer to a health check")
     return reply.unhealthy
+
+
+def answer_limit_s(header: PlanHeader) -> float:
+    """How long a health check's answer may take: the process's start, then its checks, ``workers``
+    at once, each bounded by ``HEALTH_CHECK_S`` (a second more each, for what surrounds it)."""
+    rounds = 0 if header.health is None else math.ceil(len(header.agents) / max(header.health.workers, 1))
+    return START_LIMIT_S + rounds * (HEALTH_CHECK_S + 1.0)
 
 
 def stop_unused(process: subprocess.Popen[bytes]) -> None:

@@ -112,6 +112,37 @@ def test_a_dispatcher_dying_during_health_checks_fails_the_session_clearly(pytes
     assert_no_traceback(err)
 
 
+def test_a_dispatcher_stopped_during_health_checks_fails_the_session_instead_of_hanging_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dispatcher process that gives no answer (here SIGSTOP; in life blocked in the kernel) held
+    pytest's wait for the health check for ever: it is bounded by the process's start and the checks'
+    own bound (here lowered to a second or two), then the session says so (exit 3), kills it, sends nothing."""
+    process = importlib.import_module("pytest_rollouts.dispatch.process")
+    monkeypatch.setattr(process, "START_LIMIT_S", 1.0)
+    monkeypatch.setattr(process, "HEALTH_CHECK_S", 0.5)
+    write_rows(pytester.path / "data.jsonl", tasks(3))
+    stopped: list[int] = []
+
+    def stop_the_dispatcher() -> None:
+        wait_for(lambda: agent.health_checks > 0, "a health check")
+        [engine] = dispatchers_of(os.getpid())
+        os.kill(engine, signal.SIGSTOP)
+        stopped.append(engine)
+
+    with ScriptedAgent(health=Reply(json={"status": "ok"}, delay=30)) as agent:
+        stopper = threading.Thread(target=stop_the_dispatcher, daemon=True)
+        stopper.start()
+        result = run_rollouts(pytester, "data.jsonl", f"--rollouts-agent={agent.url}")
+        stopper.join(BOUND_S)
+        assert agent.requests == []
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR, result.stdout.str()
+    said = f"the dispatcher process (pid {stopped[0]}) gave no answer to the agents' health check in 2.5s"
+    result.stdout.fnmatch_lines([f"*{said}: it is stopped or stuck; nothing was sent*"])
+    assert dispatchers_of(os.getpid()) == [], "the stopped process was killed and reaped"
+    assert_no_traceback(result.stdout.str())
+
+
 def test_a_stop_under_xdist_before_any_result_puts_the_earlier_results_back(pytester: pytest.Pytester) -> None:
     """The workers had not said what they did when the controller's session ended: the earlier
     results stayed moved aside, without a line saying so, and the run read as one of nothing."""
