@@ -72,6 +72,36 @@ def test_a_dispatcher_killed_while_it_sends_the_metrics_leaves_them_computed_loc
     )
 
 
+def test_after_the_dispatcher_died_on_one_group_the_next_groups_metrics_are_computed_locally(
+    pytester: pytest.Pytester,
+) -> None:
+    """Two agents, two groups: the dispatcher killed while it sends the first group's request, the
+    second is not sent at all (nothing left to send it) and is computed locally too, saying why."""
+    rows = [{**row, "agent_ref": {"name": "a" if i % 2 else "b"}} for i, row in enumerate(tasks(4))]
+    write_rows(pytester.path / "data.jsonl", rows)
+    with ScriptedAgent(aggregate=lambda body: SLOW) as a, ScriptedAgent(aggregate=lambda body: METRICS) as b:
+        command = pytest_command(f"a={a.url}", f"--rollouts-agent=b={b.url}")
+        with session(pytester.path, command) as proc:
+            wait_for(lambda: bool(a.aggregate_bodies), "the first group's /aggregate_metrics request")
+            [dispatcher] = dispatchers_of(proc.pid)
+            os.kill(dispatcher, signal.SIGKILL)
+            out, err = finish(proc)
+        assert b.aggregate_bodies == []
+    assert proc.returncode == pytest.ExitCode.OK, out + err
+    assert_no_traceback(out, err)
+    groups = {
+        g["agent_ref"]["name"]: g for g in json.loads((pytester.path / "out" / "r_aggregate_metrics.json").read_text())
+    }
+    assert {name: g["metrics_source"] for name, g in groups.items()} == {"a": "local", "b": "local"}
+    assert groups["a"]["metrics_note"] == (
+        f"{a.url}/aggregate_metrics failed: the dispatcher process went away (killed by signal 9); "
+        "computed locally instead"
+    )
+    assert groups["b"]["metrics_note"] == (
+        f"{b.url}/aggregate_metrics failed: the dispatcher process has ended; computed locally instead"
+    )
+
+
 def test_a_dispatcher_stopped_while_it_sends_the_metrics_is_given_up_after_the_timeout(
     pytester: pytest.Pytester,
 ) -> None:
