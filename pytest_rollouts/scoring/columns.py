@@ -103,8 +103,11 @@ class RolloutColumns:
         values = self._fields.get(name)
         if values is None:
             return array("d")
-        positions = self.order if rows is None else [self.order[i] for i in rows]
-        found = array("d", (x for x in map(values.__getitem__, positions) if x == x))
+        positions = self.order if rows is None else map(self.order.__getitem__, rows)
+        found = array("d", map(values.__getitem__, positions))
+        if math.isfinite(sum(found)):  # none missing (NaN), none infinite: the common column, kept whole
+            return found
+        found = array("d", (x for x in found if x == x))
         if math.inf in found or -math.inf in found:
             return [written(x) if not math.isfinite(x) else x for x in found]
         return found
