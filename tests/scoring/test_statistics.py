@@ -285,3 +285,21 @@ def test_each_tasks_values_in_one_pass_are_those_of_its_own_slice() -> None:
     assert {t: [repr(x) for x in v] for t, v in found.items()} == {t: [repr(x) for x in v] for t, v in expected.items()}
     assert [type(v) for v in found.values()] == [type(v) for v in expected.values()]
     assert columns.field_by_task("absent") == {}
+
+
+def test_a_fields_values_leave_out_the_missing_and_keep_infinities_whatever_the_column_holds() -> None:
+    """``field`` takes a column whole when one sum says nothing in it is missing or infinite: a NaN
+    or an infinity among the values, or finite ones whose sum overflows, must still come out as the
+    values in order, the missing left out and an infinity a ``NonFinite`` (in a list, not an array)."""
+    rng = random.Random(7)
+    pool = [0.0, -0.0, 1.0, -2.5, math.nan, math.inf, -math.inf, 1e308, -1e308]
+    for _ in range(2000):
+        n = rng.randint(0, 10)
+        values = [rng.choice(pool) for _ in range(n)]
+        columns = RolloutColumns.of_rows((task, 0, {"f": x}, None) for task, x in enumerate(values))
+        rows = None if rng.random() < 0.5 else [rng.randrange(n) for _ in range(rng.randint(0, n))] if n else []
+        picked = values if rows is None else [values[i] for i in rows]
+        expected = [x for x in picked if x == x]
+        found = columns.field("f", rows)
+        assert [repr(x) for x in found] == [repr(x) for x in expected], (values, rows)
+        assert isinstance(found, list) == any(math.isinf(x) for x in expected), (values, rows)
