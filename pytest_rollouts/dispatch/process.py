@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 
 from pytest_rollouts.config.bounds import HEALTH_CHECK_S
-from pytest_rollouts.dispatch.frames import ChannelClosed, FrameBuffer, next_frame, write_all
+from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, next_frame, write_all
 from pytest_rollouts.dispatch.messages import (
     CheckHealth,
     Fatal,
@@ -69,7 +69,7 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
     try:
         write_all(process.stdin.fileno(), encode(CheckHealth(header)), limit)
         reply = decode(next_frame(process.stdout.fileno(), FrameBuffer(), deque(), time.monotonic() + limit))
-    except TimeoutError:
+    except (TimeoutError, ChannelStuck):  # stopped or stuck: it took nothing, or answered nothing
         raise HealthUnasked(
             f"the dispatcher process (pid {process.pid}) gave no answer to the agents' health check in "
             f"{limit:g}s: it is stopped or stuck; nothing was sent"
