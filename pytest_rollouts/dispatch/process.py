@@ -67,7 +67,8 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
     assert process.stdin is not None and process.stdout is not None
     limit = answer_limit_s(header)
     try:
-        write_all(process.stdin.fileno(), encode(CheckHealth(header)), limit)
+        # The process takes its input once it has started, however many agents it is to check.
+        write_all(process.stdin.fileno(), encode(CheckHealth(header)), START_LIMIT_S)
         reply = decode(next_frame(process.stdout.fileno(), FrameBuffer(), deque(), time.monotonic() + limit))
     except (TimeoutError, ChannelStuck):  # stopped or stuck: it took nothing, or answered nothing
         raise HealthUnasked(
