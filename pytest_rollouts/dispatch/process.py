@@ -90,7 +90,7 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
 def answer_limit_s(header: PlanHeader) -> float:
     """How long a health check's answer may take: the process's start, then its checks, ``workers``
     at once, each bounded by ``HEALTH_CHECK_S`` (a second more each, for what surrounds it)."""
-    rounds = 0 if header.health is None else math.ceil(len(header.agents) / max(header.health.workers, 1))
+    rounds = 0 if header.health is None else math.ceil(len(header.agents) / header.health.workers)
     return START_LIMIT_S + rounds * (HEALTH_CHECK_S + 1.0)
 
 
