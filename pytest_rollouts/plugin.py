@@ -103,11 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _refuse_unknown_ini(config)
     decide_role(config)
     if _configured(config):
-        from pytest_rollouts.pytest.session import RolloutRun
+        from pytest_rollouts.pacing import lasting
 
-        run = RolloutRun.get(config)
-        # An xdist controller never dispatches, so it starts no dispatcher process.
-        run.configure(warm=role(config).dispatches and _asked_on_command_line(config))
+        with lasting():  # the run's modules and settings, which live as long as the session
+            from pytest_rollouts.pytest.session import RolloutRun
+
+            run = RolloutRun.get(config)
+            # An xdist controller never dispatches, so it starts no dispatcher process.
+            run.configure(warm=role(config).dispatches and _asked_on_command_line(config))
         _refuse_dist(config)
         _hold_on_controller(config, run)
 

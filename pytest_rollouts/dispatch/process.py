@@ -115,21 +115,12 @@ def exit_status(proc: subprocess.Popen[bytes]) -> str:
 
 def end_process(process: subprocess.Popen[bytes], *, stuck: bool = False) -> str:
     """Close its input, which ends it, and wait for it to exit (killed after ``CLOSE_TIMEOUT_S``, or
-    at once when ``stuck``); why it did not, or "".
-
-    Its output ends as it exits: waited for here, the exit is seen at once, where ``wait``'s polling
-    sleeps in doubling steps (up to 15 ms past a quick exit). A process it started may hold that
-    output open: then ``wait`` polls, as it did."""
+    at once when ``stuck``); why it did not, or ""."""
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.close()
-        if not stuck:
-            # poll, not select: a caller holding over 1024 descriptors (a trainer) is no error.
-            poller = select.poll()
-            poller.register(process.stdout.fileno(), select.POLLIN)
-            poller.poll(EXIT_SEEN_S * 1000)
         try:
-            process.wait(timeout=0 if stuck else CLOSE_TIMEOUT_S)
+            process.wait(timeout=0 if stuck else _exit_seen(process))
         except subprocess.TimeoutExpired:
             process.kill()
             try:  # blocked in the kernel (a hung mount), it ignores even SIGKILL until the I/O returns
@@ -139,3 +130,28 @@ def end_process(process: subprocess.Popen[bytes], *, stuck: bool = False) -> str
         return ""
     finally:
         process.stdout.close()
+
+
+def _exit_seen(process: subprocess.Popen[bytes]) -> float:
+    """Wait for the process's exit as the kernel tells it, so that it is seen at once, where ``wait``
+    polls in doubling sleeps (up to 15 ms past a quick exit); how long ``wait`` may still take.
+
+    A pidfd (Linux) wakes at the exit itself, bounded by ``CLOSE_TIMEOUT_S``. Elsewhere the end of
+    its output, which comes as it exits: but a process it started may hold that output open, so
+    only for ``EXIT_SEEN_S``, and ``wait`` then polls."""
+    assert process.stdout is not None
+    if process.returncode is not None:  # reaped already: its pid may be another process's by now
+        return 0.0
+    poller = select.poll()  # not select: a caller holding over 1024 descriptors (a trainer) is no error
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no pidfd: not Linux, or before 5.3
+        poller.register(process.stdout.fileno(), select.POLLIN)
+        poller.poll(EXIT_SEEN_S * 1000)
+        return CLOSE_TIMEOUT_S
+    try:
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(CLOSE_TIMEOUT_S * 1000)
+    finally:
+        os.close(pidfd)
+    return 0.0
