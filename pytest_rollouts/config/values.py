@@ -122,7 +122,7 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-@dataclass(frozen=True)
+@dataclass
 class FailureLimit:
     """``--rollouts-max-failures``: the failed rollouts a run may have, as a count or as a percentage
     of the materialized ones (inspect_ai's ``--fail-on-error`` does the same with a fraction)."""

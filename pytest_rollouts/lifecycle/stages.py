@@ -58,7 +58,7 @@ class PublishStopped(KeyboardInterrupt):
         self.lines = lines
 
 
-@dataclass(frozen=True)
+@dataclass
 class Published:
     """What publishing a scored run said: where the report went (or why not), a line per export."""
 

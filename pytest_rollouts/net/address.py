@@ -19,7 +19,7 @@ QUERY_SAFE = PATH_SAFE + "?"
 LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Address:
     """An agent's URL as a request needs it, made the way aiohttp made it: a non-ASCII path
     percent-encoded, a non-ASCII host IDNA-encoded (UTS 46, as yarl does), ``user:password@`` sent

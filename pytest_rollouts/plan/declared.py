@@ -28,7 +28,7 @@ class DeclarationError(ValueError):
     """A declaration no run can use (a template that cannot be read); the message says where."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Declared:
     """A dataset's split (None: undeclared) and where that was said, and its template, if any."""
 

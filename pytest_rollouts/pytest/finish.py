@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@dataclass(frozen=True)
+@dataclass
 class Ending:
     """What the session's end decided, for its exit status and its ``rollouts`` section."""
 

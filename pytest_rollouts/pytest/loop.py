@@ -28,7 +28,7 @@ IDLE_FOR_ROLLOUTS = ("tmpdir", "unittest")
 SPENT: tuple[()] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FileHooks:
     """The hooks a file's items are run with: its relay, and its report hook without the idle plugins."""
 

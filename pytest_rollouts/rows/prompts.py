@@ -47,7 +47,7 @@ class _TemplateFile(BaseModel):
     few_shot: tuple[_Message, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass
 class PromptTemplate:
     """A loaded template; ``sha256`` fingerprints what it says (not its comments or layout), for
     the manifest that resume checks."""

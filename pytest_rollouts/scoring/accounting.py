@@ -27,7 +27,7 @@ ROW_READ, ROW_MASKED, ROW_UNREWARDED = 1, 2, 4
 OUTSIDE_SIDECAR = frozenset({NO_ROW, CANCELLED}) | IN_OUTPUT
 
 
-@dataclass(frozen=True)
+@dataclass
 class Outcomes:
     """What became of a set of rollouts, counted alike for what this session's items reported and for
     the whole run on disk, so the two lines compare and agree whenever they cover the same rollouts."""
@@ -71,7 +71,7 @@ class Outcomes:
         return "; ".join(part for part in parts if part)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ScoringPolicy:
     count_as_zero: frozenset[str] = frozenset()
     count_missing_as_zero: bool = False
@@ -190,7 +190,7 @@ class Coverage:
         return lines
 
 
-@dataclass(frozen=True)
+@dataclass
 class Accounting:
     coverage: Coverage
     counted: list[Key]

@@ -22,13 +22,13 @@ EXIT_FAIL_UNDER = 7
 EXIT_TOO_MANY_FAILURES = 9
 
 
-@dataclass(frozen=True)
+@dataclass
 class GateFailure:
     exit_code: int
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass
 class Gate:
     """What a scored run must reach, and the names its messages give the output and the options.
 

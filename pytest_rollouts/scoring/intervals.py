@@ -31,7 +31,7 @@ from pytest_rollouts.scoring.stats import Flattened, clustered_sem, nan_mean
 LEVEL = 0.95
 
 
-@dataclass(frozen=True)
+@dataclass
 class Interval:
     """A two-sided interval and how it was made (``exact``, ``exact-clustered``, ``wilson`` or ``t``)."""
 

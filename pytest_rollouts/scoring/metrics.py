@@ -50,7 +50,7 @@ _NEVER_NUMBERS = frozenset({str, list, dict, type(None)})
 _FLOAT_RANGE = 1 << 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MetricRow:
     """One rollout as the metrics see it: its key and its numeric fields."""
 

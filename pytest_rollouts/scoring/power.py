@@ -32,7 +32,7 @@ CORRELATION = 0.5
 REPEAT_CHOICES = (1, 2, 4, 8, 16)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Variance:
     """One run's variance components, over the tasks with a score."""
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@dataclass(frozen=True)
+@dataclass
 class StatisticsOptions:
     """What the statistics are asked for: ``--rollouts-reward-range``, ``--rollouts-pass-k``,
     ``--rollouts-group-by``."""
@@ -78,7 +78,7 @@ def _within(bounds: list[float], reward_range: RewardRange, outside: bool) -> li
     return [max(bounds[0], reward_range.low), min(bounds[1], reward_range.high)]
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskLabels:
     """Where each task comes from, for the breakdowns: its dataset file (by the manifest's task
     ranges) and, with ``--rollouts-group-by``, its value of that row field."""

@@ -28,7 +28,7 @@ NO_TESTS_COLLECTED = 5
 USAGE = 4  # a baseline that cannot be compared: the run was asked for what it cannot do
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunEnd:
     """How the session around a run ended, as plain facts.
 
@@ -89,7 +89,7 @@ class RunEnd:
         return self.exit_status in (OK, FAILED) or self.interrupted
 
 
-@dataclass(frozen=True)
+@dataclass
 class Verdict:
     """What a run's end means."""
 

@@ -32,7 +32,7 @@ METRICS = "_aggregate_metrics.json"
 MANIFEST = "_run_manifest.json"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunStart:
     """What preparing the artifacts did, for the user to be told.
 
@@ -53,7 +53,7 @@ class RunStart:
     joined: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class ArtifactPaths:
     out: Path
     # Where this run writes its materialized inputs (``--rollouts-materialized``); None: where the

@@ -32,7 +32,7 @@ from pathlib import Path
 import orjson
 
 
-@dataclass(frozen=True)
+@dataclass
 class Holder:
     """Who holds (or last held) an output, as written in its lock file."""
 

@@ -37,7 +37,7 @@ def status_path(out: Path) -> Path:
     return out.with_name(out.name + SUFFIX)
 
 
-@dataclass(frozen=True)
+@dataclass
 class OldestInFlight:
     """The request that has waited longest: its age in seconds, and its rollout's task and index."""
 

@@ -232,6 +232,56 @@ def test_a_one_row_run_imports_no_machinery_it_does_not_use(pytester: pytest.Pyt
     assert dispatcher & {"pytest_rollouts.dispatch.model_runs", "pytest_rollouts.model.agent"} == set()
 
 
+# The plugin's frozen dataclasses a one-row run may build: values a caller may use as keys, or that
+# are a default (a dataclass field's must be hashable, an argument's immutable), and ``Role`` with its
+# ``Controller``, plugins found by identity.
+FROZEN_AT_ONE_ROW = frozenset(
+    {
+        "Option",
+        "HeadDataset",
+        "Endpoint",
+        "ModelEndpoint",
+        "ModelPlan",
+        "RewardRange",
+        "RowShaping",
+        "Role",
+        "Controller",
+    }
+)
+
+
+def test_a_one_row_run_builds_no_frozen_dataclass_that_need_not_be(
+    pytester: pytest.Pytester, agent: ScriptedAgent
+) -> None:
+    """CPython 3.11 compiles each generated method of each dataclass at every start: a frozen one
+    has three more (``__setattr__``, ``__delattr__``, ``__hash__``), about 170 us, and a one-row run
+    built thirty of them. Those neither hashed nor a default only refused assignment."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    args = ["-q", "-p", "no:cacheprovider", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"]
+    code = (
+        f"code = pytest.main({args!r})\n"
+        "import dataclasses\n"
+        "frozen = sorted(\n"
+        "    name for module in list(sys.modules.values()) if module.__name__.startswith('pytest_rollouts')\n"
+        "    for name, value in vars(module).items()\n"
+        "    if isinstance(value, type) and value.__module__ == module.__name__ and dataclasses.is_dataclass(value)\n"
+        "    and value.__dataclass_params__.frozen\n"
+        ")\n"
+        "print('FROZEN', json.dumps(frozen))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("FROZEN ")]
+    assert lines, proc.stdout + proc.stderr
+    assert len(agent.requests) == 1
+    assert set(json.loads(lines[0].removeprefix("FROZEN "))) - FROZEN_AT_ONE_ROW == set()
+
+
 # What pytest's process need not load when its dispatcher process checks the agents' health.
 UNUSED_BY_A_HEALTH_CHECK = (
     "asyncio",
