@@ -34,6 +34,8 @@ REFUSAL_KEY = pytest.StashKey[tuple[str, int]]()
 
 @dataclass(frozen=True, eq=False)  # a plugin: registered and found by identity
 class Role:
+    """What this process is in the run: one process alone, an xdist controller or one of its workers."""
+
     name: str
     # What an xdist worker's controller handed it (empty elsewhere).
     workerinput: Mapping[str, Any] = field(default_factory=dict)

@@ -52,6 +52,8 @@ class KeyHistory:
 
 @dataclass(slots=True)
 class Histories:
+    """What the output and failures files hold of each rollout key, for a resume to plan from."""
+
     by_key: dict[Key, KeyHistory] = field(default_factory=dict)
 
     def add_output(self, row: dict[str, Any]) -> None:

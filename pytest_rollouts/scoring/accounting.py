@@ -73,6 +73,9 @@ class Outcomes:
 
 @dataclass
 class ScoringPolicy:
+    """Which failed or missing rollouts score as zero rather than leave the mean
+    (``--rollouts-count-as-zero``, ``--rollouts-count-missing-as-zero``)."""
+
     count_as_zero: frozenset[str] = frozenset()
     count_missing_as_zero: bool = False
 
@@ -192,6 +195,9 @@ class Coverage:
 
 @dataclass
 class Accounting:
+    """Where every expected rollout of a group went: its coverage, and the keys scored as zero, counted
+    (their failure class is asked to) or imputed (they left no row)."""
+
     coverage: Coverage
     counted: list[Key]
     imputed: list[Key]

@@ -48,6 +48,8 @@ IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
 
 @dataclass
 class GroupScore:
+    """One agent group's score: its coverage and its metrics, from its server or computed here."""
+
     agent: str
     coverage: Coverage
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -73,6 +75,8 @@ class GroupScore:
 
 @dataclass
 class RunScore:
+    """The whole run's score: each group's, the coverage of all of them, and where the metrics went."""
+
     groups: list[GroupScore]
     coverage: Coverage
     metrics_path: Path | None = None

@@ -24,6 +24,8 @@ EXIT_TOO_MANY_FAILURES = 9
 
 @dataclass
 class GateFailure:
+    """A gate the run did not pass: the exit status it asks for, and why."""
+
     exit_code: int
     message: str
 

@@ -55,6 +55,8 @@ class RunStart:
 
 @dataclass
 class ArtifactPaths:
+    """Every file of the run whose output is ``out``, named from it as NeMo Gym names them."""
+
     out: Path
     # Where this run writes its materialized inputs (``--rollouts-materialized``); None: where the
     # run's manifest recorded them (``materialized``), else beside the output.
