@@ -7,6 +7,10 @@ importing the dispatcher's parser.
 from __future__ import annotations
 
 import base64
+
+# ``ascii_host``'s codec, loaded with this module rather than at the first host checked: in the
+# dispatcher process that is the agents' health check, which pytest waits for (about 1.3 ms).
+import encodings.idna  # noqa: F401
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -70,6 +70,14 @@ def test_the_dispatcher_process_starts_without_what_few_runs_need(what: str) -> 
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
+def test_the_dispatcher_process_has_the_host_check_s_codec_before_its_first_request() -> None:
+    """The first agent URL it read loaded the IDNA codec (``unicodedata``, ``stringprep``: about 1.3 ms),
+    at the agents' health check, which pytest waits for; the process starts well before it is asked."""
+    code = "import sys\nimport pytest_rollouts.dispatch.engine\nprint('encodings.idna' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "True", result.stdout + result.stderr
+
+
 def test_the_record_and_status_types_built_at_every_start_up_are_not_frozen() -> None:
     """Building a frozen dataclass costs nearly twice a plain one's (three more generated methods), and
     the dispatcher's record types are built by both processes at every start-up, the status by every
