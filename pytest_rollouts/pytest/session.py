@@ -263,8 +263,7 @@ class RolloutRun:
         self.planned = len(plan.rollouts)
         cleared = self.life.cleared
         urls, models, types = (cleared.urls, cleared.models, cleared.result_types) if cleared else ({}, {}, {})
-        parallel, model_parallel = this.share(self.settings.parallel), self.settings.model_parallel
-        model_parallel = model_parallel and this.share(model_parallel)
+        model_parallel = self.settings.model_parallel and this.share(self.settings.model_parallel)
         self._dispatcher = Dispatcher(
             plan.rollouts,
             plan.slots,
@@ -273,7 +272,7 @@ class RolloutRun:
             # The agents' health was checked as they were cleared, before anything was moved.
             self.settings.model_copy(update={"no_health_check": True}),
             prior=plan.prior,
-            parallel=parallel,
+            parallel=this.share(self.settings.parallel),
             worker=this.worker,
             process=self._engine,
             models=models,
@@ -290,6 +289,7 @@ class RolloutRun:
 
         self.trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
         self._handed_over = True
+        self._dispatcher.on_idle = self.life.load_scoring  # while it takes the plan: see there
         try:
             self._dispatcher.start()
         except DispatcherGone as exc:

@@ -282,6 +282,24 @@ def test_a_one_row_run_builds_no_frozen_dataclass_that_need_not_be(
     assert set(json.loads(lines[0].removeprefix("FROZEN "))) - FROZEN_AT_ONE_ROW == set()
 
 
+def test_scoring_is_loaded_while_the_dispatcher_takes_the_plan(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+    """Imported at the session's end, scoring's modules came after the last result: at one row, most
+    of the end. Loaded while pytest waits for the dispatcher to take the plan, they are there before
+    the first result is reported."""
+    write_rows(pytester.path / "data.jsonl", tasks(1))
+    pytester.makeconftest(
+        "import sys\n"
+        "def pytest_runtest_logreport(report):\n"
+        "    if report.when == 'call':\n"
+        "        print('LOADED', 'pytest_rollouts.scoring.configured' in sys.modules)\n"
+    )
+    result = pytester.runpytest_subprocess(
+        *QUIET, "-s", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"
+    )
+    result.stdout.fnmatch_lines(["*LOADED True*"])
+    assert result.ret == 0
+
+
 # What pytest's process need not load when its dispatcher process checks the agents' health.
 UNUSED_BY_A_HEALTH_CHECK = (
     "asyncio",
