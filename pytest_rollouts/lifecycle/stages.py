@@ -252,9 +252,8 @@ class RunLifecycle:
         """Import what ``score`` runs, for a door to call while it waits for the dispatcher (``on_idle``)
         to take the plan and send the first results: the imports then cost the run's end nothing
         (at one row, most of that end). False: no more work to fill the wait with."""
-        if self.owner:  # a worker never scores
-            import pytest_rollouts.scoring.configured
-            import pytest_rollouts.scoring.power  # noqa: F401  (``run_statistics`` takes it at the end)
+        if self.owner:  # a worker never scores; ``power``: ``run_statistics`` takes it at the end
+            from pytest_rollouts.scoring import configured, power  # noqa: F401
         return False
 
     def score(
