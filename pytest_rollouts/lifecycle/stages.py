@@ -248,13 +248,12 @@ class RunLifecycle:
 
     # -- score, conclude, publish ----------------------------------------------------------
 
-    def load_scoring(self) -> bool:
-        """Import what ``score`` runs, for a door to call while it waits for the dispatcher (``on_idle``)
-        to take the plan and send the first results: the imports then cost the run's end nothing
-        (at one row, most of that end). False: no more work to fill the wait with."""
-        if self.owner:  # a worker never scores; ``power``: ``run_statistics`` takes it at the end
-            from pytest_rollouts.scoring import configured, power  # noqa: F401
-        return False
+    @staticmethod
+    def load_scoring() -> None:
+        """Import what ``score`` runs, for a door to call while it waits for the dispatcher to take the
+        plan or send the first results: the imports then cost the run's end nothing (at one row, most
+        of that end). ``power``: ``run_statistics`` takes it at the end."""
+        from pytest_rollouts.scoring import configured, power  # noqa: F401
 
     def score(
         self,

@@ -284,12 +284,13 @@ class RolloutRun:
         if this.owns_run:  # xdist workers never score; their controller does
             from pytest_rollouts.scoring.output_scan import OutputScan, ReadAhead
 
-            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected))
+            self.read_ahead = ReadAhead(OutputScan(paths.out, plan.expected), first=self.life.load_scoring)
         from pytest_rollouts.export.tracing import RunTrace
 
         self.trace = RunTrace.start({"rollouts.out": str(paths.out), "rollouts.planned": len(plan.rollouts)})
         self._handed_over = True
-        self._dispatcher.on_idle = self.life.load_scoring  # while it takes the plan: see there
+        if self.read_ahead is not None:  # from the plan's sending on: scoring loaded first, then rows read
+            self._dispatcher.on_idle = self.read_ahead.step
         try:
             self._dispatcher.start()
         except DispatcherGone as exc:
@@ -300,8 +301,6 @@ class RolloutRun:
                 pytest.exit(self._stopped, returncode=pytest.ExitCode.INTERNAL_ERROR)
             return  # see _refuse
         self.dispatched = True
-        if self.read_ahead is not None:  # from the first item on: no rows before
-            self._dispatcher.on_idle = self.read_ahead.step
         self.life.sent()
 
     def put_back_unsent(self) -> str:

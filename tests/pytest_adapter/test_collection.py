@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,15 +167,27 @@ def _imported(cwd: Path, code: str, packages: tuple[str, ...]) -> tuple[set[str]
     """The modules of ``packages`` a fresh interpreter had imported after ``code`` (which sets
     ``code``, an exit status), and that status."""
     probe = (
-        f"import json, sys, pytest\n{code}\n"
+        f"{code}\n"
         f"ours = sorted(m for m in sys.modules if m.split('.')[0] in {packages!r})\n"
         "print('IMPORTED', json.dumps({'modules': ours, 'exit': int(code)}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, text=True, timeout=120)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("IMPORTED ")]
-    assert lines, proc.stdout + proc.stderr
-    found = json.loads(lines[0].removeprefix("IMPORTED "))
+    found = _printed(cwd, probe, "IMPORTED")
     return set(found["modules"]), found["exit"]
+
+
+def _printed(cwd: Path, code: str, tag: str) -> Any:
+    """What a fresh interpreter running ``code`` (with json, sys and pytest imported) printed as JSON
+    on a line starting with ``tag``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(f"{tag} ")]
+    assert lines, proc.stdout + proc.stderr
+    return json.loads(lines[0].removeprefix(f"{tag} "))
 
 
 @pytest.mark.parametrize("extra", [(), ("-n", "2")], ids=["one process", "xdist"])
@@ -269,23 +282,15 @@ def test_a_one_row_run_builds_no_frozen_dataclass_that_need_not_be(
         ")\n"
         "print('FROZEN', json.dumps(frozen))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import json, sys, pytest\n{code}"],
-        cwd=pytester.path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("FROZEN ")]
-    assert lines, proc.stdout + proc.stderr
+    frozen = _printed(pytester.path, code, "FROZEN")
     assert len(agent.requests) == 1
-    assert set(json.loads(lines[0].removeprefix("FROZEN "))) - FROZEN_AT_ONE_ROW == set()
+    assert set(frozen) - FROZEN_AT_ONE_ROW == set()
 
 
-def test_scoring_is_loaded_while_the_dispatcher_takes_the_plan(pytester: pytest.Pytester, agent: ScriptedAgent) -> None:
+def test_scoring_is_loaded_while_pytest_waits_for_the_first_results(pytester: pytest.Pytester) -> None:
     """Imported at the session's end, scoring's modules came after the last result: at one row, most
-    of the end. Loaded while pytest waits for the dispatcher to take the plan, they are there before
-    the first result is reported."""
+    of the end. Loaded as pytest's first work while it waits for the dispatcher (the read-ahead's
+    first step), they are there before the first result is reported."""
     write_rows(pytester.path / "data.jsonl", tasks(1))
     pytester.makeconftest(
         "import sys\n"
@@ -293,9 +298,10 @@ def test_scoring_is_loaded_while_the_dispatcher_takes_the_plan(pytester: pytest.
         "    if report.when == 'call':\n"
         "        print('LOADED', 'pytest_rollouts.scoring.configured' in sys.modules)\n"
     )
-    result = pytester.runpytest_subprocess(
-        *QUIET, "-s", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"
-    )
+    with ScriptedAgent(latency=0.3) as agent:  # a wait for the first result, however busy the machine
+        result = pytester.runpytest_subprocess(
+            *QUIET, "-s", "data.jsonl", "--rollouts-out=out/r.jsonl", f"--rollouts-agent={agent.url}"
+        )
     result.stdout.fnmatch_lines(["*LOADED True*"])
     assert result.ret == 0
 
