@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -33,6 +33,7 @@ from pytest_rollouts.cli_status import add_status_command, status_command
 from pytest_rollouts.config.errors import describe_errors
 from pytest_rollouts.config.layers import SettingsError, combine_layers
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.lifecycle.refusal import Refusal
 from pytest_rollouts.lifecycle.stages import RunLifecycle
 from pytest_rollouts.net.address import without_password
@@ -256,7 +257,7 @@ def aggregate(args: argparse.Namespace) -> int:
     return _conclude(args, settings, life, merged)
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class _Merged:
     inputs: int
     manifest: RunManifest | None

@@ -5,12 +5,13 @@ table. Plain data, imported by every pytest session."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from types import UnionType
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 
-@dataclass(frozen=True)
+
+@datatype(frozen=True)
 class Option:
     """One setting, reachable as ``--rollouts-<name>``, as ini ``rollouts_<name>`` and, with ``env``,
     as that environment variable; ``default`` is what the settings model holds when none is given.

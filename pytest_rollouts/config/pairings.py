@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
+
+from pytest_rollouts.datatype import datatype
 
 
 class PairingError(ValueError):
     """A row that crosses a pairing; the router adds its file and line."""
 
 
-@dataclass
+@datatype
 class Pairings:
     """Which servers a NeMo Gym config pairs, so a row sent across a pairing is refused before any
     request (NeMo Gym's ``_validate_agent_pairings``, ``_validate_environment_servers``): an agent

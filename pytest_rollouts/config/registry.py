@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.config.routing import Discovered, Routing, RoutingError
 from pytest_rollouts.config.settings import Settings
 from pytest_rollouts.config.values import check_url
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.model.spec import ModelPlan
 from pytest_rollouts.net.address import without_password
 
@@ -27,7 +28,7 @@ CLI_DEFAULT_NAME = "default"
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class ModelEndpoint:
     """A model agent's model, where it answers (a base URL, or an app factory served on loopback
     whose base URL is ``<address>/v1``), and the rest of its declaration with paths made absolute:
@@ -38,7 +39,7 @@ class ModelEndpoint:
     plan: ModelPlan
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Endpoint:
     """Where an agent lives: a URL, an app factory (``file``, ``factory``) started on loopback, or a
     model agent run by the dispatcher itself."""

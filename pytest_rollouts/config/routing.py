@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from pytest_rollouts.config.pairings import PairingError, Pairings
 from pytest_rollouts.config.settings import DEFAULT_KEY
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.episodes import taskset_of
 
 
@@ -28,7 +29,7 @@ class RowRefused(RoutingError):
     error, not a broken file."""
 
 
-@dataclass
+@datatype
 class Discovered:
     """What a NeMo Gym head server's config says: agent (and environment server) addresses, and
     the agent of each task source."""
@@ -46,7 +47,7 @@ class Discovered:
     result_types: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class HeadDataset:
     """One dataset entry of a head server's config, as NeMo Gym declares it: its file (relative to
     where the run starts), its type (a split, or ``example``) and its prompt template, if any."""
@@ -59,7 +60,7 @@ class HeadDataset:
     server: str | None = None
 
 
-@dataclass
+@datatype
 class Routing:
     """How rows of one dataset file find their agents, with NeMo Gym's precedence.
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.net.address import ascii_host, without_password
 from pytest_rollouts.store.jsonl import LONE_SURROGATE
 
@@ -122,7 +122,7 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-@dataclass
+@datatype
 class FailureLimit:
     """``--rollouts-max-failures``: the failed rollouts a run may have, as a count or as a percentage
     of the materialized ones (inspect_ai's ``--fail-on-error`` does the same with a fraction)."""

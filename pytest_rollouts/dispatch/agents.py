@@ -8,10 +8,10 @@ is kept out of what is written or shown (``Redactor``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.client import JSON_HEADERS, Attempt, post_run
 from pytest_rollouts.dispatch.health import Unhealthy, check_agents
 from pytest_rollouts.dispatch.messages import PlanHeader
@@ -28,7 +28,7 @@ Sender = Callable[[bytes], Awaitable[Attempt]]
 CONNECT_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
+@datatype(frozen=True, slots=True)
 class PlanAgents:
     header: PlanHeader
     # By agent name: the plan's headers for it, and those its URL's credentials make.

@@ -13,9 +13,9 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.agents import Sender
 from pytest_rollouts.dispatch.client import Attempt, Failure
 from pytest_rollouts.dispatch.messages import PlanHeader
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # the dispatcher loads adaptive limits only for a run that as
     from pytest_rollouts.dispatch.concurrency import AdaptiveLimit
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class PlannedAttempt:
     """One rollout as the plan gives it: its identity, its request body, and its earlier attempts.
 

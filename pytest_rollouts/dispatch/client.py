@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.request_timeouts import RequestTimeouts
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Reply, Target
@@ -26,7 +26,7 @@ RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Attempt:
     """A reply object (possibly one the agent classified as a failure), or a transport failure."""
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.record import LimitSeries
 
 # Slow start begins here (or at MAX, if lower): one request finds nothing, a wave finds too much.
@@ -40,7 +41,7 @@ MIN_WINDOWS = 4
 MAX_POINTS = 1000
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class _MovingMinimum:
     """The minimum of a value over its last ``WINDOW * MIN_WINDOWS`` samples, in O(1) per sample."""
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from pytest_rollouts.config.bounds import HEALTH_CHECK_S
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import HttpError, Pool, Target
@@ -36,7 +36,7 @@ SHOWN_BODY_CHARS = 300
 MAX_JUDGED_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Unhealthy:
     """One agent that failed its check: what the user needs to go and fix it."""
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.agents import CONNECT_TIMEOUT_S, PlanAgents
 from pytest_rollouts.dispatch.artifact_rows import FileRows, sync_periodically
 from pytest_rollouts.dispatch.attempts import Attempts, PlannedAttempt
@@ -179,7 +180,7 @@ class LocalDispatch:
             self._pool.close()
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class PlanResult:
     """What ``dispatch_plan`` did; each outcome went to its ``on_outcome`` as it ended."""
 

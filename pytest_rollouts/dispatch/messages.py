@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 
 from pytest_rollouts.config.bounds import AdaptiveParallel
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.dataclass_codec import Builder, Mismatch, builder, encoder
 from pytest_rollouts.dispatch.frames import frame
 from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
@@ -43,7 +44,7 @@ class MessageError(ValueError):
     """A message whose fields are not its type's: the two sides disagree on what it carries."""
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class HealthPlan:
     """Check the agents' health before any request: this many at once, these checks ignored."""
 
@@ -51,7 +52,7 @@ class HealthPlan:
     ignored: list[str]
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class PlanHeader:
     """What the engine needs besides the plan's columns: agents, artifacts, bounds and retries."""
 
@@ -150,7 +151,7 @@ class PlanHeader:
 # -- pytest to the engine ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class CheckHealth:
     """Before any plan: check the health of ``header``'s agents (its headers, its health plan) and
     answer ``HealthChecked``. pytest asks the dispatcher process it started early, which has the
@@ -160,7 +161,7 @@ class CheckHealth:
     header: PlanHeader
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Claim:
     """pytest waits on this task before the look-ahead reached it: start it now."""
 
@@ -168,7 +169,7 @@ class Claim:
     slot: int
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Freed:
     """pytest consumed this many rollouts: room to admit more."""
 
@@ -176,14 +177,14 @@ class Freed:
     count: int
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Close:
     """Cancel what still runs, write and fsync everything, answer ``Closed``."""
 
     tag: ClassVar[str] = "close"
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class PostMetrics:
     """After ``Closed``: send a group's ``/aggregate_metrics`` (its body as ``rows/metric_body.py``
     reads it from ``out``) and answer ``MetricsPosted``. pytest's process has no event loop or HTTP
@@ -202,7 +203,7 @@ class PostMetrics:
 # -- the engine to pytest ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class HealthChecked:
     """The answer to ``CheckHealth``: one line per agent that failed its check (none: all healthy)."""
 
@@ -210,14 +211,14 @@ class HealthChecked:
     unhealthy: list[str]
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Ready:
     """The agents are healthy (or unchecked): dispatch started."""
 
     tag: ClassVar[str] = "ready"
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Progress:
     """What only the engine knows: requests in flight, the oldest one's age and (task, rollout),
     the tasks finished, rollouts sent and failures by class so far, the p50 and p90 latency
@@ -237,7 +238,7 @@ class Progress:
     limits: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Done:
     """Every rollout of the task in ``slot`` finished and its rows are written."""
 
@@ -246,7 +247,7 @@ class Done:
     outcomes: list[RolloutOutcome]
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Error:
     """Dispatching the task in ``slot`` hit a bug: the item fails with this traceback."""
 
@@ -255,7 +256,7 @@ class Error:
     traceback: str
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Fatal:
     """A bug or a lost artifact outside any one rollout: the engine closes."""
 
@@ -263,7 +264,7 @@ class Fatal:
     why: str
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class Closed:
     """The engine's last message: every artifact is written, fsynced and closed. ``rollouts_sent``:
     all this dispatch sent, those no item reported (``-x``, Ctrl-C) included."""
@@ -280,7 +281,7 @@ class Closed:
         return DispatchRecord(self.limits, self.retries, self.retries_refused)
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class MetricsPosted:
     """The answer to ``PostMetrics``: the reply's status and body (latin-1, so any bytes pass), or
     ``failed`` (no reply: why, naming no URL), or ``unreadable`` (a row of the body could not be read)."""

@@ -16,8 +16,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 
-@dataclasses.dataclass(slots=True)
+
+@datatype(slots=True)
 class LimitSeries:
     """One agent's limit over time: ``points`` are ``[seconds since dispatch began, limit]``."""
 
@@ -28,7 +30,7 @@ class LimitSeries:
     worker: str = ""
 
 
-@dataclasses.dataclass(slots=True)
+@datatype(slots=True)
 class DispatchRecord:
     """How dispatch went, for the metrics file and the summary: each adaptive limit over time
     (none unless ``--rollouts-parallel auto:MAX``), the retries sent and those the budget refused."""

@@ -9,9 +9,11 @@ here reads the environment or the settings, so no secret can reach what is logge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pytest_rollouts.datatype import datatype
 
 if TYPE_CHECKING:
     from pytest_rollouts.net.auth import Redactor
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RunExport:
     """One run as exports log it."""
 

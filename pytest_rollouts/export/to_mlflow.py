@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.export.contents import RunExport
 
 # MLflow takes at most this many metrics in one ``log_batch``.
@@ -72,7 +73,7 @@ def mlflow_name(name: str) -> str:
     return "/".join(parts)
 
 
-@dataclass
+@datatype
 class MlflowNames:
     """The run's metric names as MLflow takes them: ``kept`` maps each logged name to MLflow's, and
     what had to change beyond the spelling every run has (``@``, ``^``) is said."""

@@ -7,14 +7,14 @@ own way (a usage error, ``CollectionRefused``, a line on stderr) without decidin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pytest_rollouts.datatype import datatype
 
 # The exit statuses a refusal asks for (docs/scoring.md, "Exit codes").
 USAGE = 4  # bad options or inputs, a busy output, damaged recorded files
 INTERRUPTED = 2  # unhealthy agents: the run could not start (pytest's status for a stopped session)
 
 
-@dataclass
+@datatype
 class Refusal(Exception):
     """The run was refused before any request; its files are as it found them.
 

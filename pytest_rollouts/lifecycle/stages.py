@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_rollouts.config.agents import Agents, AgentsError
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.dispatch.messages import PlanHeader
 from pytest_rollouts.lifecycle.refusal import INTERRUPTED, USAGE, Refusal
 from pytest_rollouts.plan.build import PlanError, PlannedTask, RowShaping, build_plan
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.server_metrics import MetricsPost
 
 
-@dataclass
+@datatype
 class Cleared:
     """The agents a plan sends to, cleared before anything is moved: where each answers (embedded
     ones started), the model agents the driver runs, and the environment servers' types."""
@@ -58,7 +59,7 @@ class PublishStopped(KeyboardInterrupt):
         self.lines = lines
 
 
-@dataclass
+@datatype
 class Published:
     """What publishing a scored run said: where the report went (or why not), a line per export."""
 

@@ -16,10 +16,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.store.status import (
     FAILED,
     FINISHED,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 RATE_WINDOW_S = 60.0
 
 
-@dataclass
+@datatype
 class Counts:
     """What a door knows of its dispatch at one moment (``at``, ``time.monotonic``)."""
 

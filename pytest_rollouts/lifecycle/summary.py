@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.aggregate import RunScore
 from pytest_rollouts.scoring.summary import score_lines
 from pytest_rollouts.scoring.verdict import Verdict
 from pytest_rollouts.store.artifacts import ArtifactPaths
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RunSummary:
     """A finished run: its score from the files on disk, the verdict of its gates, and what
     publishing it said."""

@@ -14,11 +14,11 @@ import inspect
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from orjson import OPT_SERIALIZE_NUMPY
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.model.cache import ResponseCache
 from pytest_rollouts.model.calls import ModelCallError, ModelClient
 from pytest_rollouts.model.convert import (
@@ -50,7 +50,7 @@ from pytest_rollouts.store.jsonl import dumps, loads
 Verifier = Callable[[dict[str, Any], dict[str, Any]], Any]
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class _Tokens:
     input: int = 0
     output: int = 0
@@ -198,7 +198,7 @@ class ModelAgent:
         return reply
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class _CacheUse:
     """One rollout's model calls answered from the cache and sent to the model."""
 

@@ -9,9 +9,10 @@ bounded by the semaphore the caller passes, ``--rollouts-model-parallel``.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.model.spec import CHAT, ModelPlan
 from pytest_rollouts.net.auth import Redactor
 from pytest_rollouts.net.http1 import LENGTH_FIELD, HttpError, Pool, Reply, Target
@@ -39,7 +40,7 @@ class ModelCallError(Exception):
         self.retry_after: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@datatype(frozen=True, slots=True)
 class CallBounds:
     """A call's timeout and its retries (``--rollouts-retries``, ``--rollouts-retry-backoff``)."""
 

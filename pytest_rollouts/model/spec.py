@@ -8,14 +8,15 @@ applied, an embedded model's address known, paths absolute), so it imports no py
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from pytest_rollouts.datatype import datatype
 
 # ``api``: Chat Completions; the other value, "responses", is the Responses API.
 CHAT = "chat"
 DEFAULT_MAX_TURNS = 8
 
 
-@dataclass(frozen=True, slots=True)
+@datatype(frozen=True, slots=True)
 class ModelPlan:
     """One model agent. ``verifier`` and ``tools`` are ``/abs/file.py:name`` ("" for no tools);
     ``api_key_env`` names the variable the key is read from ("" for none): the key itself never

@@ -13,9 +13,9 @@ import functools
 import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.store.jsonl import dumps, loads
 
 # Plain ``def`` tools run in these threads, off the event loop: one that blocks (a lookup over the
@@ -25,7 +25,7 @@ from pytest_rollouts.store.jsonl import dumps, loads
 TOOL_THREADS = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rollouts-tool")
 
 
-@dataclass(frozen=True, slots=True)
+@datatype(frozen=True, slots=True)
 class Tool:
     function: Callable[..., Any]
     # A plain ``def``: run in a thread of its own, since it may block (see ``TOOL_THREADS``).

@@ -13,8 +13,9 @@ import base64
 import encodings.idna  # noqa: F401
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
+
+from pytest_rollouts.datatype import datatype
 
 # What a path or query keeps as is: RFC 3986's reserved and unreserved characters and ``%``
 # (an escape already made stays one).
@@ -23,7 +24,7 @@ QUERY_SAFE = PATH_SAFE + "?"
 LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Address:
     """An agent's URL as a request needs it, made the way aiohttp made it: a non-ASCII path
     percent-encoded, a non-ASCII host IDNA-encoded (UTS 46, as yarl does), ``user:password@`` sent

@@ -22,10 +22,10 @@ import ssl
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import httptools
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.net.address import Address
 from pytest_rollouts.net.codings import CodingError, decoded, is_coded
 
@@ -51,7 +51,7 @@ class HttpError(Exception):
         self.kind = kind
 
 
-@dataclass(frozen=True, slots=True)
+@datatype(frozen=True, slots=True)
 class Target:
     """Where one kind of request goes (an agent's ``/run``), and the head they all share up to Content-Length."""
 
@@ -75,7 +75,7 @@ class Target:
         return self.host, self.port, self.tls
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Reply:
     status: int
     body: bytes

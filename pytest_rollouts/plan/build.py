@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.episodes import taskset_of
 from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import RunManifest, write_manifest
@@ -61,7 +62,7 @@ class PlannedTask(Protocol):
 PromptFor = Callable[[Path], "PromptTemplate | None"]
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RowShaping:
     """What makes a dataset row its request besides the run's options: its file's prompt template,
     and the environment servers flat rows go through (``Agents.environment_servers``). A flat row
@@ -81,6 +82,10 @@ class RowShaping:
     def via_server(self, task: PlannedTask) -> bool:
         """Whether ``task``'s rows are flat rows sent through an environment server."""
         return not task.episode and task.agent in self.servers
+
+
+# Rows as they are: no template, no environment server.
+UNSHAPED = RowShaping()
 
 
 def fronted_by(tasks: Sequence[PlannedTask], shaping: RowShaping) -> dict[str, str]:
@@ -105,7 +110,7 @@ def build_plan(
     *,
     resuming: bool,
     shown: str,
-    shaping: RowShaping = RowShaping(),
+    shaping: RowShaping = UNSHAPED,
     records: bool = True,
     recorded: RunManifest | None = None,
 ) -> Plan:
@@ -143,7 +148,7 @@ def materialize(
     tasks: Sequence[PlannedTask],
     path: Path,
     settings: Settings,
-    shaping: RowShaping = RowShaping(),
+    shaping: RowShaping = UNSHAPED,
     digest: RowsDigest | None = None,
 ) -> Plan:
     """Write every planned rollout's request body, remembering where each one sits; a dataset with
@@ -226,7 +231,7 @@ def plan_resume(
     paths: ArtifactPaths,
     settings: Settings,
     shown: str,
-    shaping: RowShaping = RowShaping(),
+    shaping: RowShaping = UNSHAPED,
     recorded: RunManifest | None = None,
 ) -> Plan:
     """Re-run what the recorded materialized set still lacks; settle the rest from disk.

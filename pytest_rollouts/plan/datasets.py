@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.routing import Routing, RoutingError, RowRefused
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.plan.declared import DeclarationError, Declarations
 from pytest_rollouts.plan.numbering import DatasetTasks
 from pytest_rollouts.rows.episodes import taskset_of
@@ -36,7 +37,7 @@ class DatasetRefused(DatasetError):
     usage error, where a line that is no row is a collection error."""
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class TaskRow:
     """One row on one agent. A row fanned out to several agents is one task per agent (``fanned``),
     their rollout indices continuing one another from ``first_rollout``. One is made a row and read
@@ -138,7 +139,7 @@ class DatasetScan:
         )
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Task:
     """A ``TaskRow`` as the Python API plans it (``plan.build.PlannedTask``); the pytest adapter's
     items carry the same attributes."""
@@ -155,7 +156,7 @@ class Task:
     slot: int = -1
 
 
-@dataclass
+@datatype
 class ReadDatasets:
     """Every dataset of a run read: its tasks, each file's entry for the manifest, and notices."""
 

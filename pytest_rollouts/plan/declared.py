@@ -11,13 +11,13 @@ template's hash, which a resume checks).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_rollouts.config import SuiteError, find_declaration
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.prompts import PromptError, PromptTemplate, load_template
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class DeclarationError(ValueError):
     """A declaration no run can use (a template that cannot be read); the message says where."""
 
 
-@dataclass
+@datatype
 class Declared:
     """A dataset's split (None: undeclared) and where that was said, and its template, if any."""
 

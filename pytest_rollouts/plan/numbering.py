@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from pytest_rollouts.config.agents import Agents
 from pytest_rollouts.config.settings import Settings
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.plan.build import PlanError
 from pytest_rollouts.plan.declared import Declared
 from pytest_rollouts.rows.manifest import DatasetEntry, ManifestError, RunManifest, differences, read_manifest
 from pytest_rollouts.store.artifacts import ArtifactPaths
 
 
-@dataclass
+@datatype
 class DatasetTasks:
     """What a run takes from one dataset file: its fingerprint, and the agents and rollouts of its rows."""
 
@@ -35,7 +36,7 @@ class DatasetTasks:
     declared: Declared | None = None
 
 
-@dataclass
+@datatype
 class Numbering:
     """The manifest of this run, each dataset's first task index, whether it resumes an earlier
     run, and what the user must be told."""

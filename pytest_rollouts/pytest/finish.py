@@ -9,11 +9,12 @@ of the outputs), and a worker hands its news to its controller.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.pytest.progress import tell
 from pytest_rollouts.pytest.role import DISPATCH_FAILURE, REFUSAL, WORKER_REPORT, refused_by_workers, role
 from pytest_rollouts.pytest.stash import DISPATCH_STOPPED, RUN_KEY
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@dataclass
+@datatype
 class Ending:
     """What the session's end decided, for its exit status and its ``rollouts`` section."""
 

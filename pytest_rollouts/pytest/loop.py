@@ -11,11 +11,10 @@ junitxml is on, since that is where it records an item's properties.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from pluggy import HookCaller, HookRelay
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.pacing import paced
 
 # pytest's own plugins whose report hook does nothing for a rollout item, yet runs for each:
@@ -28,7 +27,7 @@ IDLE_FOR_ROLLOUTS = ("tmpdir", "unittest")
 SPENT: tuple[()] = ()
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class FileHooks:
     """The hooks a file's items are run with: its relay, and its report hook without the idle plugins."""
 

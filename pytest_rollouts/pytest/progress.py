@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.masking import MaskingCounts
 from pytest_rollouts.rows.records import NO_REWARD
 
@@ -28,7 +29,7 @@ InFlight = tuple[int, float | None, list[int] | None]
 CLEAR_TO_END = "\x1b[K"
 
 
-@dataclass
+@datatype
 class Progress:
     """When to show progress: every few seconds on a terminal (one line redrawn in place), every
     10% or 5 minutes in a log (a plain line each time)."""

@@ -13,11 +13,12 @@ process in another role never has them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import pytest
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.pytest.stash import DIST, HELD_KEY, RUN_ID, RUN_ID_KEY, RUN_KEY, RUN_LOCKED
 
 ROLE_KEY: pytest.StashKey[Role] = pytest.StashKey()
@@ -32,7 +33,7 @@ REFUSAL = "rollouts_refusal"
 REFUSAL_KEY = pytest.StashKey[tuple[str, int]]()
 
 
-@dataclass(frozen=True, eq=False)  # a plugin: registered and found by identity
+@datatype(frozen=True, eq=False)  # a plugin: registered and found by identity
 class Role:
     """What this process is in the run: one process alone, an xdist controller or one of its workers."""
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Mapping, MutableSequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.pytest.progress import rate
 from pytest_rollouts.pytest.properties import (
     CACHED,
@@ -42,7 +43,7 @@ def unscored(props: Mapping[str, Any]) -> dict[str, int]:
     return {**props.get(FAILURES, {}), **({NO_REWARD_STATUS: props[NO_REWARD]} if NO_REWARD in props else {})}
 
 
-@dataclass
+@datatype
 class Tally:
     """What this session's rollout items reported, and when the run began."""
 

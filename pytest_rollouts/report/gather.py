@@ -10,10 +10,11 @@ completion order, the time axis of "latency over the run".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.report.rollouts import (
     SNIPPET_CAP,
     capped,
@@ -37,7 +38,7 @@ from pytest_rollouts.store.artifacts import ArtifactPaths, read_rows
 SCORED = "scored"
 
 
-@dataclass
+@datatype
 class Rollout:
     """One materialized rollout and what the run made of it."""
 
@@ -55,7 +56,7 @@ class Rollout:
     failure: list[list[str]] = field(default_factory=list)
 
 
-@dataclass
+@datatype
 class Task:
     """What a task's rollouts share: the prompt and the dataset's fields (of its first rollout)."""
 
@@ -65,7 +66,7 @@ class Task:
     label: str
 
 
-@dataclass
+@datatype
 class RunData:
     out: Path
     # In the materialized file's order: the run's dispatch order.

@@ -20,12 +20,11 @@ while nothing is masked or dropped: a healthy run shows what it showed before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import RolloutOutcome
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class MaskingCounts:
     """NeMo Gym's ``scored`` (``count``, ``reward``, ``masked``) and ``dropped`` (``failed``, ``omitted``)."""
 

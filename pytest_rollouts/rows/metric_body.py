@@ -9,10 +9,10 @@ output file, or ``ADDED``), so the two bodies cannot differ.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.schema import CREATE_PARAMS
 from pytest_rollouts.store.jsonl import LineReader, dumps, parse_object
 
@@ -22,7 +22,7 @@ BODY_CHUNK_BYTES = 1 << 16
 ROUTE = "/aggregate_metrics"
 
 
-@dataclass
+@datatype
 class MetricsRequest:
     """One group's ``/aggregate_metrics``, as whichever process sends it needs it: where to, and the
     body's recipe (``metrics_body``). ``added``: the zeros the scoring policies add, already written

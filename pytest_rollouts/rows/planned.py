@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import RolloutOutcome
 
 # A rollout's key: (task index, rollout index).
 Key = tuple[int, int]
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class PlannedRollout:
     """One materialized rollout: its identity and where its request body sits on disk."""
 
@@ -173,7 +174,7 @@ def _widened(column: array, value: int) -> array:
     raise OverflowError(f"{value} does not fit a plan's column")
 
 
-@dataclass
+@datatype
 class Plan:
     """What this session dispatches, and what earlier runs already settled (on resume)."""
 

@@ -15,12 +15,12 @@ import hashlib
 import json
 import re
 import string
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.schema import CREATE_PARAMS
 
 
@@ -47,7 +47,7 @@ class _TemplateFile(BaseModel):
     few_shot: tuple[_Message, ...] = ()
 
 
-@dataclass
+@datatype
 class PromptTemplate:
     """A loaded template; ``sha256`` fingerprints what it says (not its comments or layout), for
     the manifest that resume checks."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.schema import ENVIRONMENT_SERVER, FAILURE_CLASS, TERMINAL, agent_class
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -40,7 +40,7 @@ def metrics_group(row: Mapping[str, Any], fronted_by: Mapping[str, str] = EMPTY)
     return fronted_by.get(name, name)
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Failure:
     """Why an attempt produced no score, in the sidecar's vocabulary: a transport's, an agent's, or
     the built-in model agent's (``model/agent.py``), which the dispatcher writes alike."""
@@ -54,7 +54,7 @@ class Failure:
     retry_after: float | None = None
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class RolloutOutcome:
     """What pytest keeps of one rollout: a result (its reward, or ``masked``) or a failure class."""
 

@@ -13,10 +13,11 @@ and an outage that outlasted one run's retries costs one attempt, not all of the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import is_masked, marked_terminal, reward_of
 from pytest_rollouts.rows.schema import (
     ALWAYS_TERMINAL,
@@ -35,7 +36,7 @@ def key_of(row: dict[str, Any]) -> Key:
     return int(row[TASK_INDEX]), int(row[ROLLOUT_INDEX])
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class KeyHistory:
     """What earlier runs left for one (task, rollout)."""
 
@@ -50,7 +51,7 @@ class KeyHistory:
     longest: float = 0.0
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class Histories:
     """What the output and failures files hold of each rollout key, for a resume to plan from."""
 

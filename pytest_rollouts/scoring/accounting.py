@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import NO_REWARD
 from pytest_rollouts.rows.schema import CANCELLED
 
@@ -27,7 +28,7 @@ ROW_READ, ROW_MASKED, ROW_UNREWARDED = 1, 2, 4
 OUTSIDE_SIDECAR = frozenset({NO_ROW, CANCELLED}) | IN_OUTPUT
 
 
-@dataclass
+@datatype
 class Outcomes:
     """What became of a set of rollouts, counted alike for what this session's items reported and for
     the whole run on disk, so the two lines compare and agree whenever they cover the same rollouts."""
@@ -71,7 +72,7 @@ class Outcomes:
         return "; ".join(part for part in parts if part)
 
 
-@dataclass
+@datatype
 class ScoringPolicy:
     """Which failed or missing rollouts score as zero rather than leave the mean
     (``--rollouts-count-as-zero``, ``--rollouts-count-missing-as-zero``)."""
@@ -80,7 +81,7 @@ class ScoringPolicy:
     count_missing_as_zero: bool = False
 
 
-@dataclass
+@datatype
 class Coverage:
     """The numbers behind the coverage report, for one group or the whole run."""
 
@@ -193,7 +194,7 @@ class Coverage:
         return lines
 
 
-@dataclass
+@datatype
 class Accounting:
     """Where every expected rollout of a group went: its coverage, and the keys scored as zero, counted
     (their failure class is asked to) or imputed (they left no row)."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.key_index import KeyIndex
 from pytest_rollouts.rows.manifest import read_manifest
 from pytest_rollouts.rows.metric_body import metric_input
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 IDENTITY = (TASK_INDEX, ROLLOUT_INDEX, "agent_ref", ENVIRONMENT_SERVER)
 
 
-@dataclass
+@datatype
 class GroupScore:
     """One agent group's score: its coverage and its metrics, from its server or computed here."""
 
@@ -73,7 +74,7 @@ class GroupScore:
         return None
 
 
-@dataclass
+@datatype
 class RunScore:
     """The whole run's score: each group's, the coverage of all of them, and where the metrics went."""
 
@@ -150,7 +151,7 @@ def score_run(
     return result
 
 
-@dataclass
+@datatype
 class _GroupMetrics:
     """A scored group's metrics entry: its server's ``/aggregate_metrics`` (else computed locally),
     its statistics and comparison with the baseline, usage, masking and timing."""

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.comparison_lines import comparison_line, comparison_lines
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange
 from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
@@ -17,7 +17,7 @@ from pytest_rollouts.scoring.regression import RegressionGate
 from pytest_rollouts.scoring.sequential import SequentialResult, sequential
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RunComparison:
     baseline: Path
     candidate: Path

@@ -10,16 +10,16 @@ linearly is the estimate: the same agent, concurrency and task mix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import metrics_group
 from pytest_rollouts.store.artifacts import ArtifactPaths
 from pytest_rollouts.store.jsonl import loads
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RolloutCost:
     """One group's measured cost of a rollout; None where the run did not measure it."""
 

@@ -6,9 +6,9 @@ and "too many rollouts failed" (9) apart from "tests failed" (1) without parsing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.records import NO_REWARD
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ EXIT_FAIL_UNDER = 7
 EXIT_TOO_MANY_FAILURES = 9
 
 
-@dataclass
+@datatype
 class GateFailure:
     """A gate the run did not pass: the exit status it asks for, and why."""
 
@@ -30,7 +30,7 @@ class GateFailure:
     message: str
 
 
-@dataclass
+@datatype
 class Gate:
     """What a scored run must reach, and the names its messages give the output and the options.
 

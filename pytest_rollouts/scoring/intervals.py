@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.distributions import normal_ppf, t_ppf
 from pytest_rollouts.scoring.small_sample import (
     EXACT,
@@ -31,7 +31,7 @@ from pytest_rollouts.scoring.stats import Flattened, clustered_sem, nan_mean
 LEVEL = 0.95
 
 
-@dataclass
+@datatype
 class Interval:
     """A two-sided interval and how it was made (``exact``, ``exact-clustered``, ``wilson`` or ``t``)."""
 
@@ -100,7 +100,7 @@ def mean_interval(rewards_by_task: Sequence[Sequence[float]], level: float = LEV
     return t_interval(nan_mean(flat), se, len(tasks) - 1, level)
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RewardRange:
     """The rewards an agent can give: Manski's bounds score an unknown rollout at ``low`` and ``high``."""
 

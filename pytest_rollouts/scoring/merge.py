@@ -15,10 +15,10 @@ import os
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, differences, read_manifest, write_manifest
 from pytest_rollouts.rows.resume import Key, key_of
 from pytest_rollouts.store.artifacts import (
@@ -40,7 +40,7 @@ class MergeError(Exception):
     """The inputs do not form one complete run; the message lists every problem found."""
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Shard:
     paths: ArtifactPaths
     manifest: RunManifest | None

@@ -19,9 +19,9 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.schema import (
     COLLECTOR_PREFIX,
     ELAPSED,
@@ -50,7 +50,7 @@ _NEVER_NUMBERS = frozenset({str, list, dict, type(None)})
 _FLOAT_RANGE = 1 << 1000
 
 
-@dataclass(slots=True)
+@datatype(slots=True)
 class MetricRow:
     """One rollout as the metrics see it: its key and its numeric fields."""
 

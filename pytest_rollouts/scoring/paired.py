@@ -19,8 +19,9 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.distributions import binomial_two_sided_half
 from pytest_rollouts.scoring.intervals import LEVEL, UNIT_RANGE, Interval, RewardRange, is_binary, t_interval
 from pytest_rollouts.scoring.stats import nan_mean
@@ -29,7 +30,7 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class TaskRewards:
     """One task in one run: its name in the report and the rewards of its scored rollouts.
 
@@ -65,7 +66,7 @@ class TaskRewards:
         )
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Flip:
     """A task whose mean reward changed: ``fixed`` when the candidate does better."""
 
@@ -78,7 +79,7 @@ class Flip:
         return self.candidate - self.baseline
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Test:
     """The p-value of "no difference", and how it was found."""
 
@@ -95,7 +96,7 @@ class Test:
 NO_TASK_SCORED_IN_BOTH = "no task scored in both runs"
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Comparison:
     """candidate - baseline for one group, over the tasks both runs scored (means None without one)."""
 

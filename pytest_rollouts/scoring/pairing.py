@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.fronting import fronted_by_of
 from pytest_rollouts.rows.manifest import ManifestError, RunManifest, read_manifest
 from pytest_rollouts.rows.records import is_masked, metrics_group, reward_of
@@ -34,7 +34,7 @@ class PairingError(ValueError):
     """The two runs cannot be compared task by task; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RunTasks:
     """One run's scored rewards per group and task, keyed by the task's name across runs."""
 
@@ -116,7 +116,7 @@ def _manifest(paths: ArtifactPaths) -> RunManifest | None:
         raise PairingError(str(exc)) from None
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class Pairing:
     """Each group's (baseline, candidate) tasks, and how many tasks had no partner."""
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.distributions import normal_ppf
 from pytest_rollouts.scoring.stats import nan_mean, std_dev
 
@@ -32,7 +32,7 @@ CORRELATION = 0.5
 REPEAT_CHOICES = (1, 2, 4, 8, 16)
 
 
-@dataclass
+@datatype
 class Variance:
     """One run's variance components, over the tasks with a score."""
 

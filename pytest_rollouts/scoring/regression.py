@@ -22,9 +22,9 @@ p-value is above 2.5%. Without one the rule is the interval's, which is the same
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.scoring.multiplicity import NAMES, NONE, adjust
 
 if TYPE_CHECKING:  # the verdict imports this module in every session; the statistics behind it only when compared
@@ -37,7 +37,7 @@ EXIT_REGRESSION = 10
 ONE_SIDED_ALPHA = 0.025
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class RegressionGate:
     max_regression: float
     option: str = "--max-regression"

@@ -12,10 +12,11 @@ import copy
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.resume import key_of
 from pytest_rollouts.scoring.intervals import UNIT_RANGE, RewardRange, manski_bounds, mean_interval
 from pytest_rollouts.scoring.metrics_shape import STATISTICS
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@dataclass
+@datatype
 class StatisticsOptions:
     """What the statistics are asked for: ``--rollouts-reward-range``, ``--rollouts-pass-k``,
     ``--rollouts-group-by``."""
@@ -78,7 +79,7 @@ def _within(bounds: list[float], reward_range: RewardRange, outside: bool) -> li
     return [max(bounds[0], reward_range.low), min(bounds[1], reward_range.high)]
 
 
-@dataclass
+@datatype
 class TaskLabels:
     """Where each task comes from, for the breakdowns: its dataset file (by the manifest's task
     ranges) and, with ``--rollouts-group-by``, its value of that row field."""

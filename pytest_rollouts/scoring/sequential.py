@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from pytest_rollouts.datatype import datatype
 
 ALPHA = 0.05
 # The largest bet, as the paper's experiments take it.
 _MAX_LAMBDA = 0.5
 
 
-@dataclass
+@datatype
 class ConfidenceSequence:
     """The running confidence sequence of a mean difference in [-width, width]; ``add`` one task's
     difference at a time (a running eval may feed it as tasks finish), read ``low``/``high``."""
@@ -78,7 +80,7 @@ class ConfidenceSequence:
         return not self.low <= value <= self.high
 
 
-@dataclass
+@datatype
 class InTaskOrder:
     """Feeds a confidence sequence the differences of tasks that finish in any order, in task order.
 
@@ -99,7 +101,7 @@ class InTaskOrder:
             self._next += 1
 
 
-@dataclass(frozen=True)
+@datatype(frozen=True)
 class SequentialResult:
     """The confidence sequence over a comparison's tasks, and when it became clear."""
 

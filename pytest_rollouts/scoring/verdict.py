@@ -12,9 +12,9 @@ plugin) and scores the run; this module only decides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.rows.schema import CANCELLED
 from pytest_rollouts.scoring.gate import Gate
 
@@ -28,7 +28,7 @@ NO_TESTS_COLLECTED = 5
 USAGE = 4  # a baseline that cannot be compared: the run was asked for what it cannot do
 
 
-@dataclass
+@datatype
 class RunEnd:
     """How the session around a run ended, as plain facts.
 
@@ -89,7 +89,7 @@ class RunEnd:
         return self.exit_status in (OK, FAILED) or self.interrupted
 
 
-@dataclass
+@datatype
 class Verdict:
     """What a run's end means."""
 

@@ -15,10 +15,11 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.store.jsonl import JsonlError, dumps, parse_object, scan_lines
 
 # Every row of a run's files (materialized inputs, outputs, failures) names its rollout by these two
@@ -32,7 +33,7 @@ METRICS = "_aggregate_metrics.json"
 MANIFEST = "_run_manifest.json"
 
 
-@dataclass
+@datatype
 class RunStart:
     """What preparing the artifacts did, for the user to be told.
 
@@ -53,7 +54,7 @@ class RunStart:
     joined: bool = False
 
 
-@dataclass
+@datatype
 class ArtifactPaths:
     """Every file of the run whose output is ``out``, named from it as NeMo Gym names them."""
 

@@ -26,13 +26,15 @@ import fcntl
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
 
+from pytest_rollouts.datatype import datatype
 
-@dataclass
+
+@datatype
 class Holder:
     """Who holds (or last held) an output, as written in its lock file."""
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from pytest_rollouts.datatype import datatype
 from pytest_rollouts.store.runlock import alive
 
 SUFFIX = ".status.json"
@@ -37,7 +38,7 @@ def status_path(out: Path) -> Path:
     return out.with_name(out.name + SUFFIX)
 
 
-@dataclass
+@datatype
 class OldestInFlight:
     """The request that has waited longest: its age in seconds, and its rollout's task and index."""
 
@@ -46,7 +47,7 @@ class OldestInFlight:
     rollout: int
 
 
-@dataclass
+@datatype
 class RunStatus:
     """What the file says. ``total`` and ``done`` count the rollouts this session dispatches (a resume's
     settled ones are not among them); ``failed`` counts those of them that failed, by class (a result

@@ -149,6 +149,7 @@ STARTUP_MODULES = frozenset(
     {
         "pytest_rollouts",
         "pytest_rollouts.config",
+        "pytest_rollouts.datatype",
         "pytest_rollouts.hookspecs",
         "pytest_rollouts.option",
         "pytest_rollouts.options",

@@ -1,0 +1,126 @@
+"""``datatype`` against ``dataclasses.dataclass``: the same instances' repr, equality and hash, with
+``__repr__`` and ``__eq__`` shared instead of compiled per class; and every dataclass of the package
+made with it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from dataclasses import field
+from typing import Any
+
+import pytest
+
+import pytest_rollouts
+from pytest_rollouts import datatype as datatype_module
+from pytest_rollouts.datatype import datatype
+
+SHAPES: list[dict[str, Any]] = [{}, {"slots": True}, {"frozen": True}, {"frozen": True, "slots": True}, {"eq": False}]
+
+
+def _twins(**params: Any) -> tuple[type, type]:
+    """One class body made twice: by ``dataclasses.dataclass`` and by ``datatype``."""
+
+    def body(make: Any) -> type:
+        @make(**params)
+        class Point:
+            """A value with every kind of field."""
+
+            x: int
+            tags: list[str] = field(default_factory=list)
+            note: str = field(default="", repr=False)
+            seen: int = field(default=0, compare=False)
+
+        return Point
+
+    return body(dataclasses.dataclass), body(datatype)
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=[",".join(p) or "plain" for p in SHAPES])
+def test_a_datatype_behaves_as_the_same_dataclass(params: dict[str, Any]) -> None:
+    reference, made = _twins(**params)
+    a, b = made(1, ["x"], "hidden", 5), made(1, ["x"], "other", 6)
+    ref_a, ref_b = reference(1, ["x"], "hidden", 5), reference(1, ["x"], "other", 6)
+    assert repr(a) == repr(ref_a)
+    assert repr(a).endswith("Point(x=1, tags=['x'], seen=5)")
+    assert (a == b) is (ref_a == ref_b)
+    assert (a == made(2)) is (ref_a == reference(2)) is False
+    assert a.__eq__(ref_a) is NotImplemented  # another class, even with the same fields
+    assert (made.__hash__ is None) is (reference.__hash__ is None)
+    if params.get("frozen"):
+        assert hash(made(1, ("x",))) == hash(reference(1, ("x",)))  # type: ignore[arg-type]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.x = 2
+    assert [f.name for f in dataclasses.fields(made)] == [f.name for f in dataclasses.fields(reference)]
+    assert dataclasses.asdict(a) == dataclasses.asdict(ref_a)
+    assert dataclasses.replace(a, x=3).x == 3
+    assert hasattr(a, "__dict__") is hasattr(ref_a, "__dict__")
+
+
+def test_one_field_or_none_compares_and_hashes_as_a_tuple() -> None:
+    @datatype(frozen=True)
+    class One:
+        """One field: its getter is a function, which must not be bound to the instance."""
+
+        value: int
+
+    @datatype(frozen=True)
+    class Empty:
+        """No field at all."""
+
+    assert One(1) == One(1) and One(1) != One(2)
+    assert hash(One(1)) == hash((1,))
+    assert Empty() == Empty() and hash(Empty()) == hash(())
+    assert repr(One(1)) == "test_one_field_or_none_compares_and_hashes_as_a_tuple.<locals>.One(value=1)"
+
+
+def test_methods_a_class_defines_are_kept_and_a_cycle_is_shown_once() -> None:
+    @datatype
+    class Own:
+        """Its own repr and equality."""
+
+        value: int
+
+        def __repr__(self) -> str:
+            return "own"
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    @datatype
+    class Node:
+        """A value that may hold itself."""
+
+        children: list[Any]
+
+    assert repr(Own(1)) == "own" and Own(1) == object()
+    node = Node([])
+    node.children.append(node)
+    assert repr(node).endswith("Node(children=[...])")
+
+
+def _package_modules() -> list[Any]:
+    names = [info.name for info in pkgutil.walk_packages(pytest_rollouts.__path__, "pytest_rollouts.")]
+    optional = ("pytest_rollouts.export.to_wandb", "pytest_rollouts.export.to_mlflow", "pytest_rollouts.__main__")
+    return [importlib.import_module(name) for name in names if name not in optional]
+
+
+def test_every_dataclass_of_the_package_shares_its_repr_and_eq() -> None:
+    """ruff bans ``dataclasses.dataclass`` in the package; this checks what was built, decorators
+    that wrap it included: each generated ``__repr__`` and ``__eq__`` was a compile at every start."""
+    generated = sorted(
+        f"{module.__name__}.{name}"
+        for module in _package_modules()
+        for name, value in vars(module).items()
+        if isinstance(value, type) and value.__module__ == module.__name__ and dataclasses.is_dataclass(value)
+        for method, shared in (("__repr__", datatype_module._repr), ("__eq__", datatype_module._eq))
+        if method in vars(value) and vars(value)[method] is not shared and _compiled(vars(value)[method])
+    )
+    assert generated == []
+
+
+def _compiled(method: Any) -> bool:
+    """Written by ``dataclasses`` (its source is a string it compiled), not by hand in a class body."""
+    code = getattr(getattr(method, "__wrapped__", method), "__code__", None)
+    return code is not None and code.co_filename == "<string>"
