@@ -18,6 +18,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, Union
 
+from pytest_rollouts.datatype import tuple_getter
+
 
 class Mismatch(Exception):
     """Raised where fields differ; each level it passes on the way out prepends its place to ``path``,
@@ -60,7 +62,7 @@ def encoder(cls: type) -> Callable[[Any], Any]:
     tables = [(name, _table_columns(element)) for name in names if (element := _flat_element(hints[name])) is not None]
     if not tables:
         return lambda msg: msg
-    values_of = _getter(operator.attrgetter, names)
+    values_of = tuple_getter(operator.attrgetter, names)
 
     def fields_of(msg: Any) -> dict[str, Any]:
         fields = dict(zip(names, values_of(msg), strict=True))  # in C: a comprehension is one more call
@@ -84,18 +86,7 @@ def _flat_element(hint: Any) -> type | None:
 def _table_columns(cls: type) -> tuple[list[str], Callable[[Any], tuple[Any, ...]]]:
     """``cls``'s field names, and a getter of an instance's values in that order (one C call)."""
     names = [f.name for f in dataclasses.fields(cls)]
-    return names, _getter(operator.attrgetter, names)
-
-
-def _getter(make: Callable[..., Callable[[Any], Any]], names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
-    """``names``' values (attributes or keys, as ``make`` gets them) as a tuple, in one C call: even
-    for one name, or none, where ``attrgetter`` and ``itemgetter`` would give a bare value."""
-    if len(names) > 1:
-        return make(*names)
-    if names:
-        one = make(names[0])
-        return lambda source: (one(source),)
-    return lambda source: ()
+    return names, tuple_getter(operator.attrgetter, names)
 
 
 def builder(cls: type) -> Builder:
@@ -108,7 +99,7 @@ def builder(cls: type) -> Builder:
     expected = frozenset(names)
     nested = tuple((name, sub) for name in names if (sub := _nested(hints[name])) is not None)
     # Positional, in field order: keyword arguments cost a frozen dataclass twice as much to take.
-    values_of = _getter(operator.itemgetter, names)
+    values_of = tuple_getter(operator.itemgetter, names)
 
     def build(fields: Any) -> Any:
         if type(fields) is not dict or fields.keys() != expected:
