@@ -154,8 +154,9 @@ class ArtifactPaths:
             lock.seek(0)
             lock.truncate()
             lock.write(run_id)
+            # In the kernel before the flock goes, for the run's other processes: no fsync, as only
+            # live processes of this run read it (a crash's next run has another id and prepares again).
             lock.flush()
-            os.fsync(lock.fileno())
             return start
 
     def take_back(self, start: RunStart) -> None:
