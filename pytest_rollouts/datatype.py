@@ -6,9 +6,12 @@ frozen, ``__setattr__``, ``__delattr__`` and ``__hash__``. A one-row pytest run 
 of the project's dataclasses, and their ``__repr__`` and ``__eq__`` were about 7 ms of that run's
 pytest process (about 250 ms in all). Here those two, and a frozen class's ``__hash__``, are one
 function each for every class, reading the fields the class lists: what they compare, show and hash,
-and in which order, is the generated methods', so instances behave exactly as dataclasses (a frozen
-one with the setters dataclasses generate; ``fields``, ``replace``, ``asdict`` and orjson see a
-dataclass). ``__init__`` stays generated: instances are made on hot paths, where a generic one
+and in which order, is the generated methods' (``field(repr=, compare=, hash=)`` included, and
+which of them a class keeps when it defines its own), so instances behave as dataclasses' do (a
+frozen one with the setters dataclasses generate; ``fields``, ``replace``, ``asdict``, pickle and
+orjson see a dataclass). Two things tell them apart: ``__dataclass_params__`` says ``repr`` and
+``eq`` False, and the names ``_datatype_shown``, ``_datatype_compared`` and ``_datatype_hashed`` are
+the class's own. ``__init__`` stays generated: instances are made on hot paths, where a generic one
 would cost every call.
 
 ruff bans ``dataclasses.dataclass`` in the package (``pyproject.toml``), so new classes use this.
@@ -36,19 +39,22 @@ def datatype(cls: T | None = None, /, *, frozen: bool = False, slots: bool = Fal
 
     def wrap(cls: T) -> T:
         own = cls.__dict__
+        # dataclass's rule: a ``__hash__`` of None that defining ``__eq__`` set is not the class's own.
+        own_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
         made: Any = dataclasses.dataclass(cls, repr=False, eq=False, frozen=frozen, slots=slots)  # noqa: TID251
         fields = dataclasses.fields(made)
         if "__repr__" not in own:
             made._datatype_shown = tuple(f.name for f in fields if f.repr)
             made.__repr__ = _repr
-        if eq and "__eq__" not in own:
-            # A staticmethod: a getter of one field or none is a function, which an instance would bind.
-            made._datatype_compared = staticmethod(
-                tuple_getter(operator.attrgetter, [f.name for f in fields if f.compare])
-            )
+        if not eq:
+            return made  # type: ignore[no-any-return]
+        if "__eq__" not in own:
+            made._datatype_compared = _getter([f.name for f in fields if f.compare])
             made.__eq__ = _eq
-            if "__hash__" not in own:  # as dataclass: equal by value, so hashable only if frozen
-                made.__hash__ = _hash if frozen else None
+        if not own_hash:  # equal by value: hashable by the same values if frozen, else not at all
+            if frozen:
+                made._datatype_hashed = _getter([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+            made.__hash__ = _hash if frozen else None
         return made  # type: ignore[no-any-return]
 
     return wrap if cls is None else wrap(cls)
@@ -79,4 +85,10 @@ def _eq(self: Any, other: object) -> bool:
 
 
 def _hash(self: Any) -> int:
-    return hash(self._datatype_compared(self))
+    return hash(self._datatype_hashed(self))
+
+
+def _getter(names: Sequence[str]) -> staticmethod[[Any], tuple[Any, ...]]:
+    """A class attribute getting ``names``' values, a staticmethod: a getter of one field or none is a
+    function, which an instance would bind."""
+    return staticmethod(tuple_getter(operator.attrgetter, names))

@@ -30,7 +30,7 @@ class GateFailure:
     message: str
 
 
-@datatype
+@datatype(frozen=True)
 class Gate:
     """What a scored run must reach, and the names its messages give the output and the options.
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pytest_rollouts.scoring.aggregate import RunScore
 
 
-@datatype
+@datatype(frozen=True)
 class StatisticsOptions:
     """What the statistics are asked for: ``--rollouts-reward-range``, ``--rollouts-pass-k``,
     ``--rollouts-group-by``."""

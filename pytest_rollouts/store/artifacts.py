@@ -153,10 +153,9 @@ class ArtifactPaths:
             start = replace(start, made_prepared=made)
             lock.seek(0)
             lock.truncate()
+            # Not fsynced: only live processes of this run read it, once the flock goes with the file's
+            # close (which writes it out first); a crash's next run has another id and prepares again.
             lock.write(run_id)
-            # In the kernel before the flock goes, for the run's other processes: no fsync, as only
-            # live processes of this run read it (a crash's next run has another id and prepares again).
-            lock.flush()
             return start
 
     def take_back(self, start: RunStart) -> None:

@@ -100,6 +100,57 @@ def test_methods_a_class_defines_are_kept_and_a_cycle_is_shown_once() -> None:
     assert repr(node).endswith("Node(children=[...])")
 
 
+def _hash_rule_bodies(make: Any) -> list[type]:
+    """Classes whose hash dataclass decides by what the class defines itself and by ``field(hash=)``."""
+
+    @make(frozen=True)
+    class OwnEq:
+        """Its own equality, frozen: dataclass still hashes it by its fields."""
+
+        x: int
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, OwnEq)
+
+    @make
+    class OwnHash:
+        """Its own hash, not frozen: kept, where dataclass would make it unhashable."""
+
+        x: int
+
+        def __hash__(self) -> int:
+            return 7
+
+    @make(frozen=True)
+    class PartlyHashed:
+        """A field compared but left out of the hash (a list: hashing it would fail)."""
+
+        x: int
+        tags: list[str] = field(default_factory=list, hash=False)
+
+    return [OwnEq, OwnHash, PartlyHashed]
+
+
+def test_a_datatype_hashes_as_the_same_dataclass() -> None:
+    for reference, made in zip(_hash_rule_bodies(dataclasses.dataclass), _hash_rule_bodies(datatype), strict=True):
+        assert (made.__hash__ is None) is (reference.__hash__ is None), made.__name__
+        assert hash(made(1)) == hash(reference(1)), made.__name__
+
+
+def test_a_plain_subclass_is_never_equal_to_its_parent() -> None:
+    @datatype
+    class Parent:
+        """Compared by class as well as by fields."""
+
+        x: int
+
+    class Child(Parent):
+        """Not a datatype itself: it inherits the parent's methods."""
+
+    assert Parent(1) != Child(1) and Child(1) == Child(1)
+    assert dataclasses.dataclass(type("P", (), {"__annotations__": {"x": "int"}}))(1) != Parent(1)
+
+
 def _package_modules() -> list[Any]:
     names = [info.name for info in pkgutil.walk_packages(pytest_rollouts.__path__, "pytest_rollouts.")]
     optional = ("pytest_rollouts.export.to_wandb", "pytest_rollouts.export.to_mlflow", "pytest_rollouts.__main__")
