@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from pytest_rollouts.config.bounds import MAX_REPEATS
-from pytest_rollouts.config.values import FailureLimit
+from pytest_rollouts.config.values import FailureLimit, not_utf8_why
 from pytest_rollouts.options import OPTION
 
 # ``--rollouts-max-failures``'s field type: its text parsed before pydantic checks it is a ``FailureLimit``.
@@ -126,3 +127,22 @@ def fan_out_value(value: Any) -> Any:
             raise ValueError(f"fan-out of {key} is given twice")
         fan[key] = agents
     return fan
+
+
+def utf8_given(model: type, data: Any) -> Any:
+    """The settings model's check that every name and path given is text, before any field reads it:
+    one pass over what was given, where a validator on every field would be built into each one's
+    schema (sixty of them) at every start. A value that is not is an error of its field, worded as a
+    field's own ``ValueError`` is (``errors.describe_errors`` reads them alike)."""
+    if not isinstance(data, Mapping):
+        return data
+    errors = [
+        InitErrorDetails(
+            type=PydanticCustomError("value_error", "Value error, {why}", {"why": why}), loc=(key,), input=value
+        )
+        for key, value in data.items()
+        if (why := not_utf8_why(value))
+    ]
+    if errors:
+        raise ValidationError.from_exception_data(model.__name__, errors)
+    return data

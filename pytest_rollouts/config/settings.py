@@ -45,11 +45,12 @@ from pytest_rollouts.config.fields import (
     need_gate,
     option_field,
     repeats_value,
+    utf8_given,
 )
 from pytest_rollouts.config.output_fields import CacheFolder, MlflowExperiment, ReportPath, WandbProject
 from pytest_rollouts.config.output_values import materialized_clash, report_clash, run_file_clash
 from pytest_rollouts.config.statistics_values import PassKs, RewardRangeValue
-from pytest_rollouts.config.values import check_recorded_path, check_url, utf8_text
+from pytest_rollouts.config.values import check_recorded_path, check_url
 from pytest_rollouts.net.address import without_password
 from pytest_rollouts.options import OPTION
 
@@ -358,8 +359,8 @@ class Settings(BaseModel):
     def _parse_json(cls, value: Any) -> Any:
         return json_object(value) if isinstance(value, str) else value
 
-    # Every name and path given is text (defined last, checked first).
-    _text = field_validator("*", mode="before")(utf8_text)
+    # Every name and path given is text, checked before any field reads it (``fields.utf8_given``).
+    _text = model_validator(mode="before")(classmethod(utf8_given))
 
     @property
     def paths(self) -> "ArtifactPaths":

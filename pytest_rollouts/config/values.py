@@ -39,15 +39,15 @@ def not_utf8_in(value: Any) -> str:
     return ""
 
 
-def utf8_text(value: Any) -> Any:
-    """Every name and path given is text: the run writes them into its files, which cannot hold
-    what is not UTF-8 (``not_utf8``)."""
+def not_utf8_why(value: Any) -> str:
+    """Why a value given is refused, or "": every name and path given is text, as the run writes
+    them into its files, which cannot hold what is not UTF-8 (``not_utf8``)."""
     bad = not_utf8_in(value)
-    if bad:
-        raise ValueError(
-            f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
-        )
-    return value
+    return (
+        f"holds bytes that are not UTF-8 text ({bad}); the run writes it into its files: give it in UTF-8"
+        if bad
+        else ""
+    )
 
 
 def check_recorded_path(value: Any) -> None:
