@@ -14,12 +14,18 @@ from pytest_rollouts.dispatch.agents import PlanAgents
 from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
 from pytest_rollouts.dispatch.messages import (
     CheckHealth,
+    Close,
+    Closed,
+    Done,
     HealthChecked,
     MessageError,
     PlanHeader,
+    Progress,
+    Ready,
     decode,
     decode_column,
     encode,
+    resolve,
 )
 from pytest_rollouts.rows.planned import COLUMNS
 
@@ -28,6 +34,8 @@ async def read_plan(stdin: Any, stdout: Any) -> tuple[PlanHeader, dict[str, arra
     """The header and the plan's columns, each health check asked before them answered; None when
     pytest closed the pipe first (it dispatched nothing, or was stopped or killed while the agents
     were checked or the plan sent). ``MessageError`` for a message out of place."""
+    # Before the first read, which waits for pytest: what it reads first, and what it answers.
+    resolve(CheckHealth, PlanHeader, HealthChecked, Ready, Progress, Done, Close, Closed)
     try:
         while isinstance(header := decode(read_frame(stdin)), CheckHealth):
             unhealthy = await PlanAgents.of(header.header).unhealthy_lines()

@@ -3,10 +3,13 @@ one that one side has and the other lacks is an error naming it, never a shifted
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import subprocess
 import sys
+import threading
+import time
 import typing
 from array import array
 from pathlib import Path
@@ -214,3 +217,28 @@ def test_a_quoted_name_inside_an_annotation_resolves_to_its_type() -> None:
 def test_each_message_type_resolves_as_typing_does(cls: type) -> None:
     hints = typing.get_type_hints(cls)
     assert dataclass_codec._field_types(cls) == {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+
+
+def test_the_dispatcher_resolves_its_message_types_while_it_waits_for_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan header's builder, with the types it holds, was most of what the first health check cost
+    the dispatcher: resolved before its first read, which waits for pytest, it costs the check nothing."""
+    from pytest_rollouts.dispatch.intake import read_plan
+
+    monkeypatch.setattr(messages, "_BUILDERS", messages._PerTag(messages.builder))
+    monkeypatch.setattr(messages, "_ENCODERS", messages._PerTag(messages.encoder))
+    read_end, write_end = os.pipe()
+    seen: list[set[str]] = []
+
+    def watch_then_close() -> None:
+        deadline = time.monotonic() + 10
+        while "plan" not in messages._BUILDERS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(set(messages._BUILDERS) | set(messages._ENCODERS))
+        os.close(write_end)  # pytest went away: nothing was ever sent
+
+    watcher = threading.Thread(target=watch_then_close)
+    watcher.start()
+    with open(read_end, "rb", buffering=0) as stdin:
+        assert asyncio.run(read_plan(stdin, sys.stdout)) is None
+    watcher.join()
+    assert {"check_health", "plan", "health_checked", "ready", "done"} <= seen[0]
