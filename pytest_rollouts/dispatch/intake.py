@@ -34,7 +34,7 @@ async def read_plan(stdin: Any, stdout: Any) -> tuple[PlanHeader, dict[str, arra
     """The header and the plan's columns, each health check asked before them answered; None when
     pytest closed the pipe first (it dispatched nothing, or was stopped or killed while the agents
     were checked or the plan sent). ``MessageError`` for a message out of place."""
-    # Before the first read, which waits for pytest: what it reads first, and what it answers.
+    # Before the first read, which waits for pytest: the types of what it reads and answers from here on.
     resolve(CheckHealth, PlanHeader, HealthChecked, Ready, Progress, Done, Close, Closed)
     try:
         while isinstance(header := decode(read_frame(stdin)), CheckHealth):
