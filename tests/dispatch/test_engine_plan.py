@@ -13,6 +13,7 @@ import pytest
 
 from pytest_rollouts.dispatch.engine import Engine
 from pytest_rollouts.dispatch.record import DispatchRecord, LimitSeries
+from pytest_rollouts.net.address import ascii_host
 from pytest_rollouts.rows.planned import COLUMNS, PlannedRollout, PlannedRollouts
 from pytest_rollouts.store.status import RunStatus
 
@@ -70,12 +71,45 @@ def test_the_dispatcher_process_starts_without_what_few_runs_need(what: str) -> 
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
-def test_the_dispatcher_process_has_the_host_check_s_codec_before_its_first_request() -> None:
-    """The first agent URL it read loaded the IDNA codec (``unicodedata``, ``stringprep``: about 1.3 ms),
-    at the agents' health check, which pytest waits for; the process starts well before it is asked."""
-    code = "import sys\nimport pytest_rollouts.dispatch.engine\nprint('encodings.idna' in sys.modules)"
+HOSTS = [
+    "agent",
+    "127.0.0.1",
+    "a.example.com",
+    "a.example.com.",
+    "",
+    ".",
+    "a..b",
+    ".a",
+    "a" * 63,
+    "a" * 64,
+    "b." + "a" * 64,
+    "a" * 64 + ".b",
+    "::1",
+]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_an_ascii_host_is_refused_exactly_where_the_idna_codec_refuses_it(host: str) -> None:
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        with pytest.raises(UnicodeError):
+            ascii_host(host)
+    else:
+        assert ascii_host(host) == host
+
+
+def test_reading_an_agent_url_loads_no_codec() -> None:
+    """The IDNA codec (``unicodedata``, ``stringprep``) cost each process that read an ASCII host
+    about 1 ms: pytest's at every start, the dispatcher's at the health check pytest waits for."""
+    code = (
+        "import sys\nfrom pytest_rollouts.net.address import Address\n"
+        "from pytest_rollouts.config.values import check_url\n"
+        "check_url('http://agent.example:8000'); Address.parse('http://127.0.0.1:1/run')\n"
+        "print('encodings.idna' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert result.stdout.strip() == "True", result.stdout + result.stderr
+    assert result.stdout.strip() == "False", result.stdout + result.stderr
 
 
 def test_the_record_and_status_types_built_at_every_start_up_are_not_frozen() -> None:
