@@ -3,8 +3,8 @@
 On CPython 3.11 ``dataclasses.dataclass`` writes each generated method out as source and compiles it
 with its own ``exec``, at every start, for every class: ``__init__``, ``__repr__``, ``__eq__`` and,
 frozen, ``__setattr__``, ``__delattr__`` and ``__hash__``. A one-row pytest run imports about seventy
-of the project's dataclasses, and their ``__repr__`` and ``__eq__`` were about 7 ms of that run's
-pytest process (about 250 ms in all). Here those two, and a frozen class's ``__hash__``, are one
+of the project's dataclasses, so their ``__repr__`` and ``__eq__`` were a measurable part of its
+start (``docs/performance.md``, the sixth pass). Here those two, and a frozen class's ``__hash__``, are one
 function each for every class, reading the fields the class lists: what they compare, show and hash,
 and in which order, is the generated methods' (``field(repr=, compare=, hash=)`` included, and
 which of them a class keeps when it defines its own), so instances behave as dataclasses' do (a

@@ -14,14 +14,9 @@ from pytest_rollouts.dispatch.agents import PlanAgents
 from pytest_rollouts.dispatch.frames import ChannelClosed, read_frame, write_all
 from pytest_rollouts.dispatch.messages import (
     CheckHealth,
-    Close,
-    Closed,
-    Done,
     HealthChecked,
     MessageError,
     PlanHeader,
-    Progress,
-    Ready,
     decode,
     decode_column,
     encode,
@@ -35,7 +30,7 @@ async def read_plan(stdin: Any, stdout: Any) -> tuple[PlanHeader, dict[str, arra
     pytest closed the pipe first (it dispatched nothing, or was stopped or killed while the agents
     were checked or the plan sent). ``MessageError`` for a message out of place."""
     # Before the first read, which waits for pytest: the types of what it reads and answers from here on.
-    resolve(CheckHealth, PlanHeader, HealthChecked, Ready, Progress, Done, Close, Closed)
+    resolve()
     try:
         while isinstance(header := decode(read_frame(stdin)), CheckHealth):
             unhealthy = await PlanAgents.of(header.header).unhealthy_lines()

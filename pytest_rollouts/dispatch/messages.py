@@ -331,13 +331,13 @@ def decode(raw: bytes) -> Message:
         raise MessageError(f"message {tag + exc.path!r} has {exc.said}") from None
 
 
-def resolve(*types: type[Message]) -> None:
-    """Resolve ``types``' builders and encoders now, for a process to call where it waits anyway (the
-    dispatcher for pytest's first message, pytest for the health check's answer): the first message of
-    each type then reads as fast as the next. A plan header's builder, with the types it holds, is
-    most of what a first health check cost the dispatcher (0.7 ms of about 1.1 ms more than a second)."""
-    for cls in types:
-        _BUILDERS[cls.tag]
+def resolve() -> None:
+    """Resolve the builders and encoders of the types every dispatched session exchanges now, for a
+    process to call where it waits anyway (the dispatcher for pytest's first message, pytest for the
+    health check's answer): the first message of each type then reads as fast as the next. A plan
+    header's builder, with the types it holds, was most of what a first health check cost."""
+    for cls in (CheckHealth, PlanHeader, HealthChecked, Ready, Progress, Done, Close, Closed):
+        _BUILDERS[cls.tag]  # a lookup resolves it
         _ENCODERS[cls.tag]
 
 

@@ -20,15 +20,10 @@ from pytest_rollouts.config.bounds import HEALTH_CHECK_S
 from pytest_rollouts.dispatch.frames import ChannelClosed, ChannelStuck, FrameBuffer, next_frame, write_all
 from pytest_rollouts.dispatch.messages import (
     CheckHealth,
-    Close,
-    Closed,
-    Done,
     Fatal,
     HealthChecked,
     MessageError,
     PlanHeader,
-    Progress,
-    Ready,
     decode,
     encode,
     resolve,
@@ -75,7 +70,7 @@ def ask_health(process: subprocess.Popen[bytes], header: PlanHeader) -> list[str
     try:
         # The process takes its input once it has started, however many agents it is to check.
         write_all(process.stdin.fileno(), encode(CheckHealth(header)), START_LIMIT_S)
-        resolve(HealthChecked, PlanHeader, Ready, Progress, Done, Close, Closed)  # while the agents are checked
+        resolve()  # while the agents are checked
         reply = decode(next_frame(process.stdout.fileno(), FrameBuffer(), deque(), time.monotonic() + limit))
     except (TimeoutError, ChannelStuck):  # stopped or stuck: it took nothing, or answered nothing
         raise HealthUnasked(

@@ -88,7 +88,7 @@ def ascii_host(host: str) -> str:
 def _check_labels(host: str) -> None:
     """What the IDNA codec checks of an ASCII host (``encodings.idna``'s fast path): each label but a
     trailing empty one is 1 to 63 characters. Written out, as loading the codec (``unicodedata`` and
-    ``stringprep`` with it) cost each process that read a URL about 0.7 ms, pytest's at every start."""
+    ``stringprep`` with it) cost each process that read a URL, pytest's at every start."""
     labels = host.split(".")
     if any(not 0 < len(label) < 64 for label in labels[:-1]):
         raise UnicodeError("label empty or too long")

@@ -100,8 +100,8 @@ def test_an_ascii_host_is_refused_exactly_where_the_idna_codec_refuses_it(host: 
 
 
 def test_reading_an_agent_url_loads_no_codec() -> None:
-    """The IDNA codec (``unicodedata``, ``stringprep``) cost each process that read an ASCII host
-    about 1 ms: pytest's at every start, the dispatcher's at the health check pytest waits for."""
+    """The IDNA codec (``unicodedata``, ``stringprep``) cost each process that read an ASCII host its
+    import: pytest's at every start, the dispatcher's at the health check pytest waits for."""
     code = (
         "import sys\nfrom pytest_rollouts.net.address import Address\n"
         "from pytest_rollouts.config.values import check_url\n"

@@ -147,8 +147,7 @@ def test_a_plain_subclass_is_never_equal_to_its_parent() -> None:
     class Child(Parent):
         """Not a datatype itself: it inherits the parent's methods."""
 
-    assert Parent(1) != Child(1) and Child(1) == Child(1)
-    assert dataclasses.dataclass(type("P", (), {"__annotations__": {"x": "int"}}))(1) != Parent(1)
+    assert Parent(1) != Child(1) and Child(1) != Parent(1) and Child(1) == Child(1)
 
 
 def _package_modules() -> list[Any]:
