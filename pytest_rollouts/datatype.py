@@ -1,18 +1,26 @@
-"""``datatype``: the project's dataclass, its ``__repr__`` and ``__eq__`` shared instead of written per class.
+"""``datatype``: the project's dataclass, its methods shared, or compiled only for a class that needs one.
 
 On CPython 3.11 ``dataclasses.dataclass`` writes each generated method out as source and compiles it
 with its own ``exec``, at every start, for every class: ``__init__``, ``__repr__``, ``__eq__`` and,
 frozen, ``__setattr__``, ``__delattr__`` and ``__hash__``. A one-row pytest run imports about seventy
-of the project's dataclasses, so their ``__repr__`` and ``__eq__`` were a measurable part of its
-start (``docs/performance.md``, the sixth pass). Here those two, and a frozen class's ``__hash__``, are one
-function each for every class, reading the fields the class lists: what they compare, show and hash,
-and in which order, is the generated methods' (``field(repr=, compare=, hash=)`` included, and
-which of them a class keeps when it defines its own), so instances behave as dataclasses' do (a
-frozen one with the setters dataclasses generate; ``fields``, ``replace``, ``asdict``, pickle and
-orjson see a dataclass). Two things tell them apart: ``__dataclass_params__`` says ``repr`` and
-``eq`` False, and the names ``_datatype_shown``, ``_datatype_compared`` and ``_datatype_hashed`` are
-the class's own. ``__init__`` stays generated: instances are made on hot paths, where a generic one
-would cost every call.
+of the project's dataclasses, and those compiles were a measurable part of its start
+(``docs/performance.md``, the sixth and seventh passes).
+
+- ``__repr__`` and ``__eq__``, and a frozen class's ``__hash__``, are one function each for every
+  class, reading the fields the class lists: what they compare, show and hash, and in which order,
+  is the generated methods' (``field(repr=, compare=, hash=)`` included, and which of them a class
+  keeps when it defines its own).
+- ``__init__`` is compiled when a class makes its second instance. Most classes make one per run
+  (its settings, its score, its plan) or none, and their first instance is made by one generic
+  function; a class made per row or per message gets the generated ``__init__`` it had before.
+  Any call the generic one does not take as it is (a missing or unknown argument) goes to the
+  compiled one, so errors read as Python's own.
+
+Instances behave as dataclasses' do (a frozen one with the setters dataclasses generate;
+``fields``, ``replace``, ``asdict``, pickle and orjson see a dataclass). What tells them apart:
+``__dataclass_params__`` says ``repr`` and ``eq`` False, the names ``_datatype_shown``,
+``_datatype_compared`` and ``_datatype_hashed`` are the class's own, and ``InitVar`` fields are
+refused (no class here has one).
 
 ruff bans ``dataclasses.dataclass`` in the package (``pyproject.toml``), so new classes use this.
 """
@@ -41,8 +49,13 @@ def datatype(cls: T | None = None, /, *, frozen: bool = False, slots: bool = Fal
         own = cls.__dict__
         # dataclass's rule: a ``__hash__`` of None that defining ``__eq__`` set is not the class's own.
         own_hash = "__hash__" in own and not (own["__hash__"] is None and "__eq__" in own)
-        made: Any = dataclasses.dataclass(cls, repr=False, eq=False, frozen=frozen, slots=slots)  # noqa: TID251
+        made: Any = dataclasses.dataclass(  # noqa: TID251
+            cls, init=False, repr=False, eq=False, frozen=frozen, slots=slots
+        )
         fields = dataclasses.fields(made)
+        if "__init__" not in own:
+            made.__init__ = _FirstInit(made, fields, frozen=frozen, slots=slots).stand_in()
+        made.__dataclass_params__.init = True  # it has the ``__init__`` dataclass would give it
         if "__repr__" not in own:
             made._datatype_shown = tuple(f.name for f in fields if f.repr)
             made.__repr__ = _repr
@@ -92,3 +105,123 @@ def _getter(names: Sequence[str]) -> staticmethod[[Any], tuple[Any, ...]]:
     """A class attribute getting ``names``' values, a staticmethod: a getter of one field or none is a
     function, which an instance would bind."""
     return staticmethod(tuple_getter(operator.attrgetter, names))
+
+
+class _FirstInit:
+    """A class's ``__init__`` until its second instance: binds the arguments in Python, as the
+    generated one would, then hands over to the generated one, compiled once and set on the class."""
+
+    def __init__(self, cls: Any, fields: tuple[dataclasses.Field[Any], ...], *, frozen: bool, slots: bool) -> None:
+        self._cls = cls
+        self._fields = fields
+        self._frozen = frozen
+        self._slots = slots
+        self._post_init = hasattr(cls, "__post_init__")
+        init = [f for f in fields if f.init]
+        self._positional = [f.name for f in init if not f.kw_only]
+        self._accepted = frozenset(f.name for f in init)
+        _refuse_unsupported(cls, init)
+        self._made = False
+        self._compiled: Callable[..., None] | None = None
+
+    def stand_in(self) -> Callable[..., None]:
+        first = self
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if first._made or not first.bound(self, args, kwargs):
+                first.compiled()(self, *args, **kwargs)
+            first._made = True
+
+        __init__.__qualname__ = f"{self._cls.__qualname__}.__init__"
+        return __init__
+
+    def bound(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Set ``instance``'s fields from the call, as the generated ``__init__`` does, and call
+        ``__post_init__``; False, having set nothing, for a call that would raise ``TypeError``."""
+        positional = self._positional
+        if len(args) > len(positional) or not self._accepted.issuperset(kwargs):
+            return False
+        values = dict(zip(positional, args, strict=False))  # the positional ones given
+        if len(values) + len(kwargs) != len(values | kwargs):  # one given both ways
+            return False
+        values |= kwargs
+        missing = dataclasses.MISSING
+        if any(f.init and f.default is f.default_factory is missing and f.name not in values for f in self._fields):
+            return False
+        assign = object.__setattr__ if self._frozen else setattr
+        for f in self._fields:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default_factory is not missing:
+                value = f.default_factory()
+            elif f.init or (self._slots and f.default is not missing):
+                value = f.default  # a slot holds no class-level default to fall back on
+            else:
+                continue  # not in ``__init__``: the class attribute is its default
+            assign(instance, f.name, value)
+        if self._post_init:
+            instance.__post_init__()
+        return True
+
+    def compiled(self) -> Callable[..., None]:
+        """The ``__init__`` dataclass generates, compiled now and set on the class from here on."""
+        if self._compiled is not None:
+            return self._compiled
+        globals_: dict[str, Any] = {"__datatype_setattr": object.__setattr__, "__datatype_factory": _FACTORY}
+        me = "__datatype_self" if "self" in self._accepted else "self"
+        params: list[str] = [me]
+        keyword_only: list[str] = []
+        body: list[str] = []
+        missing = dataclasses.MISSING
+        for f in self._fields:
+            name = f.name
+            value = name
+            if f.default_factory is not missing:
+                globals_[f"__datatype_make_{name}"] = f.default_factory
+                value = f"__datatype_make_{name}()"
+                if f.init:
+                    value = f"{value} if {name} is __datatype_factory else {name}"
+            elif f.default is not missing and (f.init or self._slots):
+                globals_[f"__datatype_default_{name}"] = f.default
+                if not f.init:
+                    value = f"__datatype_default_{name}"
+            elif not f.init:
+                continue
+            if f.init:
+                default = "__datatype_factory" if f.default_factory is not missing else f"__datatype_default_{name}"
+                given = name if f.default is f.default_factory is missing else f"{name}={default}"
+                (keyword_only if f.kw_only else params).append(given)
+            if self._frozen:
+                body.append(f"__datatype_setattr({me}, {name!r}, {value})")
+            else:
+                body.append(f"{me}.{name} = {value}")
+        if self._post_init:
+            body.append(f"{me}.__post_init__()")
+        signature = ", ".join(params + (["*", *keyword_only] if keyword_only else []))
+        source = f"def __init__({signature}):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
+        exec(source, globals_)  # as dataclasses does for every class, at import
+        init: Callable[..., None] = globals_["__init__"]
+        init.__qualname__ = f"{self._cls.__qualname__}.__init__"
+        init.__annotations__ = {f.name: f.type for f in self._fields if f.init} | {"return": None}
+        self._cls.__init__ = self._compiled = init
+        return init
+
+
+# The default of an argument whose field has a ``default_factory``: given nothing, the factory makes one.
+_FACTORY = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
+
+
+def _refuse_unsupported(cls: Any, init: list[dataclasses.Field[Any]]) -> None:
+    """What the generated ``__init__`` would refuse as the class is made, and what ``datatype`` does not do."""
+    pseudo = set(cls.__dataclass_fields__) - {f.name for f in dataclasses.fields(cls)}
+    if any("InitVar" in str(cls.__dataclass_fields__[name].type) for name in pseudo):
+        raise TypeError(f"{cls.__qualname__}: datatype takes no InitVar field")
+    after_default = False
+    for f in init:
+        if f.kw_only:
+            continue
+        if f.default is f.default_factory is dataclasses.MISSING:
+            if after_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+        else:
+            after_default = True

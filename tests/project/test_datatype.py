@@ -58,6 +58,86 @@ def test_a_datatype_behaves_as_the_same_dataclass(params: dict[str, Any]) -> Non
     assert hasattr(a, "__dict__") is hasattr(ref_a, "__dict__")
 
 
+def _init_twins(**params: Any) -> tuple[type, type]:
+    """A class with every kind of ``__init__`` argument and field, made by each decorator."""
+
+    def body(make: Any) -> type:
+        @make(**params)
+        class Call:
+            """Positional, defaulted, made by a factory, left out of ``__init__``, keyword-only."""
+
+            x: int
+            y: str = "y"
+            tags: list[str] = field(default_factory=list)
+            made: list[int] = field(init=False, default_factory=lambda: [0])
+            fixed: int = field(init=False, default=3)
+            k: int = field(default=9, kw_only=True)
+            post: list[str] = field(init=False, default_factory=list)
+
+            def __post_init__(self) -> None:
+                self.post.append(f"{self.x}{self.y}")
+
+        return Call
+
+    return body(dataclasses.dataclass), body(datatype)
+
+
+def _init_compiled(cls: type) -> bool:
+    return _compiled(vars(cls)["__init__"])
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=[",".join(p) or "plain" for p in SHAPES])
+def test_init_is_compiled_at_the_second_instance_and_both_are_the_dataclass_ones(params: dict[str, Any]) -> None:
+    reference, made = _init_twins(**params)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((1,), {}), ((2, "b", ["t"]), {"k": 4}), ((), {"x": 5})]
+    assert not _init_compiled(made)  # no compile as the class is made
+    for number, (args, kwargs) in enumerate(calls):
+        ours, theirs = made(*args, **kwargs), reference(*args, **kwargs)
+        assert _init_compiled(made) is (number > 0)
+        assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
+        assert ours.made is not made(1).made and ours.tags is not made(1).tags  # a factory per instance
+        assert ours.fixed == 3 and ours.post == theirs.post
+    assert made.__dataclass_params__.init
+    assert made.__init__.__qualname__ == "_init_twins.<locals>.body.<locals>.Call.__init__"
+
+
+BAD_CALLS = [((), {}), ((1, "y", [], 5), {}), ((1,), {"nope": 1}), ((1,), {"x": 1}), ((1,), {"made": []})]
+
+
+@pytest.mark.parametrize("args,kwargs", BAD_CALLS, ids=["missing", "too-many", "unknown", "twice", "not-in-init"])
+@pytest.mark.parametrize("first", [True, False], ids=["first-instance", "later"])
+def test_a_bad_call_raises_as_the_dataclass_init_does(
+    args: tuple[Any, ...], kwargs: dict[str, Any], first: bool
+) -> None:
+    reference, made = _init_twins(frozen=True, slots=True)
+    if not first:
+        made(0), made(0)
+    with pytest.raises(TypeError) as theirs:
+        reference(*args, **kwargs)
+    with pytest.raises(TypeError) as ours:
+        made(*args, **kwargs)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_what_dataclass_refuses_as_a_class_is_made_is_refused() -> None:
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @datatype
+        class Order:
+            """A required field after a defaulted one."""
+
+            a: int = 0
+            b: int
+
+    with pytest.raises(TypeError, match="InitVar"):
+
+        @datatype
+        class Passed:
+            """A value passed to ``__post_init__`` only: not done here."""
+
+            a: dataclasses.InitVar[int]
+
+
 def test_one_field_or_none_compares_and_hashes_as_a_tuple() -> None:
     @datatype(frozen=True)
     class One:
