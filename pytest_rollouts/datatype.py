@@ -10,11 +10,12 @@ of the project's dataclasses, and those compiles were a measurable part of its s
   class, reading the fields the class lists: what they compare, show and hash, and in which order,
   is the generated methods' (``field(repr=, compare=, hash=)`` included, and which of them a class
   keeps when it defines its own).
-- ``__init__`` is compiled when a class makes its second instance. Most classes make one per run
-  (its settings, its score, its plan) or none, and their first instance is made by one generic
-  function; a class made per row or per message gets the generated ``__init__`` it had before.
-  Any call the generic one does not take as it is (a missing or unknown argument) goes to the
-  compiled one, so errors read as Python's own.
+- ``__init__`` is compiled once a class has made ``GENERIC_INSTANCES`` instances. Most classes make
+  one or a few per run (its settings, its score, its plan) or none: those are made by one generic
+  function, which binds the arguments in Python as the generated ``__init__`` would. A class made
+  per row or per message gets the generated ``__init__`` it had before, after as many generic calls
+  as cost about one compile. Any call the generic one does not take as it is (a missing or unknown
+  argument) goes to the compiled one, so errors read as Python's own.
 
 Instances behave as dataclasses' do (a frozen one with the setters dataclasses generate;
 ``fields``, ``replace``, ``asdict``, pickle and orjson see a dataclass). What tells them apart:
@@ -107,8 +108,13 @@ def _getter(names: Sequence[str]) -> staticmethod[[Any], tuple[Any, ...]]:
     return staticmethod(tuple_getter(operator.attrgetter, names))
 
 
+# How many instances a class makes with the generic ``__init__`` before its own is compiled: about
+# as many as the compile costs in generic calls' extra time (``docs/performance.md``, seventh pass).
+GENERIC_INSTANCES = 32
+
+
 class _FirstInit:
-    """A class's ``__init__`` until its second instance: binds the arguments in Python, as the
+    """A class's ``__init__`` for its first instances: binds the arguments in Python, as the
     generated one would, then hands over to the generated one, compiled once and set on the class."""
 
     def __init__(self, cls: Any, fields: tuple[dataclasses.Field[Any], ...], *, frozen: bool, slots: bool) -> None:
@@ -121,16 +127,17 @@ class _FirstInit:
         self._positional = [f.name for f in init if not f.kw_only]
         self._accepted = frozenset(f.name for f in init)
         _refuse_unsupported(cls, init)
-        self._made = False
+        self._generic_left = GENERIC_INSTANCES
         self._compiled: Callable[..., None] | None = None
 
     def stand_in(self) -> Callable[..., None]:
         first = self
 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            if first._made or not first.bound(self, args, kwargs):
+            if first._generic_left and first.bound(self, args, kwargs):
+                first._generic_left -= 1
+            else:
                 first.compiled()(self, *args, **kwargs)
-            first._made = True
 
         __init__.__qualname__ = f"{self._cls.__qualname__}.__init__"
         return __init__
