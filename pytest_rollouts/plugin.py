@@ -294,12 +294,16 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A session refused at configure (bad settings: exit 4) never reaches its end, where the
-    dispatcher process started early is stopped: stopped here, or a caller of ``pytest.main``
-    (a notebook, a trainer running evals in its own process) keeps one per refused session."""
+    """The run's processes end here, the dispatcher waited for: the session's end only let it go,
+    so it exits while the summary is written. A dispatcher that does not exit even when killed is
+    said last, as nothing else reports it. A session refused at configure (bad settings: exit 4)
+    stops the one started early, or a caller of ``pytest.main`` (a notebook, a trainer running evals
+    in its own process) would keep one per refused session."""
     run = config.stash.get(RUN_KEY, None)
-    if run is not None:
-        run.close()
+    if run is not None and (unended := run.close()):
+        from pytest_rollouts.pytest.progress import tell
+
+        tell(config, unended)
 
 
 def _will_run(session: pytest.Session) -> bool:

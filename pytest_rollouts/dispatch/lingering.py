@@ -41,9 +41,9 @@ class Lingering:
         """One group's request, sent by the dispatcher process: the reply's status and body.
         ``RequestFailed`` or ``RequestTimeout`` without one, ``JsonlError`` for a row it could not read."""
         process = self._process
-        if process is None:
+        if process is None or process.stdin is None or process.stdin.closed:
             raise RequestFailed("the dispatcher process has ended")
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdout is not None
         timeout, added = metrics.timeout, [row.decode() for row in metrics.added]
         msg = PostMetrics(metrics.url, dict(metrics.headers), str(metrics.out), list(metrics.order), added, timeout)
         try:
@@ -67,12 +67,19 @@ class Lingering:
             raise RequestFailed(answer.failed)
         return answer.status, answer.body.encode("latin-1")
 
-    def end(self, *, stuck: bool = False) -> str:
+    def end(self, *, stuck: bool = False, wait: bool = True) -> str:
         """Close its input: it cancels what it still sends and exits (``stuck``: killed at once).
 
         Why it did not exit even when killed, or "": for the caller to say, as nothing else
         reports it after scoring. A process ended already (a request that failed ended it) is not
-        ended again, but why it did not exit then is returned again."""
+        ended again, but why it did not exit then is returned again. ``wait=False``: its input is
+        closed and "" returned, so it exits while pytest goes on (its summary); a later ``end``
+        waits for that exit."""
+        if not wait:
+            if self._process is not None:
+                assert self._process.stdin is not None
+                self._process.stdin.close()
+            return ""
         process, self._process = self._process, None
         if process is not None:
             self._unended = end_process(process, stuck=stuck)

@@ -98,6 +98,8 @@ class StatusWriter:
         # (time.monotonic, done) at each write within the rate's window.
         self._samples: deque[tuple[float, int]] = deque()
         self._stopping = threading.Event()
+        # Held for each write: the last one is ``stop``'s, whenever the thread wakes.
+        self._writing = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="rollouts-status", daemon=True)
 
     def start(self) -> StatusWriter:
@@ -111,21 +113,26 @@ class StatusWriter:
         return self._last
 
     def stop(self, state: str, final: Counts | None = None) -> None:
-        """The last write: ``state`` (finished, stopped, failed) and the final counts, nothing in flight."""
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        # The limits dispatch ended with: the final counts' or, when they do not say them, the last seen.
-        limits = (final.limits if final is not None else {}) or self._last.limits
-        if final is not None:
-            self._last = final
-        last = self._last
-        self._last = Counts(last.total, last.done, last.failed, limits=limits)
-        self._try(state)
+        """The last write: ``state`` (finished, stopped, failed) and the final counts, nothing in flight.
+
+        Not waiting for the thread to end: woken, it finds the run stopped and writes nothing more.
+        A join would wait at the end of every session for the thread to be scheduled, while the
+        dispatcher process exits on the other core."""
+        with self._writing:
+            self._stopping.set()
+            # The limits dispatch ended with: the final counts' or, when they do not say them, the last seen.
+            limits = (final.limits if final is not None else {}) or self._last.limits
+            if final is not None:
+                self._last = final
+            last = self._last
+            self._last = Counts(last.total, last.done, last.failed, limits=limits)
+            self._try(state)
 
     def _run(self) -> None:
         while not self._stopping.wait(self._interval):
-            self._try(RUNNING)
+            with self._writing:
+                if not self._stopping.is_set():
+                    self._try(RUNNING)
 
     def _try(self, state: str) -> None:
         """A write that fails (a full disk, a removed folder) is skipped: the run's own files say

@@ -55,7 +55,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     not_here = this.worker or config.option.collectonly
     if not_here or not end.scored or put_back or (run is None and not tally.items):
         if run is not None:
-            _close(run, say)
+            run.close(wait=False)
         return Ending(judge_run(None, end), put_back=put_back)
     from pytest_rollouts.pytest.session import RolloutRun
 
@@ -71,7 +71,7 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while scoring: say so, as at any other moment
         return _stopped(end, f"Interrupted while scoring: {run.life.withdraw_conclusions()}", put_back)
     finally:
-        _close(run, say)
+        run.close(wait=False)  # its dispatcher exits while the summary is written
     verdict = run.life.conclude(score, end, Gate.of(run.settings))
     if score is not None and not end.interrupted:
         from pytest_rollouts.lifecycle.stages import PublishStopped
@@ -81,13 +81,6 @@ def end_run(config: pytest.Config, session: pytest.Session, tally: Tally, say: C
         except PublishStopped as stop:
             return _stopped(end, str(stop), put_back)
     return Ending(verdict, score, put_back)
-
-
-def _close(run: RolloutRun, say: Callable[[str], None]) -> None:
-    """End the run's processes; a dispatcher that did not exit even when killed is said here, as
-    nothing after the end of dispatch reports it."""
-    if unended := run.close():
-        say("rollouts: " + unended)
 
 
 def _stopped(end: RunEnd, why: str, put_back: str) -> Ending:

@@ -380,11 +380,11 @@ class RolloutRun:
             self.dispatch_record = self.dispatch_record.merged(dispatcher.record)
             self.dispatch_failure = self.dispatch_failure or dispatcher.failure
 
-    def close(self) -> str:
+    def close(self, *, wait: bool = True) -> str:
         """End the dispatcher process and the embedded agents: both outlive dispatch for ``/aggregate_metrics``.
-        Why the dispatcher process did not exit, even when killed, or "": for the caller to say."""
+        Why the dispatcher did not exit, even when killed, or "" (``Lingering.end``, ``wait`` as there)."""
         self.finish()
-        unended = "" if self.lingering is None else self.lingering.end()
+        unended = "" if self.lingering is None else self.lingering.end(wait=wait)
         if self._engine is not None:
             stop_unused(self._engine)
             self._engine = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import orjson
 import pytest
 
 from pytest_rollouts import CollectionConfig, run_from_config
-from pytest_rollouts.store.status import RunStatus, read_status, status_path
+from pytest_rollouts.lifecycle.status import Counts, StatusWriter
+from pytest_rollouts.store.status import FINISHED, RunStatus, read_status, status_path
 
 from ..agents import ScriptedAgent, ThrottlingAgent
 from ..helpers import embedded, new_status, read_rows, tasks, write_rows
@@ -105,3 +107,25 @@ def test_under_auto_the_status_and_the_metrics_file_say_how_dispatch_adapted(her
     assert dispatch["retries"] > 0 and dispatch["retries_refused_by_budget"] >= 0, dispatch
     chart = embedded((here / "r.html").read_bytes(), "report-data")["charts"]["concurrency"]
     assert chart["series"] == [{"name": "policy", "ceiling": 64, "points": series["points"]}]
+
+
+def test_the_last_write_is_the_stops_even_with_the_thread_mid_write(tmp_path: Path) -> None:
+    """``stop`` does not wait for the writing thread to end (a join at every session's end), but
+    the thread writes nothing after it: one caught in a write finishes it first, then stop writes."""
+    in_write, go_on = threading.Event(), threading.Event()
+
+    def slow_source() -> Counts:
+        if threading.current_thread() is not threading.main_thread():  # the first write is start's
+            in_write.set()
+            assert go_on.wait(10)
+        return Counts(4, 1)
+
+    writer = StatusWriter(tmp_path / "r.jsonl", 0.001, lambda: 1, slow_source, total=4).start()
+    assert in_write.wait(10)  # the thread is in a write
+    stopping = threading.Thread(target=writer.stop, args=(FINISHED, Counts(4, 4)))
+    stopping.start()
+    go_on.set()
+    stopping.join(10)
+    writer._thread.join(10)  # the thread, woken, ends without another write
+    status = read_status(status_path(tmp_path / "r.jsonl"))
+    assert (status.state, status.done) == (FINISHED, 4)

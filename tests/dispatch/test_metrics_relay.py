@@ -4,6 +4,7 @@ group its server's metrics (computed locally, with a note), never the session.""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -218,3 +219,42 @@ def test_a_dispatcher_that_does_not_exit_even_when_killed_is_said_by_end(monkeyp
     )
     assert Lingering(exits).end() == ""
     assert exits.returncode == 0
+
+
+def test_a_dispatcher_that_does_not_exit_is_said_last_and_does_not_hold_up_the_summary(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's end only closes the dispatcher's input, so it exits while the summary is
+    written; pytest waits for that exit as it unconfigures, and one that did not exit even when
+    killed (blocked in the kernel) is the last line, the run's verdict unchanged."""
+    monkeypatch.setattr(dispatcher_process, "CLOSE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(dispatcher_process, "EXIT_SEEN_S", 0.05)
+    spawned: list[subprocess.Popen[bytes]] = []
+
+    def outliving_engine() -> subprocess.Popen[bytes]:
+        """The real dispatcher, under a parent that outlives it and ignores SIGKILL (``Unkillable``)."""
+        engine = (
+            "import subprocess, sys, time; "
+            "subprocess.run([sys.executable, '-m', 'pytest_rollouts.dispatch.engine']); time.sleep(60)"
+        )
+        here = str(Path(dispatcher_process.__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))}
+        command = [sys.executable, "-c", engine]
+        spawned.append(Unkillable(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0))
+        return spawned[-1]
+
+    # The module the session will import (pytester's in-process runs may have left the package's attribute stale).
+    monkeypatch.setattr(importlib.import_module("pytest_rollouts.pytest.session"), "spawn_engine", outliving_engine)
+    write_rows(pytester.path / "data.jsonl", tasks(2))
+    try:
+        with ScriptedAgent() as agent:
+            result = pytester.runpytest_inprocess(*pytest_command(agent.url)[3:])
+    finally:
+        for proc in spawned:
+            subprocess.Popen.kill(proc)
+            proc.wait()
+    assert result.ret == pytest.ExitCode.OK
+    [proc] = spawned
+    lines = [line for line in result.outlines if line.strip()]
+    assert lines[-1] == f"rollouts: the dispatcher process (pid {proc.pid}) did not exit, even when killed"
+    assert "2 passed" in lines[-2]
