@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import re
 import reprlib
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, dataclass_transform, overload
 
@@ -54,6 +56,7 @@ def datatype(cls: T | None = None, /, *, frozen: bool = False, slots: bool = Fal
             cls, init=False, repr=False, eq=False, frozen=frozen, slots=slots
         )
         fields = dataclasses.fields(made)
+        _refuse_unsupported(made, [f for f in fields if f.init])
         if "__init__" not in own:
             made.__init__ = _FirstInit(made, fields, frozen=frozen, slots=slots).stand_in()
         made.__dataclass_params__.init = True  # it has the ``__init__`` dataclass would give it
@@ -126,20 +129,21 @@ class _FirstInit:
         init = [f for f in fields if f.init]
         self._positional = [f.name for f in init if not f.kw_only]
         self._accepted = frozenset(f.name for f in init)
-        _refuse_unsupported(cls, init)
         self._generic_left = GENERIC_INSTANCES
         self._compiled: Callable[..., None] | None = None
+        self._stand_in: Callable[..., None] | None = None
 
     def stand_in(self) -> Callable[..., None]:
         first = self
 
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            if first._generic_left and first.bound(self, args, kwargs):
+        def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:  # a field may be named ``self``
+            if first._generic_left > 0 and first.bound(self, args, kwargs):
                 first._generic_left -= 1
             else:
                 first.compiled()(self, *args, **kwargs)
 
         __init__.__qualname__ = f"{self._cls.__qualname__}.__init__"
+        self._stand_in = __init__
         return __init__
 
     def bound(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -174,7 +178,9 @@ class _FirstInit:
         """The ``__init__`` dataclass generates, compiled now and set on the class from here on."""
         if self._compiled is not None:
             return self._compiled
-        globals_: dict[str, Any] = {"__datatype_setattr": object.__setattr__, "__datatype_factory": _FACTORY}
+        # Names the body uses, passed to a factory as dataclasses does: the ``__init__`` made in it
+        # has the module's globals (``get_type_hints`` reads its annotations there) and these as cells.
+        helpers: dict[str, Any] = {"__datatype_setattr": object.__setattr__, "__datatype_factory": _FACTORY}
         me = "__datatype_self" if "self" in self._accepted else "self"
         params: list[str] = [me]
         keyword_only: list[str] = []
@@ -184,12 +190,12 @@ class _FirstInit:
             name = f.name
             value = name
             if f.default_factory is not missing:
-                globals_[f"__datatype_make_{name}"] = f.default_factory
+                helpers[f"__datatype_make_{name}"] = f.default_factory
                 value = f"__datatype_make_{name}()"
                 if f.init:
                     value = f"{value} if {name} is __datatype_factory else {name}"
             elif f.default is not missing and (f.init or self._slots):
-                globals_[f"__datatype_default_{name}"] = f.default
+                helpers[f"__datatype_default_{name}"] = f.default
                 if not f.init:
                     value = f"__datatype_default_{name}"
             elif not f.init:
@@ -205,15 +211,24 @@ class _FirstInit:
         if self._post_init:
             body.append(f"{me}.__post_init__()")
         signature = ", ".join(params + (["*", *keyword_only] if keyword_only else []))
-        source = f"def __init__({signature}):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
-        exec(source, globals_)  # as dataclasses does for every class, at import
-        init: Callable[..., None] = globals_["__init__"]
+        source = (
+            f"def __datatype_make_init__({', '.join(helpers)}):\n"
+            f" def __init__({signature}):\n" + "".join(f"  {line}\n" for line in body or ["pass"]) + " return __init__"
+        )
+        module = sys.modules.get(self._cls.__module__)
+        made: dict[str, Any] = {}
+        exec(source, {} if module is None else module.__dict__, made)  # as dataclasses does, at import
+        init: Callable[..., None] = made["__datatype_make_init__"](**helpers)
         init.__qualname__ = f"{self._cls.__qualname__}.__init__"
         init.__annotations__ = {f.name: f.type for f in self._fields if f.init} | {"return": None}
-        self._cls.__init__ = self._compiled = init
+        self._compiled = init
+        if vars(self._cls).get("__init__") is self._stand_in:  # not what was set over it since (a spy)
+            self._cls.__init__ = init
         return init
 
 
+# An ``InitVar`` annotation, evaluated (``dataclasses.InitVar[int]``) or a string (``InitVar[int]``).
+_INIT_VAR = re.compile(r"(dataclasses\.)?InitVar\b")
 # The default of an argument whose field has a ``default_factory``: given nothing, the factory makes one.
 _FACTORY = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 
@@ -221,7 +236,7 @@ _FACTORY = type("_Factory", (), {"__repr__": lambda self: "<factory>"})()
 def _refuse_unsupported(cls: Any, init: list[dataclasses.Field[Any]]) -> None:
     """What the generated ``__init__`` would refuse as the class is made, and what ``datatype`` does not do."""
     pseudo = set(cls.__dataclass_fields__) - {f.name for f in dataclasses.fields(cls)}
-    if any("InitVar" in str(cls.__dataclass_fields__[name].type) for name in pseudo):
+    if any(_INIT_VAR.match(str(cls.__dataclass_fields__[name].type)) for name in pseudo):
         raise TypeError(f"{cls.__qualname__}: datatype takes no InitVar field")
     after_default = False
     for f in init:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import typing
 from dataclasses import field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -140,6 +142,92 @@ def test_what_dataclass_refuses_as_a_class_is_made_is_refused() -> None:
             """A value passed to ``__post_init__`` only: not done here."""
 
             a: dataclasses.InitVar[int]
+
+
+def test_the_generic_init_takes_what_the_generated_one_takes() -> None:
+    """A field named ``self`` by keyword, ``replace`` and a datatype subclass adding fields, before
+    any compile; after it, annotations resolve in the class's module, as dataclasses' do."""
+
+    @datatype
+    class Named:
+        """A field named as ``__init__``'s first argument."""
+
+        self: int
+        other: int = 0
+
+    @datatype(frozen=True)
+    class Base:
+        """Inherited fields come first."""
+
+        path: Path
+        tags: list[str] = field(default_factory=list)
+
+    @datatype(frozen=True)
+    class Child(Base):
+        """Its own field after them, keyword-only."""
+
+        extra: int = field(default=1, kw_only=True)
+
+    assert Named(self=1).self == 1 and dataclasses.replace(Named(1), other=5) == Named(1, 5)
+    child = Child(Path("a"), extra=2)
+    assert (child.path, child.tags, child.extra) == (Path("a"), [], 2)
+    assert dataclasses.replace(child, extra=3) == Child(Path("a"), [], extra=3)
+    made = made_by_compiled(Base, Path("b"))
+    assert made == Base(Path("b")) and typing.get_type_hints(Base.__init__)["path"] is Path
+
+
+def made_by_compiled(cls: type, *args: Any) -> Any:
+    """An instance made once ``cls`` compiled its ``__init__``."""
+    for _ in range(datatype_module.GENERIC_INSTANCES + 1):
+        made = cls(*args)
+    assert _init_compiled(cls)
+    return made
+
+
+def test_an_init_set_over_the_class_is_kept_when_it_compiles() -> None:
+    @datatype
+    class Spied:
+        """Its ``__init__`` wrapped after the class is made, as a test's spy would."""
+
+        x: int
+
+    original, seen = Spied.__init__, []
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        seen.append(args)
+        original(self, *args, **kwargs)
+
+    Spied.__init__ = spy  # type: ignore[method-assign]
+    for number in range(datatype_module.GENERIC_INSTANCES + 5):
+        assert Spied(number).x == number
+    assert Spied.__init__ is spy and len(seen) == datatype_module.GENERIC_INSTANCES + 5
+
+
+def test_the_field_order_is_checked_with_an_own_init_and_a_classvar_is_no_initvar() -> None:
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        @datatype
+        class OwnInit:
+            """dataclass checks the order even when the class writes its ``__init__``."""
+
+            a: int = 0
+            b: int
+
+            def __init__(self) -> None:
+                pass
+
+    @datatype
+    class Registry:
+        """A class variable whose type names something like ``InitVar``."""
+
+        known: ClassVar[dict[str, InitVarLimits]] = {}
+        x: int = 0
+
+    assert Registry().x == 0
+
+
+class InitVarLimits:
+    """Only a name."""
 
 
 def test_one_field_or_none_compares_and_hashes_as_a_tuple() -> None:
