@@ -122,13 +122,22 @@ class _FirstInit:
 
     def __init__(self, cls: Any, fields: tuple[dataclasses.Field[Any], ...], *, frozen: bool, slots: bool) -> None:
         self._cls = cls
-        self._fields = fields
         self._frozen = frozen
-        self._slots = slots
         self._post_init = hasattr(cls, "__post_init__")
+        missing = dataclasses.MISSING
+        # The fields ``__init__`` sets, in order, each with where a value not given comes from
+        # (dataclasses' rule): its factory, its default, or nowhere (a required argument). A field
+        # not in the call is set from its factory, or from its default on a slot, which holds no
+        # class-level default; otherwise its class attribute is its default and it is not set.
+        self._sets: list[tuple[dataclasses.Field[Any], str | None]] = []
+        for f in fields:
+            fallback = _MADE if f.default_factory is not missing else _DEFAULT if f.default is not missing else None
+            if f.init or fallback == _MADE or (slots and fallback == _DEFAULT):
+                self._sets.append((f, fallback))
         init = [f for f in fields if f.init]
         self._positional = [f.name for f in init if not f.kw_only]
         self._accepted = frozenset(f.name for f in init)
+        self._required = [f.name for f, fallback in self._sets if fallback is None]
         self._generic_left = GENERIC_INSTANCES
         self._compiled: Callable[..., None] | None = None
         self._stand_in: Callable[..., None] | None = None
@@ -156,19 +165,14 @@ class _FirstInit:
         if len(values) + len(kwargs) != len(values | kwargs):  # one given both ways
             return False
         values |= kwargs
-        missing = dataclasses.MISSING
-        if any(f.init and f.default is f.default_factory is missing and f.name not in values for f in self._fields):
+        if not values.keys() >= set(self._required):
             return False
         assign = object.__setattr__ if self._frozen else setattr
-        for f in self._fields:
+        for f, fallback in self._sets:
             if f.name in values:
                 value = values[f.name]
-            elif f.default_factory is not missing:
-                value = f.default_factory()
-            elif f.init or (self._slots and f.default is not missing):
-                value = f.default  # a slot holds no class-level default to fall back on
             else:
-                continue  # not in ``__init__``: the class attribute is its default
+                value = f.default_factory() if fallback == _MADE else f.default
             assign(instance, f.name, value)
         if self._post_init:
             instance.__post_init__()
@@ -185,24 +189,18 @@ class _FirstInit:
         params: list[str] = [me]
         keyword_only: list[str] = []
         body: list[str] = []
-        missing = dataclasses.MISSING
-        for f in self._fields:
-            name = f.name
-            value = name
-            if f.default_factory is not missing:
+        for f, fallback in self._sets:
+            name = given = value = f.name
+            if fallback == _MADE:
                 helpers[f"__datatype_make_{name}"] = f.default_factory
                 value = f"__datatype_make_{name}()"
                 if f.init:
-                    value = f"{value} if {name} is __datatype_factory else {name}"
-            elif f.default is not missing and (f.init or self._slots):
-                helpers[f"__datatype_default_{name}"] = f.default
-                if not f.init:
-                    value = f"__datatype_default_{name}"
-            elif not f.init:
-                continue
+                    value, given = f"{value} if {name} is __datatype_factory else {name}", f"{name}=__datatype_factory"
+            elif fallback == _DEFAULT:
+                default = f"__datatype_default_{name}"
+                helpers[default] = f.default
+                value, given = (name, f"{name}={default}") if f.init else (default, "")
             if f.init:
-                default = "__datatype_factory" if f.default_factory is not missing else f"__datatype_default_{name}"
-                given = name if f.default is f.default_factory is missing else f"{name}={default}"
                 (keyword_only if f.kw_only else params).append(given)
             if self._frozen:
                 body.append(f"__datatype_setattr({me}, {name!r}, {value})")
@@ -220,13 +218,15 @@ class _FirstInit:
         exec(source, {} if module is None else module.__dict__, made)  # as dataclasses does, at import
         init: Callable[..., None] = made["__datatype_make_init__"](**helpers)
         init.__qualname__ = f"{self._cls.__qualname__}.__init__"
-        init.__annotations__ = {f.name: f.type for f in self._fields if f.init} | {"return": None}
+        init.__annotations__ = {f.name: f.type for f, _ in self._sets if f.init} | {"return": None}
         self._compiled = init
         if vars(self._cls).get("__init__") is self._stand_in:  # not what was set over it since (a spy)
             self._cls.__init__ = init
         return init
 
 
+# Where a field's value comes from when the call does not give it (``_FirstInit``).
+_MADE, _DEFAULT = "factory", "default"
 # An ``InitVar`` annotation, evaluated (``dataclasses.InitVar[int]``) or a string (``InitVar[int]``).
 _INIT_VAR = re.compile(r"(dataclasses\.)?InitVar\b")
 # The default of an argument whose field has a ``default_factory``: given nothing, the factory makes one.

@@ -125,15 +125,16 @@ def test_a_bad_call_raises_as_the_dataclass_init_does(
     assert str(ours.value) == str(theirs.value)
 
 
-def test_what_dataclass_refuses_as_a_class_is_made_is_refused() -> None:
+@pytest.mark.parametrize("own_init", [False, True], ids=["generated-init", "own-init"])
+def test_what_dataclass_refuses_as_a_class_is_made_is_refused(own_init: bool) -> None:
+    """A required field after a defaulted one, whether or not the class writes its ``__init__``
+    (dataclass checks the order either way); an ``InitVar``, which datatype does not take, but not a
+    class variable whose type merely names one."""
+    body: dict[str, Any] = {"__annotations__": {"a": "int", "b": "int"}, "a": 0, "__doc__": "Out of order."}
+    if own_init:
+        body["__init__"] = lambda self: None
     with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
-
-        @datatype
-        class Order:
-            """A required field after a defaulted one."""
-
-            a: int = 0
-            b: int
+        datatype(type("Order", (), body))
 
     with pytest.raises(TypeError, match="InitVar"):
 
@@ -142,6 +143,19 @@ def test_what_dataclass_refuses_as_a_class_is_made_is_refused() -> None:
             """A value passed to ``__post_init__`` only: not done here."""
 
             a: dataclasses.InitVar[int]
+
+    @datatype
+    class Registry:
+        """A class variable whose type names something like ``InitVar``."""
+
+        known: ClassVar[dict[str, InitVarLimits]] = {}
+        x: int = 0
+
+    assert Registry().x == 0
+
+
+class InitVarLimits:
+    """Only a name."""
 
 
 def test_the_generic_init_takes_what_the_generated_one_takes() -> None:
@@ -201,33 +215,6 @@ def test_an_init_set_over_the_class_is_kept_when_it_compiles() -> None:
     for number in range(datatype_module.GENERIC_INSTANCES + 5):
         assert Spied(number).x == number
     assert Spied.__init__ is spy and len(seen) == datatype_module.GENERIC_INSTANCES + 5
-
-
-def test_the_field_order_is_checked_with_an_own_init_and_a_classvar_is_no_initvar() -> None:
-    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
-
-        @datatype
-        class OwnInit:
-            """dataclass checks the order even when the class writes its ``__init__``."""
-
-            a: int = 0
-            b: int
-
-            def __init__(self) -> None:
-                pass
-
-    @datatype
-    class Registry:
-        """A class variable whose type names something like ``InitVar``."""
-
-        known: ClassVar[dict[str, InitVarLimits]] = {}
-        x: int = 0
-
-    assert Registry().x == 0
-
-
-class InitVarLimits:
-    """Only a name."""
 
 
 def test_one_field_or_none_compares_and_hashes_as_a_tuple() -> None:
